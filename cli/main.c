@@ -1,0 +1,88 @@
+/* main.c — the fourbit command line: one binary, subcommands. The only place that exits.
+ *   fourbit quant|dequant ...   the numerics library on files (cli/quant.c)
+ *   fourbit info                what this build links and which GPU (if any) it sees
+ * Exit status: 0 success, 1 failure while running, 2 bad usage or bad input. */
+#include "cli.h"
+
+#include <lauxlib.h>
+#include <lmdb.h>
+#include <lua.h>
+#include <nccl.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fb_cuda.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fourbit <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  quant     quantize a float32 matrix file to NVFP4, MXFP8 or S2F6 (see 'fourbit quant --help')\n"
+          "  dequant   the inverse of quant, to float32\n"
+          "  info      versions of what this build links, and the GPUs the CUDA driver sees\n"
+          "  help      this text\n"
+          "\n"
+          "'fourbit <command> --help' describes each command. Exit status: 0 ok, 1 failure, 2 bad usage or input.\n");
+}
+
+static int cmd_info(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: fourbit info\n\nPrints the fourbit, Lua, LMDB, NVRTC and NCCL versions this binary was built\n"
+             "with, and the GPUs the CUDA driver (libcuda.so.1, loaded with dlopen) reports.\n"
+             "Exit status 0 even when there is no driver: the line says so.\n");
+      return 0;
+    }
+    fprintf(stderr, "fourbit info: unknown argument '%s' (see --help)\n", argv[i]);
+    return 2;
+  }
+  int major = 0, minor = 0, nccl = 0;
+  lua_State *L = luaL_newstate();
+  printf("fourbit  %s\n", FB_VERSION);
+  printf("lua      %s (static)%s\n", LUA_RELEASE, L ? "" : " -- luaL_newstate failed");
+  if (L) lua_close(L);
+  printf("lmdb     %s (static)\n", mdb_version(NULL, NULL, NULL));
+  if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) printf("nvrtc    %d.%d\n", major, minor);
+  if (ncclGetVersion(&nccl) == ncclSuccess) printf("nccl     %d.%d.%d\n", nccl / 10000, nccl / 100 % 100, nccl % 100);
+  int n = 0;
+  if (fb_cuda_device_count(&n) != FB_OK) {
+    printf("cuda     %s\n", fb_errmsg());
+    return 0;
+  }
+  for (int d = 0; d < n; ++d) {
+    fb_cuda_device_info info;
+    if (fb_cuda_device_info_get(d, &info) != FB_OK) {
+      fprintf(stderr, "fourbit info: %s\n", fb_errmsg());
+      return 1;
+    }
+    printf("gpu %d    %s sm_%d%d, %d SMs, %.1f GiB, driver %d.%d\n", d, info.name, info.cc_major, info.cc_minor,
+           info.sm_count, (double)info.mem_bytes / (1u << 30), info.driver_version / 1000,
+           info.driver_version % 1000 / 10);
+  }
+  if (n == 0) printf("cuda     driver loaded, no devices\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "quant")) return fb_cli_quant(argc - 1, argv + 1, 0);
+  if (!strcmp(cmd, "dequant")) return fb_cli_quant(argc - 1, argv + 1, 1);
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("fourbit %s\n", FB_VERSION);
+    return 0;
+  }
+  fprintf(stderr, "fourbit: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return 2;
+}

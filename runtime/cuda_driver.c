@@ -1,0 +1,81 @@
+/* cuda_driver.c — load libcuda.so.1 with dlopen at first use and resolve the driver entry points
+ * fourbit calls (versioned symbol names, as the cuda.h macros would pick). Thread-safe via pthread_once. */
+#include "fb_cuda.h"
+#include "fb_error.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+fb_cu_api fb_cu;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static fb_status load_status = FB_ECUDA;
+static char load_err[1024];
+
+static void load(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(load_err, sizeof load_err, "dlopen(libcuda.so.1): %s: no CUDA driver here, kernels cannot run",
+             dlerror());
+    return;
+  }
+  struct { void **slot; const char *name; } syms[] = {
+      {(void **)&fb_cu.Init, "cuInit"},
+      {(void **)&fb_cu.DriverGetVersion, "cuDriverGetVersion"},
+      {(void **)&fb_cu.DeviceGetCount, "cuDeviceGetCount"},
+      {(void **)&fb_cu.DeviceGet, "cuDeviceGet"},
+      {(void **)&fb_cu.DeviceGetName, "cuDeviceGetName"},
+      {(void **)&fb_cu.DeviceGetAttribute, "cuDeviceGetAttribute"},
+      {(void **)&fb_cu.DeviceTotalMem, "cuDeviceTotalMem_v2"},
+      {(void **)&fb_cu.GetErrorString, "cuGetErrorString"},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; ++i) {
+    *syms[i].slot = dlsym(h, syms[i].name);
+    if (!*syms[i].slot) {
+      snprintf(load_err, sizeof load_err, "libcuda.so.1 has no symbol %s (driver too old?)", syms[i].name);
+      memset(&fb_cu, 0, sizeof fb_cu);
+      return;
+    }
+  }
+  CUresult r = fb_cu.Init(0);
+  if (r != CUDA_SUCCESS) {
+    const char *s = NULL;
+    fb_cu.GetErrorString(r, &s);
+    snprintf(load_err, sizeof load_err, "cuInit(0): %s", s ? s : "unknown error");
+    return;
+  }
+  load_status = FB_OK;
+}
+
+fb_status fb_cuda_load(void) {
+  pthread_once(&once, load);
+  if (load_status != FB_OK) return FB_ERR(FB_ECUDA, "%s", load_err);
+  return FB_OK;
+}
+
+const char *fb_cu_errstr(int result) {
+  const char *s = NULL;
+  if (fb_cu.GetErrorString && fb_cu.GetErrorString((CUresult)result, &s) == CUDA_SUCCESS && s) return s;
+  return "unknown CUDA error";
+}
+
+fb_status fb_cuda_device_count(int *n) {
+  FB_TRY(fb_cuda_load());
+  CU_CHECK(fb_cu.DeviceGetCount(n));
+  return FB_OK;
+}
+
+fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info) {
+  FB_TRY(fb_cuda_load());
+  CUdevice d;
+  memset(info, 0, sizeof *info);
+  CU_CHECK(fb_cu.DeviceGet(&d, ordinal));
+  CU_CHECK(fb_cu.DeviceGetName(info->name, (int)sizeof info->name - 1, d));
+  CU_CHECK(fb_cu.DeviceGetAttribute(&info->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d));
+  CU_CHECK(fb_cu.DeviceGetAttribute(&info->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d));
+  CU_CHECK(fb_cu.DeviceGetAttribute(&info->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+  CU_CHECK(fb_cu.DeviceTotalMem(&info->mem_bytes, d));
+  CU_CHECK(fb_cu.DriverGetVersion(&info->driver_version));
+  return FB_OK;
+}
