@@ -66,10 +66,15 @@ $(BUILD)/tests/%: tests/%.cpp $(BUILD)/libfourbit.a
 	@echo "  CXX     $<"
 	$(Q)$(CXX) $(CXXFLAGS) -o $@ $< $(BUILD)/libfourbit.a -lcmocka $(LDLIBS)
 
+$(BUILD)/tests/tools/%: tests/tools/%.c
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -o $@ $< -lm
+
 # CPU tiers, what CI runs: unit tests of every module, then the CLI end to end.
-test: all $(TESTBIN)
+test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
-	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit
+	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 	@echo "make test: all CPU tiers passed"
 
 # No GPU kernels exist yet (issue 4 brings the first); this target says so instead of passing.
