@@ -19,7 +19,7 @@ const char *fb_status_name(fb_status s) {
 }
 
 fb_status fb_seterr(fb_status s, const char *file, int line, const char *fmt, ...) {
-  int n = snprintf(errbuf, sizeof errbuf, "%s:%d: ", file, line);
+  int n = file ? snprintf(errbuf, sizeof errbuf, "%s:%d: ", file, line) : 0;
   if (n < 0 || (size_t)n >= sizeof errbuf) n = 0;
   va_list ap;
   va_start(ap, fmt);

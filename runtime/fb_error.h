@@ -19,6 +19,8 @@ void fb_clearerr(void);
 const char *fb_cu_errstr(int result);
 
 #define FB_ERR(code, ...) fb_seterr((code), __FILE__, __LINE__, __VA_ARGS__)
+/* Errors in the user's input (a recipe, a file) name the input's own file:line, not ours. */
+#define FB_USERERR(code, ...) fb_seterr((code), NULL, 0, __VA_ARGS__)
 #define FB_TRY(call) do { fb_status fb_s_ = (call); if (fb_s_ != FB_OK) return fb_s_; } while (0)
 #define FB_TRY_GOTO(call, label) do { rc = (call); if (rc != FB_OK) goto label; } while (0)
 

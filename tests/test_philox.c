@@ -72,7 +72,7 @@ static void cmp_block(const uint32_t ctr[4], const uint32_t key[2]) {
 static void begin(void) { n_compared = n_bad = 0; }
 static void end(const char *what) {
   printf("  %-34s %9llu compared, %llu mismatches\n", what, n_compared, n_bad);
-  if (n_bad) fail_msg("%s: %llu of %llu differ", what, n_bad, n_compared);
+  if (n_bad) fail_msg("%s: %llu of %llu differ\n", what, n_bad, n_compared);
 }
 
 /* ---- Philox4x32-10 itself --------------------------------------------------------------------- */
@@ -92,8 +92,8 @@ static void test_kat(void **state) {
     r123(kat[t], kat[t] + 4, ref);
     fb_philox4x32_10(c, k, o);
     for (int w = 0; w < 4; ++w) {
-      if (ref[w] != kat[t][6 + w]) fail_msg("Random123 KAT %d word %d: %08x != %08x", t, w, ref[w], kat[t][6 + w]);
-      if (o[w] != kat[t][6 + w]) fail_msg("fb_philox4x32_10 KAT %d word %d: %08x != %08x", t, w, o[w], kat[t][6 + w]);
+      if (ref[w] != kat[t][6 + w]) fail_msg("Random123 KAT %d word %d: %08x != %08x\n", t, w, ref[w], kat[t][6 + w]);
+      if (o[w] != kat[t][6 + w]) fail_msg("fb_philox4x32_10 KAT %d word %d: %08x != %08x\n", t, w, o[w], kat[t][6 + w]);
     }
   }
   printf("  %-34s %9d compared, 0 mismatches\n", "known-answer vectors", 3);
@@ -242,8 +242,8 @@ static void test_sr_bits(void **state) {
   }
   printf("  %-34s %9llu compared, %llu mismatches (fb_sr_bits), %llu (fb_philox_sr_byte)\n",
          "SR bytes per NUMERICS.md", sr_compared, sr_bad_lib, sr_bad_hdr);
-  if (sr_bad_lib) fail_msg("fb_sr_bits: %llu of %llu differ from NUMERICS.md", sr_bad_lib, sr_compared);
-  if (sr_bad_hdr) fail_msg("fb_philox_sr_byte: %llu of %llu differ from NUMERICS.md", sr_bad_hdr, sr_compared);
+  if (sr_bad_lib) fail_msg("fb_sr_bits: %llu of %llu differ from NUMERICS.md\n", sr_bad_lib, sr_compared);
+  if (sr_bad_hdr) fail_msg("fb_philox_sr_byte: %llu of %llu differ from NUMERICS.md\n", sr_bad_hdr, sr_compared);
 }
 
 /* The SR byte stream as a byte array: 16 consecutive elements are the 16 bytes of one block,
@@ -291,7 +291,7 @@ static void test_rht_signs(void **state) {
     }
   }
   printf("  %-34s %9llu compared, %llu mismatches\n", "RHT sign masks", n, bad);
-  if (bad) fail_msg("fb_rht_signs: %llu of %llu differ", bad, n);
+  if (bad) fail_msg("fb_rht_signs: %llu of %llu differ\n", bad, n);
 }
 
 int main(void) {

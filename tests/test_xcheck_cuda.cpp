@@ -38,9 +38,13 @@ extern "C" {
 #include <cmocka.h>
 }
 
+/* The toolkit headers have unused parameters in their host paths (cuda_fp4.hpp). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_fp4.h>
+#pragma GCC diagnostic pop
 
 #include "fourbit.h"
 
@@ -301,7 +305,7 @@ void run_encoder(Fmt f, uint64_t seed) {
     gen_e8m0_points(r, v);
     compare(t, "pow2-edges", v);
   } else {
-    gen_grid_points(f, r, f == E2M1 ? 40000 : f == E4M3 ? 3000 : 3000, v);
+    gen_grid_points(f, r, f == E2M1 ? 40000 : 3000, v);
     compare(t, "grid+ties", v);
   }
   gen_in_range(f, r, 1500000, v);
@@ -313,7 +317,7 @@ void run_encoder(Fmt f, uint64_t seed) {
   printf("%s: %llu values compared in %.2f s, %llu mismatches\n", fmt_name(f),
          (unsigned long long)t.compared, now_s() - t0, (unsigned long long)t.mismatched);
   if (t.mismatched)
-    fail_msg("%s encoder: %llu of %llu values differ from CUDA (first ones printed above)",
+    fail_msg("%s encoder: %llu of %llu values differ from CUDA (first ones printed above)\n",
              fmt_name(f), (unsigned long long)t.mismatched, (unsigned long long)t.compared);
 }
 
@@ -338,7 +342,7 @@ void run_decoder(Fmt f, unsigned ncodes) {
   }
   printf("%s decode: %u codes compared (%u NaN codes as both-NaN), %u mismatches\n", fmt_name(f),
          ncodes, nans, bad);
-  if (bad) fail_msg("%s decoder: %u of %u codes differ from CUDA", fmt_name(f), bad, ncodes);
+  if (bad) fail_msg("%s decoder: %u of %u codes differ from CUDA\n", fmt_name(f), bad, ncodes);
 }
 
 void test_e4m3_decode(void **state) { (void)state; run_decoder(E4M3, 256); }
@@ -378,7 +382,7 @@ void test_roundtrip(void **state) {
     }
   }
   printf("round trip code -> float -> code: %u codes, %u mismatches\n", n, bad);
-  if (bad) fail_msg("%u round-trip mismatches", bad);
+  if (bad) fail_msg("%u round-trip mismatches\n", bad);
 }
 
 /* ---- known values -------------------------------------------------------------------------- */
@@ -459,7 +463,7 @@ void test_known_values(void **state) {
   }
   printf("known values: %u checks (%zu inputs x {fourbit, CUDA}), %u failures\n", n,
          sizeof kKnown / sizeof kKnown[0], bad);
-  if (bad) fail_msg("%u known-value checks failed", bad);
+  if (bad) fail_msg("%u known-value checks failed\n", bad);
 }
 
 }  // namespace
