@@ -205,8 +205,50 @@ fb_status fb_recipe_load(const char *path, fb_recipe **out);
 /* Same, from memory; `name` is the chunk name used in messages; includes resolve beside `dir`. */
 fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, const char *dir, fb_recipe **out);
 void fb_recipe_free(fb_recipe *r);
+/* The precision of layer (1-based) after the recipe's rules; dispatch resolved. Returns out. */
+const fb_layer_prec *fb_recipe_layer(const fb_recipe *r, int layer, fb_layer_prec *out);
 const char *fb_format_name(fb_format f);
 const char *fb_gran_name(fb_gran g);
+
+/* ---- the plan (gen/plan.c) ------------------------------------------------------------------ */
+/* A unique kernel the plan needs. name is its canonical identity (STYLE.md) without the variant's
+ * tile fields, which the generator appends: e.g. gemm_fwd_nvfp4xnvfp4_nvfp4_4o6_tok_swiglu_sm90a. */
+typedef struct {
+  char name[128];
+  char family[16]; /* tune family: gemm, quant, ... */
+  char role[96];   /* what it computes, for people */
+  int first_layer, last_layer, nlayers;
+  int nvariants;   /* of its family after the recipe's keep() */
+} fb_kernel_spec;
+
+typedef struct {
+  double weights_fwd, weights_bwd_copy, masters, grads, optimizer, saved_act; /* bytes per rank */
+  double by_format[4]; /* quantized forward weights + saved activations, by fb_format */
+} fb_plan_memory;
+
+typedef struct fb_plan {
+  const fb_recipe *recipe;
+  char arch[16];         /* sm_90a, sm_100a, sm_103a */
+  int nlayers;
+  fb_layer_prec *layers; /* [nlayers], resolved */
+  int nkernels;
+  fb_kernel_spec *kernels;
+  fb_plan_memory mem;
+  char sha256[65];       /* of the plan's JSON, the identity generated files cite */
+} fb_plan;
+
+fb_status fb_plan_resolve(const fb_recipe *r, const char *arch, fb_plan **out);
+void fb_plan_free(fb_plan *p);
+/* Bits one token-expert copy moves: the payload of d values in format f plus its scales and, for
+ * nvfp4 per-token, the 32-bit outer scale. */
+double fb_plan_wire_bits(fb_format f, int d, int per_token_outer);
+/* The whole plan as one JSON object / as tables for people, into a malloc'd string. */
+fb_status fb_plan_json(const fb_plan *p, char **out);
+fb_status fb_plan_text(const fb_plan *p, char **out);
+
+/* ---- hashing (runtime/sha256.c) -------------------------------------------------------------- */
+void fb_sha256(const void *data, size_t len, uint8_t out[32]);
+void fb_sha256_hex(const void *data, size_t len, char out[65]);
 
 /* ---- CUDA driver, loaded with dlopen ---------------------------------------------------------- */
 /* FB_OK if libcuda.so.1 loaded and cuInit succeeded; otherwise FB_ECUDA with the reason. */

@@ -88,6 +88,25 @@ static const char *where_of(lua_State *L, int idx, char *buf, size_t n) {
   return s ? buf : NULL;
 }
 
+/* Where the table at idx was made: its own tag, else the earliest-line tag among its direct children
+ * (a plain table such as a layer rule is located by the constructors written inside it). */
+static void locate(lua_State *L, int idx, char *buf, size_t n) {
+  idx = lua_absindex(L, idx);
+  if (where_of(L, idx, buf, n)) return;
+  char best[256] = "", cur[256];
+  long bestline = -1;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_istable(L, -1) && where_of(L, -1, cur, sizeof cur)) {
+      const char *colon = strrchr(cur, ':');
+      long line = colon ? strtol(colon + 1, NULL, 10) : 0;
+      if (bestline < 0 || line < bestline) bestline = line, snprintf(best, sizeof best, "%s", cur);
+    }
+    lua_pop(L, 1);
+  }
+  if (bestline >= 0) snprintf(buf, n, "%s", best);
+}
+
 /* nvfp4 { ... } and friends: the table with its format set. */
 static int ctor(lua_State *L, const char *format) {
   if (lua_isnoneornil(L, 1)) lua_newtable(L);
@@ -351,7 +370,7 @@ static vmark enter(vctx *v, const char *fmt, ...) {
   vsnprintf(v->path + m.plen, sizeof v->path - m.plen, fmt, ap);
   va_end(ap);
   if (v->path[0] == '.') memmove(v->path, v->path + 1, strlen(v->path));
-  if (lua_type(v->L, -1) == LUA_TTABLE) where_of(v->L, -1, v->where, sizeof v->where);
+  if (lua_type(v->L, -1) == LUA_TTABLE) locate(v->L, -1, v->where, sizeof v->where);
   return m;
 }
 static void leave(vctx *v, vmark m) {
@@ -982,6 +1001,41 @@ static fb_status read_tune(vctx *v, fb_recipe *r, int present) {
   return FB_OK;
 }
 
+const fb_layer_prec *fb_recipe_layer(const fb_recipe *r, int layer, fb_layer_prec *out) {
+  *out = r->base;
+  for (int i = 0; i < r->nrules; ++i) {
+    const fb_layer_rule *u = &r->rules[i];
+    if (layer < u->first || layer > u->last) continue;
+    if (u->set & FB_RULE_FWD) out->fwd_act = u->prec.fwd_act, out->fwd_weight = u->prec.fwd_weight;
+    if (u->set & FB_RULE_BWD) out->bwd_grad = u->prec.bwd_grad, out->bwd_saved = u->prec.bwd_saved, out->wgrad_rht = u->prec.wgrad_rht;
+    if (u->set & FB_RULE_DISPATCH) out->dispatch = u->prec.dispatch, out->dispatch_fwd = u->prec.dispatch_fwd;
+    if (u->set & FB_RULE_COMBINE) out->combine = u->prec.combine;
+  }
+  if (out->dispatch_fwd) out->dispatch = out->fwd_act.format;
+  return out;
+}
+
+/* Every layer's resolved precision must be one the kernels can run. */
+static fb_status check_layers(const fb_recipe *r) {
+  for (int l = 1; l <= r->model.layers; ++l) {
+    fb_layer_prec p;
+    fb_recipe_layer(r, l, &p);
+    const char *where = r->base_where, *what = "experts";
+    char buf[32];
+    for (int i = 0; i < r->nrules; ++i)
+      if (l >= r->rules[i].first && l <= r->rules[i].last) {
+        where = r->rules[i].where;
+        snprintf(buf, sizeof buf, "layers[%d]", i + 1);
+        what = buf;
+      }
+    if (p.dispatch != FB_FMT_BF16 && p.dispatch != p.fwd_act.format)
+      return FB_USERERR(FB_EINVAL, "%s: %s.dispatch: layer %d sends %s tokens to a %s forward (give dispatch = \"fwd\", "
+                        "\"bf16\" or the forward's format)", where, what, l, fb_format_name(p.dispatch),
+                        fb_format_name(p.fwd_act.format));
+  }
+  return FB_OK;
+}
+
 /* The top-level recipe table is at the top of the stack. */
 static fb_status validate(vctx *v, fb_recipe *r) {
   lua_State *L = v->L;
@@ -1118,8 +1172,9 @@ fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, 
   }
   vctx v = {.L = L};
   snprintf(v.where, sizeof v.where, "%s", name);
-  where_of(L, -1, v.where, sizeof v.where);
+  locate(L, -1, v.where, sizeof v.where);
   rc = validate(&v, r);
+  if (rc == FB_OK) rc = check_layers(r);
 done:
   lua_close(L);
   if (rc != FB_OK) {

@@ -1,0 +1,404 @@
+/* plan.c — a loaded recipe resolved into a plan: every layer's precision, the unique kernel specs the
+ * layers need (canonical names, de-duplicated across layers), memory per expert-parallel rank, and the
+ * bits a token moves in dispatch and combine.
+ *
+ * Entry points: fb_plan_resolve(), fb_plan_free(), fb_plan_json(), fb_plan_text(), fb_plan_wire_bits().
+ *
+ * Kernel names (STYLE.md: <op>_<formats>_<out>[_<epilogue>]_<arch>; the generator appends the tile):
+ * a quantized operand is named by its tag — nvfp4[_4o6][_2d]_{ten|tok|exp}[_sr][_rhtN], mxfp8[_e5m2][_sr]
+ * [_rhtN], s2f6[_rht32], bf16 — and quantizers say along which axis they block: _row (along the row, the
+ * GEMM's K for dgrad/fwd) or _col (down the columns, stored transposed: the K of wgrad). */
+#include "fb_error.h"
+#include "fb_str.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *gran_tag(fb_gran g) { return g == FB_GRAN_TOKEN ? "tok" : g == FB_GRAN_EXPERT ? "exp" : "ten"; }
+
+/* The tag of a quantized operand; rht overrides q->rht when >= 0. */
+static void qtag(const fb_qspec *q, int rht, char *buf, size_t n) {
+  int r = rht >= 0 ? rht : q->rht;
+  int sr = q->rounding == FB_ROUND_SR;
+  switch (q->format) {
+  case FB_FMT_NVFP4:
+    snprintf(buf, n, "nvfp4%s%s_%s%s", q->four_over_six ? "_4o6" : "", q->two_d ? "_2d" : "", gran_tag(q->outer),
+             sr ? "_sr" : "");
+    break;
+  case FB_FMT_MXFP8: snprintf(buf, n, "mxfp8%s%s", q->e5m2 ? "_e5m2" : "", sr ? "_sr" : ""); break;
+  case FB_FMT_S2F6: snprintf(buf, n, "s2f6"); break;
+  default: snprintf(buf, n, "bf16"); r = 0; break;
+  }
+  if (r) snprintf(buf + strlen(buf), n - strlen(buf), "_rht%d", r);
+}
+
+/* What a dequantizer needs to know of a stored operand: format and outer granularity. */
+static void srctag(const fb_qspec *q, char *buf, size_t n) {
+  if (q->format == FB_FMT_NVFP4) snprintf(buf, n, "nvfp4_%s", gran_tag(q->outer));
+  else snprintf(buf, n, "%s", fb_format_name(q->format));
+}
+
+typedef struct {
+  fb_plan *p;
+  int cap;
+  int layer;
+} builder;
+
+static fb_status add(builder *b, const char *family, const char *role, const char *fmt, ...) FB_PRINTF(4, 5);
+static fb_status add(builder *b, const char *family, const char *role, const char *fmt, ...) {
+  char name[128];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  const char *arch = b->p->arch;
+  char archtag[16];
+  snprintf(archtag, sizeof archtag, "%.2s%s", arch, arch[2] == '_' ? arch + 3 : arch + 2); /* sm_90a -> sm90a */
+  if (n < 0 || (size_t)n + strlen(archtag) + 2 > sizeof name) return FB_ERR(FB_EINVAL, "kernel name too long: %s", name);
+  snprintf(name + n, sizeof name - (size_t)n, "_%s", archtag);
+  fb_plan *p = b->p;
+  for (int i = 0; i < p->nkernels; ++i) {
+    fb_kernel_spec *k = &p->kernels[i];
+    if (strcmp(k->name, name)) continue;
+    if (k->last_layer != b->layer) k->nlayers++;
+    k->last_layer = b->layer;
+    return FB_OK;
+  }
+  if (p->nkernels == b->cap) {
+    int nc = b->cap ? 2 * b->cap : 32;
+    fb_kernel_spec *nk = realloc(p->kernels, (size_t)nc * sizeof *nk);
+    if (!nk) return FB_ERR(FB_ENOMEM, "plan kernels");
+    p->kernels = nk, b->cap = nc;
+  }
+  fb_kernel_spec *k = &p->kernels[p->nkernels++];
+  memset(k, 0, sizeof *k);
+  snprintf(k->name, sizeof k->name, "%s", name);
+  snprintf(k->family, sizeof k->family, "%s", family);
+  snprintf(k->role, sizeof k->role, "%s", role);
+  k->first_layer = k->last_layer = b->layer;
+  k->nlayers = 1;
+  for (int i = 0; i < p->recipe->nfamilies; ++i)
+    if (!strcmp(p->recipe->families[i].family, family)) k->nvariants = p->recipe->families[i].nvariants;
+  return FB_OK;
+}
+
+/* The kernels one layer needs, in the order a train step runs them. */
+static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
+  const fb_model *m = &b->p->recipe->model;
+  fb_format F = L->fwd_act.format, B = L->bwd_grad.format, D = L->dispatch;
+  char act[64], out13[64], comb[64], w[64], g_row[64], g_col[64], s_act[64], s_w[64], dst[64], dstw[64];
+  qtag(&L->fwd_act, -1, act, sizeof act);
+  qtag(&L->combine, -1, comb, sizeof comb);
+  qtag(&L->fwd_weight, -1, w, sizeof w);
+  snprintf(out13, sizeof out13, "%s", act);
+  srctag(&L->fwd_act, s_act, sizeof s_act);
+  srctag(&L->fwd_weight, s_w, sizeof s_w);
+  const char *f = fb_format_name(F), *bw = fb_format_name(B);
+
+  /* forward */
+  FB_TRY(add(b, "router", "router: softmax over experts, top-k, weights", "router_top%d_e%d", m->top_k, m->experts));
+  if ((F == FB_FMT_NVFP4 && L->fwd_act.outer == FB_GRAN_TENSOR) || (B == FB_FMT_NVFP4 && L->bwd_grad.outer == FB_GRAN_TENSOR))
+    FB_TRY(add(b, "amax", "amax of a whole tensor (per-tensor outer scales)", "amax_tensor_bf16"));
+  if (D != FB_FMT_BF16) FB_TRY(add(b, "quant", "dispatch: quantize tokens before sending", "quant_%s_row", act));
+  if (D == FB_FMT_NVFP4) FB_TRY(add(b, "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_nvfp4_%s", gran_tag(L->fwd_act.outer)));
+  else FB_TRY(add(b, "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_%s", fb_format_name(D)));
+  if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, "quant", "quantize dispatched tokens on arrival", "quant_%s_row", act));
+  FB_TRY(add(b, "gemm", "w13 fwd H = X W13^T; epilogue SwiGLU, quantize A", "gemm_fwd_%sx%s_%s_swiglu", f, f, out13));
+  FB_TRY(add(b, "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
+  FB_TRY(add(b, "combine", "combine: dequantize, inverse RHT, router-weighted sum", "unpermute_%s", comb));
+
+  /* backward */
+  FB_TRY(add(b, "permute", "gradients dY gathered by expert", "permute_bf16"));
+  if (B != FB_FMT_BF16) {
+    qtag(&L->bwd_grad, 0, g_row, sizeof g_row);
+    qtag(&L->bwd_grad, L->wgrad_rht, g_col, sizeof g_col);
+    FB_TRY(add(b, "quant", "quantize dY and dH along K of dgrad", "quant_%s_row", g_row));
+    FB_TRY(add(b, "quant", "quantize dY and dH down the rows for wgrad (transposed)", "quant_%s_col", g_col));
+    qtag(&L->bwd_saved, 0, dstw, sizeof dstw);
+    qtag(&L->bwd_saved, L->wgrad_rht, dst, sizeof dst);
+    FB_TRY(add(b, "requant", "weights: dequantize, transpose, requantize for dgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_w, dstw));
+    FB_TRY(add(b, "requant", "saved X and A: dequantize, transpose, requantize for wgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_act, dst));
+  } else if (F != FB_FMT_BF16) {
+    FB_TRY(add(b, "requant", "weights: dequantize and transpose to BF16", "requant_%s_bf16_t", s_w));
+    FB_TRY(add(b, "requant", "saved X and A: dequantize and transpose to BF16", "requant_%s_bf16_t", s_act));
+  }
+  FB_TRY(add(b, "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
+  FB_TRY(add(b, "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
+  FB_TRY(add(b, "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));
+  FB_TRY(add(b, "combine", "dX summed back to tokens", "unpermute_bf16"));
+  FB_TRY(add(b, "router", "router backward", "router_bwd_top%d_e%d", m->top_k, m->experts));
+
+  /* optimizer: FP32 masters, then next step's quantized weights */
+  FB_TRY(add(b, "adamw", "AdamW on FP32 masters; writes next step's weights", "adamw_f32_%s", F == FB_FMT_BF16 ? "bf16" : w));
+  return FB_OK;
+}
+
+/* Bytes of n values in format f with `outer` FP32 outer scales. */
+static double qbytes(fb_format f, double n, double outer) {
+  switch (f) {
+  case FB_FMT_NVFP4: return n * 0.5 + n / 16 + 4 * outer;
+  case FB_FMT_MXFP8:
+  case FB_FMT_S2F6: return n + n / 32;
+  default: return 2 * n;
+  }
+}
+
+double fb_plan_wire_bits(fb_format f, int d, int per_token_outer) {
+  return qbytes(f, d, f == FB_FMT_NVFP4 && per_token_outer ? 1 : 0) * 8;
+}
+
+static void memory(fb_plan *p) {
+  const fb_recipe *r = p->recipe;
+  const fb_model *m = &r->model;
+  double epr = (double)m->experts / r->ep, P = 3.0 * m->d_model * m->d_ff * epr, rows = (double)r->tokens * m->top_k;
+  fb_plan_memory *M = &p->mem;
+  memset(M, 0, sizeof *M);
+  for (int l = 0; l < p->nlayers; ++l) {
+    const fb_layer_prec *L = &p->layers[l];
+    fb_format F = L->fwd_act.format, B = L->bwd_grad.format;
+    double wo = L->fwd_weight.outer == FB_GRAN_EXPERT ? 2 * epr : 2;
+    double wf = qbytes(F, P, wo);
+    M->weights_fwd += wf;
+    M->by_format[F] += wf;
+    double copy = (F == FB_FMT_BF16 && B == FB_FMT_BF16) ? 0 : qbytes(B, P, 2);
+    if (copy > M->weights_bwd_copy) M->weights_bwd_copy = copy;
+    double ao = L->fwd_act.outer == FB_GRAN_TOKEN ? rows : 1;
+    double x = qbytes(F, rows * m->d_model, ao), a = qbytes(F, rows * m->d_ff, ao);
+    double h = 2 * rows * 2 * m->d_ff, router = 8.0 * r->tokens * m->top_k;
+    M->saved_act += x + a + h + router;
+    M->by_format[F] += x + a;
+    M->by_format[FB_FMT_BF16] += h;
+  }
+  M->masters = 4 * P * p->nlayers;
+  M->grads = 4 * P * p->nlayers;
+  M->optimizer = 8 * P * p->nlayers;
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+static void json_qspec(fb_str *s, const char *key, const fb_qspec *q) {
+  fb_str_printf(s, "\"%s\": {\"format\": \"%s\"", key, fb_format_name(q->format));
+  if (q->format == FB_FMT_NVFP4)
+    fb_str_printf(s, ", \"outer\": \"%s\", \"four_over_six\": %s, \"two_d\": %s", fb_gran_name(q->outer),
+                  q->four_over_six ? "true" : "false", q->two_d ? "true" : "false");
+  if (q->format == FB_FMT_MXFP8) fb_str_printf(s, ", \"element\": \"%s\"", q->e5m2 ? "e5m2" : "e4m3");
+  if (q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6)
+    fb_str_printf(s, ", \"rounding\": \"%s\"", q->rounding == FB_ROUND_SR ? "sr" : "rn");
+  if (q->format != FB_FMT_BF16) fb_str_printf(s, ", \"rht\": %d", q->rht);
+  fb_str_printf(s, "}");
+}
+
+static void json_string(fb_str *s, const char *x) {
+  fb_str_printf(s, "\"");
+  for (; *x; ++x) {
+    if (*x == '"' || *x == '\\') fb_str_printf(s, "\\%c", *x);
+    else if ((unsigned char)*x < 0x20) fb_str_printf(s, "\\u%04x", *x);
+    else fb_str_printf(s, "%c", *x);
+  }
+  fb_str_printf(s, "\"");
+}
+
+/* The JSON body after the sha256 field (hashed to make it). */
+static void json_body(const fb_plan *p, fb_str *s) {
+  const fb_recipe *r = p->recipe;
+  const fb_model *m = &r->model;
+  fb_str_printf(s, "  \"arch\": \"%s\",\n  \"description\": ", p->arch);
+  json_string(s, r->description);
+  fb_str_printf(s, ",\n  \"seed\": %u,\n", r->seed);
+  fb_str_printf(s, "  \"model\": {\"layers\": %d, \"d_model\": %d, \"d_ff\": %d, \"experts\": %d, \"top_k\": %d, "
+                   "\"vocab\": %d, \"conv_width\": %d},\n", m->layers, m->d_model, m->d_ff, m->experts, m->top_k, m->vocab, m->conv_width);
+  fb_str_printf(s, "  \"parallel\": {\"ep\": %d, \"experts_per_rank\": %d, \"tokens_per_rank\": %d},\n", r->ep, m->experts / r->ep, r->tokens);
+  fb_str_printf(s, "  \"layers\": [\n");
+  for (int l = 0; l < p->nlayers; ++l) {
+    const fb_layer_prec *L = &p->layers[l];
+    fb_str_printf(s, "    {\"layer\": %d, \"fwd\": \"%s\", \"bwd\": \"%s\", \"dispatch\": \"%s\", \"combine\": \"%s\", "
+                     "\"rounding\": {\"fwd\": \"%s\", \"bwd\": \"%s\"}, ", l + 1, fb_format_name(L->fwd_act.format),
+                  fb_format_name(L->bwd_grad.format), fb_format_name(L->dispatch), fb_format_name(L->combine.format),
+                  L->fwd_act.rounding == FB_ROUND_SR ? "sr" : "rn", L->bwd_grad.rounding == FB_ROUND_SR ? "sr" : "rn");
+    json_qspec(s, "fwd_act", &L->fwd_act);
+    fb_str_printf(s, ", ");
+    json_qspec(s, "fwd_weight", &L->fwd_weight);
+    fb_str_printf(s, ", ");
+    json_qspec(s, "bwd_grad", &L->bwd_grad);
+    fb_str_printf(s, ", ");
+    json_qspec(s, "bwd_saved", &L->bwd_saved);
+    fb_str_printf(s, ", \"wgrad_rht\": %d, ", L->wgrad_rht);
+    json_qspec(s, "combine_payload", &L->combine);
+    fb_str_printf(s, "}%s\n", l + 1 < p->nlayers ? "," : "");
+  }
+  fb_str_printf(s, "  ],\n  \"kernels\": [\n");
+  for (int i = 0; i < p->nkernels; ++i) {
+    const fb_kernel_spec *k = &p->kernels[i];
+    fb_str_printf(s, "    {\"name\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"first_layer\": %d, \"last_layer\": %d, "
+                     "\"variants\": %d, \"role\": ", k->name, k->family, k->nlayers, k->first_layer, k->last_layer, k->nvariants);
+    json_string(s, k->role);
+    fb_str_printf(s, "}%s\n", i + 1 < p->nkernels ? "," : "");
+  }
+  const fb_plan_memory *M = &p->mem;
+  fb_str_printf(s, "  ],\n  \"memory_per_rank_bytes\": {\"weights_fwd\": %.0f, \"weights_bwd_copy\": %.0f, \"masters_fp32\": %.0f, "
+                   "\"grads_fp32\": %.0f, \"optimizer_fp32\": %.0f, \"saved_activations\": %.0f, \"by_format\": {",
+                M->weights_fwd, M->weights_bwd_copy, M->masters, M->grads, M->optimizer, M->saved_act);
+  int first = 1;
+  for (int f = 0; f < 4; ++f)
+    if (M->by_format[f] > 0) fb_str_printf(s, "%s\"%s\": %.0f", first ? "" : ", ", fb_format_name((fb_format)f), M->by_format[f]), first = 0;
+  fb_str_printf(s, "}},\n  \"wire_bits_per_token_expert\": [");
+  /* one entry per distinct (dispatch, combine) pair, in layer order */
+  int seen[16][2], ns = 0;
+  for (int l = 0; l < p->nlayers; ++l) {
+    const fb_layer_prec *L = &p->layers[l];
+    int d = L->dispatch, c = L->combine.format, dup = 0;
+    for (int j = 0; j < ns; ++j) dup |= seen[j][0] == d && seen[j][1] == c;
+    if (dup || ns == 16) continue;
+    seen[ns][0] = d, seen[ns][1] = c;
+    double bf = 16.0 * m->d_model, db = fb_plan_wire_bits(L->dispatch, m->d_model, L->fwd_act.outer == FB_GRAN_TOKEN);
+    double cb = fb_plan_wire_bits(L->combine.format, m->d_model, 0);
+    fb_str_printf(s, "%s\n    {\"dispatch\": \"%s\", \"dispatch_bits\": %.0f, \"dispatch_vs_bf16\": %.6f, \"combine\": \"%s\", "
+                     "\"combine_bits\": %.0f, \"combine_vs_bf16\": %.6f, \"bf16_bits\": %.0f}", ns ? "," : "",
+                  fb_format_name(L->dispatch), db, db / bf, fb_format_name(L->combine.format), cb, cb / bf, bf);
+    ns++;
+  }
+  fb_str_printf(s, "\n  ]\n");
+}
+
+fb_status fb_plan_json(const fb_plan *p, char **out) {
+  fb_str s = {0};
+  fb_str_printf(&s, "{\n  \"recipe\": ");
+  json_string(&s, p->recipe->name);
+  fb_str_printf(&s, ",\n  \"plan_sha256\": \"%s\",\n", p->sha256);
+  json_body(p, &s);
+  fb_str_printf(&s, "}\n");
+  if (s.oom) { free(s.buf); return FB_ERR(FB_ENOMEM, "plan json"); }
+  *out = s.buf;
+  return FB_OK;
+}
+
+static void text_qspec(fb_str *s, const char *what, const fb_qspec *q) {
+  if (q->format == FB_FMT_BF16) return;
+  fb_str_printf(s, " %s(", what);
+  int n = 0;
+  if (q->format == FB_FMT_NVFP4) n += fb_str_printf(s, "%s", fb_gran_name(q->outer)) > 0;
+  if (q->four_over_six) fb_str_printf(s, "%s4/6", n++ ? "," : "");
+  if (q->two_d) fb_str_printf(s, "%s16x16", n++ ? "," : "");
+  if (q->e5m2) fb_str_printf(s, "%se5m2", n++ ? "," : "");
+  if (q->format != FB_FMT_S2F6) fb_str_printf(s, "%s%s", n++ ? "," : "", q->rounding == FB_ROUND_SR ? "sr" : "rn");
+  if (q->rht) fb_str_printf(s, "%srht%d", n++ ? "," : "", q->rht);
+  fb_str_printf(s, ")");
+}
+
+static int same_layer(const fb_layer_prec *a, const fb_layer_prec *b) { return !memcmp(a, b, sizeof *a); }
+
+static const char *gib(double b, char *buf) {
+  sprintf(buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+fb_status fb_plan_text(const fb_plan *p, char **out) {
+  const fb_recipe *r = p->recipe;
+  const fb_model *m = &r->model;
+  fb_str s = {0};
+  char b1[32], b2[32];
+  fb_str_printf(&s, "recipe %s (%s)\nplan sha256 %s, arch %s\n", r->name, r->path, p->sha256, p->arch);
+  if (r->description[0]) fb_str_printf(&s, "%s\n", r->description);
+  fb_str_printf(&s, "model: %d layers, d_model %d, d_ff %d, %d experts, top-%d, vocab %d; expert parallel %d (%d experts per rank), "
+                    "%d tokens per rank\n\n", m->layers, m->d_model, m->d_ff, m->experts, m->top_k, m->vocab, r->ep,
+                m->experts / r->ep, r->tokens);
+  fb_str_printf(&s, "%-8s %-44s %-44s %-9s %s\n", "layers", "forward", "backward", "dispatch", "combine");
+  for (int l = 0; l < p->nlayers;) {
+    int e = l;
+    while (e + 1 < p->nlayers && same_layer(&p->layers[e + 1], &p->layers[l])) ++e;
+    const fb_layer_prec *L = &p->layers[l];
+    fb_str fw = {0}, bw = {0}, cb = {0};
+    fb_str_printf(&fw, "%s", fb_format_name(L->fwd_act.format));
+    text_qspec(&fw, "act", &L->fwd_act);
+    text_qspec(&fw, "w", &L->fwd_weight);
+    fb_str_printf(&bw, "%s", fb_format_name(L->bwd_grad.format));
+    text_qspec(&bw, "grad", &L->bwd_grad);
+    text_qspec(&bw, "saved", &L->bwd_saved);
+    if (L->wgrad_rht) fb_str_printf(&bw, " wgrad-rht%d", L->wgrad_rht);
+    fb_str_printf(&cb, "%s", fb_format_name(L->combine.format));
+    if (L->combine.rht) fb_str_printf(&cb, " rht%d", L->combine.rht);
+    char range[24];
+    snprintf(range, sizeof range, l == e ? "%d" : "%d-%d", l + 1, e + 1);
+    fb_str_printf(&s, "%-8s %-44s %-44s %-9s %s\n", range, fw.buf ? fw.buf : "", bw.buf ? bw.buf : "",
+                  fb_format_name(L->dispatch), cb.buf ? cb.buf : "");
+    free(fw.buf), free(bw.buf), free(cb.buf);
+    l = e + 1;
+  }
+  fb_str_printf(&s, "\n%d unique kernels (tile variants from the recipe's tune values):\n", p->nkernels);
+  fb_str_printf(&s, "%-52s %-8s %-7s %-8s %s\n", "name", "family", "layers", "variants", "role");
+  for (int i = 0; i < p->nkernels; ++i) {
+    const fb_kernel_spec *k = &p->kernels[i];
+    char range[24];
+    snprintf(range, sizeof range, k->nlayers == p->nlayers ? "all" : "%d", k->nlayers);
+    fb_str_printf(&s, "%-52s %-8s %-7s %-8d %s\n", k->name, k->family, range, k->nvariants, k->role);
+  }
+  const fb_plan_memory *M = &p->mem;
+  fb_str_printf(&s, "\nmemory per rank, expert layers only (%d experts x %d layers, %d tokens x top-%d rows saved per layer):\n",
+                m->experts / r->ep, p->nlayers, r->tokens, m->top_k);
+  fb_str_printf(&s, "  forward weights      %s\n  backward weight copy %s (one layer at a time)\n", gib(M->weights_fwd, b1), gib(M->weights_bwd_copy, b2));
+  fb_str_printf(&s, "  FP32 master weights  %s\n  FP32 gradients       %s\n", gib(M->masters, b1), gib(M->grads, b2));
+  fb_str_printf(&s, "  AdamW state (FP32)   %s\n  saved activations    %s\n", gib(M->optimizer, b1), gib(M->saved_act, b2));
+  fb_str_printf(&s, "  quantized weights + saved activations by format:");
+  for (int f = 0; f < 4; ++f)
+    if (M->by_format[f] > 0) fb_str_printf(&s, " %s %s", fb_format_name((fb_format)f), gib(M->by_format[f], b1));
+  fb_str_printf(&s, "\n\nbits one token moves per expert copy (x%d copies), against BF16 (%d bits):\n", m->top_k, 16 * m->d_model);
+  int seen[16][2], ns = 0;
+  for (int l = 0; l < p->nlayers; ++l) {
+    const fb_layer_prec *L = &p->layers[l];
+    int d = L->dispatch, c = L->combine.format, dup = 0;
+    for (int j = 0; j < ns; ++j) dup |= seen[j][0] == d && seen[j][1] == c;
+    if (dup || ns == 16) continue;
+    seen[ns][0] = d, seen[ns][1] = c, ns++;
+    double bf = 16.0 * m->d_model, db = fb_plan_wire_bits(L->dispatch, m->d_model, L->fwd_act.outer == FB_GRAN_TOKEN);
+    double cbits = fb_plan_wire_bits(L->combine.format, m->d_model, 0);
+    fb_str_printf(&s, "  layer %d on: dispatch %s %.0f bits (%.4f = %.2f/16), combine %s %.0f bits (%.4f = %.2f/16)\n", l + 1,
+                  fb_format_name(L->dispatch), db, db / bf, 16 * db / bf, fb_format_name(L->combine.format), cbits,
+                  cbits / bf, 16 * cbits / bf);
+  }
+  if (s.oom) { free(s.buf); return FB_ERR(FB_ENOMEM, "plan text"); }
+  *out = s.buf;
+  return FB_OK;
+}
+
+fb_status fb_plan_resolve(const fb_recipe *r, const char *arch, fb_plan **out) {
+  *out = NULL;
+  if (!arch) arch = "sm_90a";
+  if (strcmp(arch, "sm_90a") && strcmp(arch, "sm_100a") && strcmp(arch, "sm_103a"))
+    return FB_USERERR(FB_EINVAL, "unknown arch '%s' (sm_90a, sm_100a, sm_103a)", arch);
+  fb_plan *p = calloc(1, sizeof *p);
+  if (!p) return FB_ERR(FB_ENOMEM, "plan");
+  p->recipe = r;
+  snprintf(p->arch, sizeof p->arch, "%s", arch);
+  p->nlayers = r->model.layers;
+  p->layers = calloc((size_t)p->nlayers, sizeof *p->layers);
+  fb_status rc = p->layers ? FB_OK : FB_ERR(FB_ENOMEM, "plan layers");
+  builder b = {.p = p};
+  for (int l = 0; l < p->nlayers && rc == FB_OK; ++l) {
+    fb_recipe_layer(r, l + 1, &p->layers[l]);
+    b.layer = l + 1;
+    rc = layer_kernels(&b, &p->layers[l]);
+  }
+  if (rc == FB_OK) {
+    memory(p);
+    fb_str s = {0};
+    json_body(p, &s);
+    if (s.oom) rc = FB_ERR(FB_ENOMEM, "plan json");
+    else fb_sha256_hex(s.buf, s.len, p->sha256);
+    free(s.buf);
+  }
+  if (rc != FB_OK) {
+    fb_plan_free(p);
+    return rc;
+  }
+  *out = p;
+  return FB_OK;
+}
+
+void fb_plan_free(fb_plan *p) {
+  if (!p) return;
+  free(p->layers);
+  free(p->kernels);
+  free(p);
+}

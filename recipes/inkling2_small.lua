@@ -1,0 +1,44 @@
+-- inkling2_small.lua — the end-to-end 4-bit recipe that trained Inkling 2 Small (DESIGN.md).
+-- 594B total / 17B active parameters, 48 layers, 384 experts, top-8.
+-- The widths are not published: d_model 5120 and d_ff 2048 are a pair that matches 594B total and
+-- 17B active with this layer count, expert count and routing (not the model's confirmed shape).
+return recipe {
+  name = "inkling2_small",
+  description = "NVFP4 expert forward (4/6 per-token activations, per-expert weights), last 1/6 in MXFP8, MXFP8 backward with SR requantization, NVFP4 dispatch, RHT-32 + S2F6 combine",
+  seed = 20260101,
+  model = { layers = 48, d_model = 5120, d_ff = 2048, experts = 384, top_k = 8, vocab = 200064, conv_width = 4 },
+  parallel = { ep = 8 },          -- one rank of 8-way expert parallelism holds 48 experts (S1)
+  batch = { tokens = 8192 },      -- tokens per rank per step: 8192 x top-8 = 65536 expert rows (S1)
+
+  experts = {
+    fwd = nvfp4 {
+      act    = { outer = "token", four_over_six = true },   -- per-token outer scale, 4/6 block scales
+      weight = { outer = "expert" },                        -- per-expert outer scale, plain 1x16 blocks
+    },
+    bwd = mxfp8 {
+      grad  = { rounding = "sr" },   -- dY and dH quantized with stochastic rounding
+      saved = { rounding = "sr" },   -- what the forward saved: dequant -> transpose -> MXFP8 with SR
+    },
+    dispatch = "fwd",                -- tokens travel already quantized as fwd.act says (NVFP4)
+    combine = s2f6 { rht = 32 },     -- 32-point random Hadamard transform, int8/64 with E8M0 per 32
+  },
+
+  layers = {
+    { range = last_fraction(1/6), note = "the last sixth of the layers: MXFP8 forward",
+      fwd = mxfp8 { act = { rounding = "rn" }, weight = { rounding = "rn" } } },
+  },
+
+  tune = {
+    gemm = {
+      tile_m = { 128, 256 }, tile_n = { 128, 192, 256 }, tile_k = { 64, 128 },
+      stages = { 3, 4, 5, 6 }, cluster = { 1, 2 }, consumers = { 1, 2 }, weights_bf16 = { false, true },
+      -- two consumer warpgroups need the 256-row tile; a 256x256 tile with 6 stages does not fit smem
+      keep = function(v)
+        if v.consumers == 2 and v.tile_m ~= 256 then return false end
+        return v.tile_m * v.tile_n * v.stages <= 256 * 256 * 5
+      end,
+    },
+    quant = { rows = { 16, 32, 64 }, cols = { 256, 512 }, threads = { 128, 256 } },
+    requant = { rows = { 32, 64 }, cols = { 32, 64 } },
+  },
+}
