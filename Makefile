@@ -34,7 +34,10 @@ TESTCXX:= $(sort $(wildcard tests/test_*.cpp))
 TESTBIN:= $(patsubst tests/%.c,$(BUILD)/tests/%,$(TESTC)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TESTCXX))
 DEPSOK := $(BUILD)/.deps-ok
 
-.PHONY: all test test-gpu bench demo clean deps
+GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
+FUZZSECS ?= 30
+
+.PHONY: all test test-gpu bench demo clean deps golden fuzz
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a
 
 deps: $(DEPSOK)
@@ -75,6 +78,9 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
 	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
+	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
+	$(Q)echo "== tests/test_golden.sh"; bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
+	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 
 # On the device machine; where there is no GPU it prints SKIPPED, which never counts as passed.
@@ -89,6 +95,28 @@ bench:
 
 demo: all $(BUILD)/tests/tools/f32tool
 	$(Q)bash mk/demo.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
+
+# Golden plans of the shipped recipes: regenerate after an intended change, and review the diff.
+golden: all
+	$(Q)for r in $(GOLDEN); do $(BUILD)/fourbit plan recipes/$$r.lua > tests/golden/plan_$$r.txt && \
+	  $(BUILD)/fourbit plan --json recipes/$$r.lua > tests/golden/plan_$$r.json && echo "  golden  $$r"; done
+
+# libFuzzer on the recipe loader and the plan (clang, ASan + UBSan), FUZZSECS seconds over a corpus of
+# the shipped recipes and the bad-recipe fixtures. A crash, leak or sanitizer report fails the run.
+FUZZSRC := $(sort $(wildcard runtime/*.c recipes/*.c gen/*.c))
+$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(DEPSOK) $(wildcard runtime/*.h include/*.h)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CLANG   $@"
+	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \
+	  -D_GNU_SOURCE -ffp-contract=off $(INCS) -o $@ tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(LDLIBS)
+fuzz: $(BUILD)/fuzz/fuzz_recipe
+	$(Q)rm -rf $(BUILD)/fuzz/corpus && mkdir -p $(BUILD)/fuzz/corpus && cp recipes/*.lua $(BUILD)/fuzz/corpus/ && \
+	  { cp tests/fixtures/recipes/*.lua $(BUILD)/fuzz/corpus/ 2>/dev/null || true; }
+	@echo "== fuzz_recipe for $(FUZZSECS) s"
+	$(Q)$(BUILD)/fuzz/fuzz_recipe -max_total_time=$(FUZZSECS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+	  -dict=tests/fuzz/recipe.dict -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus 2>$(BUILD)/fuzz/log.txt || \
+	  { tail -40 $(BUILD)/fuzz/log.txt; echo "fuzz_recipe FAILED: see $(BUILD)/fuzz/log.txt"; exit 1; }
+	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/log.txt | tr '\n' ' '; echo
 
 clean:
 	rm -rf $(BUILD)

@@ -304,28 +304,44 @@ fb_status fb_plan_text(const fb_plan *p, char **out) {
   fb_str_printf(&s, "model: %d layers, d_model %d, d_ff %d, %d experts, top-%d, vocab %d; expert parallel %d (%d experts per rank), "
                     "%d tokens per rank\n\n", m->layers, m->d_model, m->d_ff, m->experts, m->top_k, m->vocab, r->ep,
                 m->experts / r->ep, r->tokens);
-  fb_str_printf(&s, "%-8s %-44s %-44s %-9s %s\n", "layers", "forward", "backward", "dispatch", "combine");
+  /* one row per run of identical layers; columns as wide as their widest cell */
+  char *(*cells)[4] = calloc((size_t)p->nlayers, sizeof *cells);
+  if (!cells) return FB_ERR(FB_ENOMEM, "plan text");
+  int nrows = 0, width[4] = {7, 8, 8, 8};
   for (int l = 0; l < p->nlayers;) {
     int e = l;
     while (e + 1 < p->nlayers && same_layer(&p->layers[e + 1], &p->layers[l])) ++e;
     const fb_layer_prec *L = &p->layers[l];
-    fb_str fw = {0}, bw = {0}, cb = {0};
-    fb_str_printf(&fw, "%s", fb_format_name(L->fwd_act.format));
-    text_qspec(&fw, "act", &L->fwd_act);
-    text_qspec(&fw, "w", &L->fwd_weight);
-    fb_str_printf(&bw, "%s", fb_format_name(L->bwd_grad.format));
-    text_qspec(&bw, "grad", &L->bwd_grad);
-    text_qspec(&bw, "saved", &L->bwd_saved);
-    if (L->wgrad_rht) fb_str_printf(&bw, " wgrad-rht%d", L->wgrad_rht);
-    fb_str_printf(&cb, "%s", fb_format_name(L->combine.format));
-    if (L->combine.rht) fb_str_printf(&cb, " rht%d", L->combine.rht);
-    char range[24];
-    snprintf(range, sizeof range, l == e ? "%d" : "%d-%d", l + 1, e + 1);
-    fb_str_printf(&s, "%-8s %-44s %-44s %-9s %s\n", range, fw.buf ? fw.buf : "", bw.buf ? bw.buf : "",
-                  fb_format_name(L->dispatch), cb.buf ? cb.buf : "");
-    free(fw.buf), free(bw.buf), free(cb.buf);
+    fb_str c[4] = {{0}};
+    fb_str_printf(&c[0], l == e ? "%d" : "%d-%d", l + 1, e + 1);
+    fb_str_printf(&c[1], "%s", fb_format_name(L->fwd_act.format));
+    text_qspec(&c[1], "act", &L->fwd_act);
+    text_qspec(&c[1], "w", &L->fwd_weight);
+    fb_str_printf(&c[2], "%s", fb_format_name(L->bwd_grad.format));
+    text_qspec(&c[2], "grad", &L->bwd_grad);
+    text_qspec(&c[2], "saved", &L->bwd_saved);
+    if (L->wgrad_rht) fb_str_printf(&c[2], " wgrad-rht%d", L->wgrad_rht);
+    fb_str_printf(&c[3], "%s", fb_format_name(L->dispatch));
+    for (int j = 0; j < 4; ++j) {
+      cells[nrows][j] = c[j].buf;
+      if (c[j].buf && (int)c[j].len > width[j]) width[j] = (int)c[j].len;
+    }
+    nrows++;
     l = e + 1;
   }
+  fb_str_printf(&s, "%-*s  %-*s  %-*s  %-*s  %s\n", width[0], "layers", width[1], "forward", width[2], "backward",
+                width[3], "dispatch", "combine");
+  for (int i = 0, l = 0; i < nrows; ++i) {
+    const fb_layer_prec *L = &p->layers[l];
+    fb_str_printf(&s, "%-*s  %-*s  %-*s  %-*s  %s", width[0], cells[i][0] ? cells[i][0] : "", width[1],
+                  cells[i][1] ? cells[i][1] : "", width[2], cells[i][2] ? cells[i][2] : "", width[3],
+                  cells[i][3] ? cells[i][3] : "", fb_format_name(L->combine.format));
+    if (L->combine.rht) fb_str_printf(&s, " rht%d", L->combine.rht);
+    fb_str_printf(&s, "\n");
+    while (l < p->nlayers && same_layer(&p->layers[l], L)) ++l;
+    for (int j = 0; j < 4; ++j) free(cells[i][j]);
+  }
+  free(cells);
   fb_str_printf(&s, "\n%d unique kernels (tile variants from the recipe's tune values):\n", p->nkernels);
   fb_str_printf(&s, "%-52s %-8s %-7s %-8s %s\n", "name", "family", "layers", "variants", "role");
   for (int i = 0; i < p->nkernels; ++i) {
