@@ -63,7 +63,7 @@ static void sb_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   sandbox *sb = sb_of(L);
   sb->instr += 1000;
-  if (sb->instr > INSTR_LIMIT) luaL_error(L, "instruction limit exceeded (%lld): a runaway loop?", INSTR_LIMIT);
+  if (sb->instr > INSTR_LIMIT) luaL_error(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)INSTR_LIMIT);
 }
 
 /* Remember where table at idx was made: the calling Lua line. */
@@ -796,6 +796,10 @@ static fb_status read_rules(vctx *v, fb_recipe *r) {
       else {
         vmark m2 = enter(v, ".range");
         s = read_range(v, r->model.layers, &rule->first, &rule->last);
+        for (int j = 0; j < r->nrules && s == FB_OK; ++j)
+          if (rule->first <= r->rules[j].last && r->rules[j].first <= rule->last)
+            s = VERR(v, "layers %d..%d overlap layers[%d] (%d..%d, %s)", rule->first, rule->last, j + 1,
+                     r->rules[j].first, r->rules[j].last, r->rules[j].where);
         leave(v, m2);
       }
       lua_pop(L, 1);
@@ -814,10 +818,6 @@ static fb_status read_rules(vctx *v, fb_recipe *r) {
       if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING) s = VERR(v, "note: expected a string");
       lua_pop(L, 1);
     }
-    for (int j = 0; j < r->nrules && s == FB_OK; ++j)
-      if (rule->first <= r->rules[j].last && r->rules[j].first <= rule->last)
-        s = VERR(v, "range: layers %d..%d overlap layers[%d] (%d..%d, %s)", rule->first, rule->last, j + 1,
-                 r->rules[j].first, r->rules[j].last, r->rules[j].where);
     leave(v, m);
     lua_pop(L, 1);
     FB_TRY(s);

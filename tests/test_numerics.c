@@ -770,6 +770,41 @@ static void test_nvfp4_reference(void **state) {
         run_nvfp4_case(tag, x, rows, cols, &o, &n);
       }
   }
+  /* operation order: sf_b = e4m3(a_b * (S_enc * (1/6.f))), not (a_b * S_enc) / 6. Blocks whose a_b puts
+   * the two on different sides of an E4M3 rounding midpoint (row amax 1 or 3, both 4/6 settings). */
+  {
+    const size_t pc = 512;
+    float *px = xmalloc(4 * pc * sizeof *px);
+    int nprobe = 0;
+    for (int fos = 0; fos < 2; ++fos) {
+      for (int rr = 0; rr < 2; ++rr) {
+        float A = rr ? 3.0f : 1.0f, se = ref_s_enc(A, fos), k = se * (1.0f / 6.0f);
+        float *row = px + (size_t)(fos * 2 + rr) * pc;
+        for (size_t c = 0; c < pc; ++c) row[c] = (float)(rng_u01(&g) * 0.01);
+        row[0] = A;
+        size_t blk = 1;
+        for (unsigned c = 1; c < 0x7D && blk < pc / 16; ++c) {
+          float mid = (float)((ref_decode(F_E4M3, c) + ref_decode(F_E4M3, c + 1)) / 2);
+          float ab0 = mid / k;
+          for (int d = -3; d <= 3 && blk < pc / 16; ++d) {
+            float ab = ab0;
+            for (int j = 0; j < (d < 0 ? -d : d); ++j) ab = nextafterf(ab, d < 0 ? 0.0f : INFINITY);
+            if (ab > A || ref_rn(F_E4M3, ab * k) == ref_rn(F_E4M3, ab * se / 6.0f)) continue;
+            row[blk * 16 + 7] = (blk & 1) ? -ab : ab;
+            ++blk;
+            ++nprobe;
+          }
+        }
+      }
+      fb_nvfp4_opts po = {0};
+      po.outer = FB_OUTER_ROW;
+      po.four_over_six = fos;
+      run_nvfp4_case(fos ? "nvfp4 op-order probes 4/6" : "nvfp4 op-order probes", px + (size_t)fos * 2 * pc, 2, pc, &po, &n);
+    }
+    EXPECT(nprobe > 8, "only %d op-order probes found", nprobe);
+    printf("    %d blocks whose a_b separates a_b*(S_enc*(1/6)) from a_b*S_enc/6 at an E4M3 midpoint\n", nprobe);
+    free(px);
+  }
   /* a narrow-range Gaussian tensor too (most blocks normal scales) */
   for (size_t i = 0; i < rows * cols; ++i) x[i] = (float)rng_normal(&g);
   fb_nvfp4_opts o = {0};
@@ -987,8 +1022,9 @@ static void test_nvfp4_specials(void **state) {
   for (size_t c = 16; c < 32; ++c) x[2 * cols + c] = (c & 1) ? -1e-6f : 1e-6f;
   for (size_t c = 32; c < 48; ++c) x[2 * cols + c] = 100.0f;
   x[2 * cols + 33] = -0.5f;
-  /* row 3: a NaN (ignored by A) */
+  /* row 3: NaNs (ignored by A), one of them the row's last element */
   x[3 * cols + 5] = NAN;
+  x[3 * cols + 63] = NAN;
   /* row 4: denormals only */
   for (size_t c = 0; c < cols; ++c) x[4 * cols + c] = (float)(rng_normal(&g) * 1e-40);
   fb_nvfp4_opts o = {0};
@@ -1012,11 +1048,12 @@ static void test_nvfp4_specials(void **state) {
       EXPECT(nib(L.codes, 2 * cols + c) == 0, "underflowing block code %zu = 0x%x (want +0)", c, nib(L.codes, 2 * cols + c));
     EXPECT(nib(L.codes, 2 * cols + 33) == 0x8, "negative rounding to zero: 0x%x", nib(L.codes, 2 * cols + 33));
     EXPECT(nib(L.codes, 3 * cols + 5) == 0x7, "NaN element -> 0x%x (want +6 = 0x7)", nib(L.codes, 3 * cols + 5));
-    /* blocks 1..3 of the NaN row are fully defined (A ignores NaN) */
-    for (size_t c = 16; c < cols; ++c)
+    /* blocks 1..2 of the NaN row are fully defined (A ignores NaN) */
+    EXPECT(nib(L.codes, 3 * cols + 63) == 0x7, "NaN element -> 0x%x (want +6 = 0x7)", nib(L.codes, 3 * cols + 63));
+    for (size_t c = 16; c < 48; ++c)
       EXPECT(nib(L.codes, 3 * cols + c) == nib(R.codes, 3 * cols + c), "NaN row code %zu lib 0x%x ref 0x%x", c,
              nib(L.codes, 3 * cols + c), nib(R.codes, 3 * cols + c));
-    for (size_t b = 1; b < 4; ++b)
+    for (size_t b = 1; b < 3; ++b)
       EXPECT(L.sf[3 * 4 + b] == R.sf[3 * 4 + b], "NaN row sf block %zu lib 0x%02x ref 0x%02x", b, L.sf[12 + b], R.sf[12 + b]);
     st = fb_nvfp4_dequantize(L.codes, L.sf, L.sdec, rows, cols, &o, L.y);
     for (size_t c = 16; c < 32; ++c)
@@ -1413,23 +1450,27 @@ static void test_s2f6(void **state) {
   }
   EXPECT(mse[1][1] < mse[1][0], "RHT does not reduce S2F6 error with outliers: %.4e vs %.4e", mse[1][1], mse[1][0]);
   /* specials: zero, denormal, saturating (FLT_MAX, Inf) blocks without RHT, against the formulas */
-  float s[32 * 4];
-  int8_t sq[32 * 4], sqr[32 * 4];
-  uint8_t se[4], ser[4];
+  float s[32 * 5];
+  int8_t sq[32 * 5], sqr[32 * 5];
+  uint8_t se[5], ser[5];
   for (int i = 0; i < 32; ++i) {
     s[i] = (i & 1) ? -0.0f : 0.0f;
     s[32 + i] = (float)(rng_normal(&g) * 1e-40);
     s[64 + i] = (float)rng_normal(&g);
     s[96 + i] = (float)rng_normal(&g);
+    /* block 4: amax 1 -> e = 127, q = rint_even(64 y): exact ties k + 1/2 */
+    s[128 + i] = i == 0 ? 1.0f : (float)((i % 2 ? 1 : -1) * (i + 0.5) / 64.0);
   }
   s[64 + 3] = FLT_MAX;
   s[64 + 4] = -FLT_MAX;
   s[96 + 1] = INFINITY;
-  fb_status st = fb_s2f6_quantize(s, 1, 128, 0, 0, sq, se);
+  fb_status st = fb_s2f6_quantize(s, 1, 160, 0, 0, sq, se);
   EXPECT(st == FB_OK, "s2f6 specials: %s", fb_errmsg());
-  ref_s2f6_quantize(s, 1, 128, 0, 0, sqr, ser);
-  for (int b = 0; b < 4; ++b) EXPECT(se[b] == ser[b], "s2f6 specials block %d e lib %u ref %u", b, se[b], ser[b]);
-  for (int i = 0; i < 128; ++i) EXPECT(sq[i] == sqr[i], "s2f6 specials [%d] x=%a lib %d ref %d", i, (double)s[i], sq[i], sqr[i]);
+  ref_s2f6_quantize(s, 1, 160, 0, 0, sqr, ser);
+  for (int b = 0; b < 5; ++b) EXPECT(se[b] == ser[b], "s2f6 specials block %d e lib %u ref %u", b, se[b], ser[b]);
+  for (int i = 0; i < 160; ++i) EXPECT(sq[i] == sqr[i], "s2f6 specials [%d] x=%a lib %d ref %d", i, (double)s[i], sq[i], sqr[i]);
+  EXPECT(se[4] == 127 && sq[128 + 1] == -2 && sq[128 + 2] == 2 && sq[128 + 3] == -4, "s2f6 ties to even: %d %d %d",
+         sq[129], sq[130], sq[131]);
   EXPECT(se[0] == 0 && se[2] == 254 && sq[64 + 3] == 127 && sq[64 + 4] == -127 && sq[96 + 1] == 127,
          "s2f6 zero / saturation: e %u %u q %d %d %d", se[0], se[2], sq[67], sq[68], sq[97]);
   printf("    block exponent: %ld probes; %zux%zu quantize/dequantize bit-exact with and without RHT\n", nexp, rows, cols);
