@@ -47,8 +47,10 @@ typedef struct {
   int layer;
 } builder;
 
-static fb_status add(builder *b, const char *family, const char *role, const char *fmt, ...) FB_PRINTF(4, 5);
-static fb_status add(builder *b, const char *family, const char *role, const char *fmt, ...) {
+/* Add the kernel `proto` (op, q, src, col filled in) named by fmt..., or count one more layer for it. */
+static fb_status add(builder *b, fb_kernel_spec proto, const char *family, const char *role, const char *fmt, ...)
+    FB_PRINTF(5, 6);
+static fb_status add(builder *b, fb_kernel_spec proto, const char *family, const char *role, const char *fmt, ...) {
   char name[128];
   va_list ap;
   va_start(ap, fmt);
@@ -74,7 +76,9 @@ static fb_status add(builder *b, const char *family, const char *role, const cha
     p->kernels = nk, b->cap = nc;
   }
   fb_kernel_spec *k = &p->kernels[p->nkernels++];
-  memset(k, 0, sizeof *k);
+  *k = proto;
+  k->top_k = p->recipe->model.top_k;
+  k->experts = p->recipe->model.experts;
   snprintf(k->name, sizeof k->name, "%s", name);
   snprintf(k->family, sizeof k->family, "%s", family);
   snprintf(k->role, sizeof k->role, "%s", role);
@@ -83,6 +87,16 @@ static fb_status add(builder *b, const char *family, const char *role, const cha
   for (int i = 0; i < p->recipe->nfamilies; ++i)
     if (!strcmp(p->recipe->families[i].family, family)) k->nvariants = p->recipe->families[i].nvariants;
   return FB_OK;
+}
+
+static fb_kernel_spec K(fb_op op, const fb_qspec *q, const fb_qspec *src, int col) {
+  fb_kernel_spec k;
+  memset(&k, 0, sizeof k);
+  k.op = op;
+  if (q) k.q = *q;
+  if (src) k.src = *src;
+  k.col = col;
+  return k;
 }
 
 /* The kernels one layer needs, in the order a train step runs them. */
@@ -98,41 +112,45 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   srctag(&L->fwd_weight, s_w, sizeof s_w);
   const char *f = fb_format_name(F), *bw = fb_format_name(B);
 
+  fb_qspec bf = {0}, gcol = L->bwd_grad, grow = L->bwd_grad, sw = L->bwd_saved, sa = L->bwd_saved, disp = L->fwd_act;
+  grow.rht = 0, gcol.rht = L->wgrad_rht, sw.rht = 0, sa.rht = L->wgrad_rht;
+  if (D != F) disp = bf, disp.format = D;
+
   /* forward */
-  FB_TRY(add(b, "router", "router: softmax over experts, top-k, weights", "router_top%d_e%d", m->top_k, m->experts));
+  FB_TRY(add(b, K(FB_OP_ROUTER, NULL, NULL, 0), "router", "router: softmax over experts, top-k, weights", "router_top%d_e%d", m->top_k, m->experts));
   if ((F == FB_FMT_NVFP4 && L->fwd_act.outer == FB_GRAN_TENSOR) || (B == FB_FMT_NVFP4 && L->bwd_grad.outer == FB_GRAN_TENSOR))
-    FB_TRY(add(b, "amax", "amax of a whole tensor (per-tensor outer scales)", "amax_tensor_bf16"));
-  if (D != FB_FMT_BF16) FB_TRY(add(b, "quant", "dispatch: quantize tokens before sending", "quant_%s_row", act));
-  if (D == FB_FMT_NVFP4) FB_TRY(add(b, "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_nvfp4_%s", gran_tag(L->fwd_act.outer)));
-  else FB_TRY(add(b, "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_%s", fb_format_name(D)));
-  if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, "quant", "quantize dispatched tokens on arrival", "quant_%s_row", act));
-  FB_TRY(add(b, "gemm", "w13 fwd H = X W13^T; epilogue SwiGLU, quantize A", "gemm_fwd_%sx%s_%s_swiglu", f, f, out13));
-  FB_TRY(add(b, "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
-  FB_TRY(add(b, "combine", "combine: dequantize, inverse RHT, router-weighted sum", "unpermute_%s", comb));
+    FB_TRY(add(b, K(FB_OP_AMAX, NULL, NULL, 0), "amax", "amax of a whole tensor (per-tensor outer scales)", "amax_tensor_bf16"));
+  if (D != FB_FMT_BF16) FB_TRY(add(b, K(FB_OP_QUANT, &L->fwd_act, NULL, 0), "quant", "dispatch: quantize tokens before sending", "quant_%s_row", act));
+  if (D == FB_FMT_NVFP4) FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_nvfp4_%s", gran_tag(L->fwd_act.outer)));
+  else FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_%s", fb_format_name(D)));
+  if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, K(FB_OP_QUANT, &L->fwd_act, NULL, 0), "quant", "quantize dispatched tokens on arrival", "quant_%s_row", act));
+  FB_TRY(add(b, K(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, 0), "gemm", "w13 fwd H = X W13^T; epilogue SwiGLU, quantize A", "gemm_fwd_%sx%s_%s_swiglu", f, f, out13));
+  FB_TRY(add(b, K(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, 0), "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
+  FB_TRY(add(b, K(FB_OP_UNPERMUTE, &L->combine, NULL, 0), "combine", "combine: dequantize, inverse RHT, router-weighted sum", "unpermute_%s", comb));
 
   /* backward */
-  FB_TRY(add(b, "permute", "gradients dY gathered by expert", "permute_bf16"));
+  FB_TRY(add(b, K(FB_OP_PERMUTE, &bf, NULL, 0), "permute", "gradients dY gathered by expert", "permute_bf16"));
   if (B != FB_FMT_BF16) {
-    qtag(&L->bwd_grad, 0, g_row, sizeof g_row);
-    qtag(&L->bwd_grad, L->wgrad_rht, g_col, sizeof g_col);
-    FB_TRY(add(b, "quant", "quantize dY and dH along K of dgrad", "quant_%s_row", g_row));
-    FB_TRY(add(b, "quant", "quantize dY and dH down the rows for wgrad (transposed)", "quant_%s_col", g_col));
-    qtag(&L->bwd_saved, 0, dstw, sizeof dstw);
-    qtag(&L->bwd_saved, L->wgrad_rht, dst, sizeof dst);
-    FB_TRY(add(b, "requant", "weights: dequantize, transpose, requantize for dgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_w, dstw));
-    FB_TRY(add(b, "requant", "saved X and A: dequantize, transpose, requantize for wgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_act, dst));
+    qtag(&grow, -1, g_row, sizeof g_row);
+    qtag(&gcol, -1, g_col, sizeof g_col);
+    FB_TRY(add(b, K(FB_OP_QUANT, &grow, NULL, 0), "quant", "quantize dY and dH along K of dgrad", "quant_%s_row", g_row));
+    FB_TRY(add(b, K(FB_OP_QUANT, &gcol, NULL, 1), "quant", "quantize dY and dH down the rows for wgrad (transposed)", "quant_%s_col", g_col));
+    qtag(&sw, -1, dstw, sizeof dstw);
+    qtag(&sa, -1, dst, sizeof dst);
+    FB_TRY(add(b, K(FB_OP_REQUANT, &sw, &L->fwd_weight, 1), "requant", "weights: dequantize, transpose, requantize for dgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_w, dstw));
+    FB_TRY(add(b, K(FB_OP_REQUANT, &sa, &L->fwd_act, 1), "requant", "saved X and A: dequantize, transpose, requantize for wgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_act, dst));
   } else if (F != FB_FMT_BF16) {
-    FB_TRY(add(b, "requant", "weights: dequantize and transpose to BF16", "requant_%s_bf16_t", s_w));
-    FB_TRY(add(b, "requant", "saved X and A: dequantize and transpose to BF16", "requant_%s_bf16_t", s_act));
+    FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_weight, 1), "requant", "weights: dequantize and transpose to BF16", "requant_%s_bf16_t", s_w));
+    FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_act, 1), "requant", "saved X and A: dequantize and transpose to BF16", "requant_%s_bf16_t", s_act));
   }
-  FB_TRY(add(b, "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
-  FB_TRY(add(b, "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
-  FB_TRY(add(b, "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));
-  FB_TRY(add(b, "combine", "dX summed back to tokens", "unpermute_bf16"));
-  FB_TRY(add(b, "router", "router backward", "router_bwd_top%d_e%d", m->top_k, m->experts));
+  FB_TRY(add(b, K(FB_OP_GEMM_DGRAD2, &bf, &L->bwd_grad, 0), "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
+  FB_TRY(add(b, K(FB_OP_GEMM_WGRAD, &bf, &L->bwd_grad, 0), "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
+  FB_TRY(add(b, K(FB_OP_GEMM_DGRAD13, &bf, &L->bwd_grad, 0), "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));
+  FB_TRY(add(b, K(FB_OP_UNPERMUTE, &bf, NULL, 0), "combine", "dX summed back to tokens", "unpermute_bf16"));
+  FB_TRY(add(b, K(FB_OP_ROUTER_BWD, NULL, NULL, 0), "router", "router backward", "router_bwd_top%d_e%d", m->top_k, m->experts));
 
   /* optimizer: FP32 masters, then next step's quantized weights */
-  FB_TRY(add(b, "adamw", "AdamW on FP32 masters; writes next step's weights", "adamw_f32_%s", F == FB_FMT_BF16 ? "bf16" : w));
+  FB_TRY(add(b, K(FB_OP_ADAMW, &L->fwd_weight, NULL, 0), "adamw", "AdamW on FP32 masters; writes next step's weights", "adamw_f32_%s", F == FB_FMT_BF16 ? "bf16" : w));
   return FB_OK;
 }
 

@@ -213,8 +213,20 @@ const char *fb_gran_name(fb_gran g);
 /* ---- the plan (gen/plan.c) ------------------------------------------------------------------ */
 /* A unique kernel the plan needs. name is its canonical identity (STYLE.md) without the variant's
  * tile fields, which the generator appends: e.g. gemm_fwd_nvfp4xnvfp4_nvfp4_4o6_tok_swiglu_sm90a. */
+typedef enum {
+  FB_OP_ROUTER = 0, FB_OP_ROUTER_BWD, FB_OP_AMAX, FB_OP_QUANT, FB_OP_PERMUTE, FB_OP_UNPERMUTE,
+  FB_OP_GEMM_FWD13, FB_OP_GEMM_FWD2, FB_OP_GEMM_DGRAD2, FB_OP_GEMM_WGRAD, FB_OP_GEMM_DGRAD13,
+  FB_OP_REQUANT, FB_OP_ADAMW
+} fb_op;
+
 typedef struct {
   char name[128];
+  fb_op op;
+  fb_qspec q;      /* the quantized output: quant, requant (its destination), permute/unpermute payload,
+                      gemm output, adamw's weights */
+  fb_qspec src;    /* requant: the stored source (format, outer); gemm: the operands' format */
+  int col;         /* quant/requant: blocks down the columns, stored transposed */
+  int top_k, experts;
   char family[16]; /* tune family: gemm, quant, ... */
   char role[96];   /* what it computes, for people */
   int first_layer, last_layer, nlayers;
