@@ -1,0 +1,155 @@
+/* fb_formats.h — element encoders and decoders for generated kernels: the fast forms of the rules of
+ * NUMERICS.md (runtime/numerics.c is the reference: straightforward and slow). Shared by NVRTC device code
+ * and host C, so that tests/test_formats.c checks every function here against the reference on the CPU,
+ * and the GPU tests check the kernels built from them.
+ *
+ * Entry points (all take and return plain floats / unsigned codes):
+ *   fbf_e2m1_rn(x), fbf_e2m1_sr(x, r)      4-bit code, sign in bit 3
+ *   fbf_e4m3_rn(x), fbf_e4m3_sr(x, r)      8-bit code (satfinite; NaN -> 0x7F)
+ *   fbf_e8m0_up(x)                         the rounded-up E8M0 rule of MXFP8
+ *   fbf_e2m1_dec(c), fbf_e4m3_dec(c), fbf_e8m0_dec(c), fbf_pow2(e)
+ *   fbf_nvfp4_s_enc(amax, four_over_six), fbf_s2f6_exp(amax)
+ * On sm_89 and later, E4M3 RN uses the cvt.rn.satfinite.e4m3x2.f32 instruction (the CUDA headers'
+ * host conversion, cross-checked against the reference in tests/test_xcheck_cuda.cpp, emulates it);
+ * elsewhere the software path below. */
+#ifndef FB_FORMATS_H
+#define FB_FORMATS_H
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define FBF_FN __host__ __device__ static __forceinline__
+#define FBF_DEVICE 1
+#else
+#define FBF_FN static inline
+#include <math.h>
+#include <string.h>
+#endif
+
+#define FBF_FLT_MAX 3.40282346638528859812e+38f
+
+FBF_FN unsigned fbf_f2u(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+FBF_FN float fbf_u2f(unsigned u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+/* 2^e for e in [-149, 127], exact. */
+FBF_FN float fbf_pow2(int e) {
+  return e >= -126 ? fbf_u2f((unsigned)(e + 127) << 23) : fbf_u2f(1u << (e + 149));
+}
+
+/* ---- E2M1 ---- */
+FBF_FN unsigned fbf_e2m1_rn(float x) {
+  if (x != x) return 7u;
+  unsigned s = (fbf_f2u(x) >> 28) & 8u;
+  float a = fabsf(x);
+  /* the RN thresholds of NUMERICS.md: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4 */
+  unsigned c = (unsigned)(a > 0.25f) + (unsigned)(a >= 0.75f) + (unsigned)(a > 1.25f) + (unsigned)(a >= 1.75f) +
+               (unsigned)(a > 2.5f) + (unsigned)(a >= 3.5f) + (unsigned)(a > 5.0f);
+  return s | c;
+}
+
+/* SR with 8 random bits r: step = the binade's spacing (0.5 below 2, then 1, then 2). */
+FBF_FN unsigned fbf_e2m1_sr(float x, unsigned r) {
+  if (x != x) return 7u;
+  unsigned s = (fbf_f2u(x) >> 28) & 8u;
+  float a = fabsf(x);
+  if (a >= 6.0f) return s | 7u;
+  float inv = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f), step = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  float m = a * inv, fl = floorf(m);
+  unsigned t = (unsigned)((m - fl) * 256.0f);
+  float q = fminf((fl + (float)(t + r >= 256u)) * step, 6.0f);
+  return s | fbf_e2m1_rn(q);
+}
+
+FBF_FN float fbf_e2m1_dec(unsigned c) {
+  unsigned m = c & 7u;
+  float v = m == 0u ? 0.0f : (m == 1u ? 0.5f : fbf_u2f(((m >> 1) + 126u) << 23 | (m & 1u) << 22));
+  return (c & 8u) ? -v : v;
+}
+
+/* ---- E4M3 ---- */
+/* Software RN, satfinite. a = |x| finite and <= 448 in the core path. */
+FBF_FN unsigned fbf_e4m3_rn_sw(float x) {
+  if (x != x) return 0x7Fu;
+  unsigned s = (fbf_f2u(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (a > 448.0f) return s | 0x7Eu;
+  if (a < 0.015625f) return s | (unsigned)rintf(a * 512.0f); /* subnormals: spacing 2^-9; 2^-6 -> code 8 */
+  int e = (int)(fbf_f2u(a) >> 23) - 127;                     /* -6 .. 8 */
+  unsigned m = (unsigned)rintf(a * fbf_pow2(3 - e));         /* 8 .. 16, exact scaling */
+  return s | (((unsigned)(e + 7) << 3) + m - 8u);
+}
+
+FBF_FN unsigned fbf_e4m3_rn(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short h;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.0f), "f"(x));
+  return (unsigned)h & 0xFFu;
+#else
+  return fbf_e4m3_rn_sw(x);
+#endif
+}
+
+FBF_FN unsigned fbf_e4m3_sr(float x, unsigned r) {
+  if (x != x) return 0x7Fu;
+  unsigned s = (fbf_f2u(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (a > 448.0f) return s | 0x7Eu;
+  int e = (int)(fbf_f2u(a) >> 23) - 127;
+  if (e < -6) e = -6;
+  float m = a * fbf_pow2(3 - e), fl = floorf(m); /* m = |x| / step, exact */
+  unsigned t = (unsigned)((m - fl) * 256.0f);
+  float q = fminf((fl + (float)(t + r >= 256u)) * fbf_pow2(e - 3), 448.0f);
+  return s | fbf_e4m3_rn_sw(q);
+}
+
+FBF_FN float fbf_e4m3_dec(unsigned c) {
+  unsigned e = (c >> 3) & 15u, m = c & 7u;
+  if ((c & 0x7Fu) == 0x7Fu) return fbf_u2f(0x7FC00000u);
+  float v = e == 0u ? (float)m * 0.001953125f : fbf_u2f((e + 120u) << 23 | m << 20);
+  return (c & 0x80u) ? -v : v;
+}
+
+/* ---- E8M0 ---- */
+FBF_FN unsigned fbf_e8m0_up(float x) {
+  unsigned b = fbf_f2u(x) & 0x7FFFFFFFu, ex = b >> 23, man = b & 0x7FFFFFu;
+  if (ex == 255u) return man ? 0xFFu : 0xFEu;
+  if (ex == 0u) return b <= 0x00400000u ? 0u : 1u;
+  unsigned e = ex + (man != 0u);
+  return e > 254u ? 254u : e;
+}
+
+FBF_FN float fbf_e8m0_dec(unsigned c) {
+  return c == 255u ? fbf_u2f(0x7FC00000u) : (c == 0u ? fbf_u2f(0x00400000u) : fbf_u2f(c << 23));
+}
+
+/* ---- scales ---- */
+FBF_FN float fbf_nvfp4_s_enc(float amax, int four_over_six) {
+  float s = fminf((four_over_six ? 6.0f * 256.0f : 6.0f * 448.0f) / amax, FBF_FLT_MAX);
+  return (amax == 0.0f || s == 0.0f) ? 1.0f : s;
+}
+
+/* S2F6 block exponent: smallest e in [0, 254] with amax <= 127/64 * 2^(e-127); 254 if none (NaN, Inf,
+ * too large). For a normal amax = f * 2^E (f in [1, 2)), e = E + 127 unless f > 127/64. */
+FBF_FN unsigned fbf_s2f6_exp(float amax) {
+  if (!(amax <= 127.0f * fbf_pow2(121))) return 254u;
+  unsigned ex = fbf_f2u(amax) >> 23;
+  if (ex == 0u) return amax <= 127.0f * fbf_pow2(-133) ? 0u : 1u; /* denormals */
+  unsigned e = ex + (unsigned)(amax > 1.984375f * fbf_pow2((int)ex - 127));
+  return e > 254u ? 254u : e;
+}
+
+#endif
