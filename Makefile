@@ -18,7 +18,7 @@ ifeq ($(V),1)
 Q :=
 endif
 
-INCS     := -Iinclude -Iruntime -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
+INCS     := -Iinclude -Iruntime -Igen -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
 CFLAGS   := -std=c11 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread $(INCS)
 CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -ffp-contract=off -pthread $(INCS)
 # Lua and LMDB statically; NVRTC and NCCL dynamically; libcuda.so.1 by dlopen (never linked).
@@ -26,7 +26,8 @@ LDLIBS   := $(LIBDIR)/liblua5.4.a $(LIBDIR)/liblmdb.a -L$(CUDA_HOME)/lib64 -lnvr
             -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl -lm -pthread
 
 LIBSRC := $(sort $(wildcard runtime/*.c gen/*.c tuner/*.c cache/*.c recipes/*.c))
-LIBOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIBSRC))
+TEMPLATES := $(sort $(wildcard templates/*.h templates/*.cuh))
+LIBOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIBSRC)) $(BUILD)/obj/embedded.o
 CLISRC := $(sort $(wildcard cli/*.c))
 CLIOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLISRC))
 TESTC  := $(sort $(wildcard tests/test_*.c))
@@ -50,6 +51,18 @@ $(BUILD)/obj/%.o: %.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# templates/ go into the library as strings: NVRTC gets them from memory.
+$(BUILD)/embed: mk/embed.c
+	$(Q)mkdir -p $(BUILD)
+	$(Q)$(CC) -O1 -o $@ $<
+$(BUILD)/gen/embedded.c: $(BUILD)/embed $(TEMPLATES)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  EMBED   $(TEMPLATES)"
+	$(Q)$(BUILD)/embed $@ $(TEMPLATES)
+$(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libfourbit.a: $(LIBOBJ)
 	@echo "  AR      $@"

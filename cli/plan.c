@@ -26,9 +26,9 @@ int fb_cli_plan(int argc, char **argv) {
                                        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   int json = 0, c;
   const char *arch = "sm_90a";
-  optind = 1;
+  optind = 0;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'j': json = 1; break;
     case 'a': arch = optarg; break;

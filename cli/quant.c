@@ -83,10 +83,10 @@ int fb_cli_quant(int argc, char **argv, int dequant) {
       {"rht", no_argument, 0, 'H'},          {"stats", no_argument, 0, 'S'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   qargs a = {0};
-  optind = 1;
+  optind = 0;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'f':
       if (!strcmp(optarg, "nvfp4")) a.format = F_NVFP4;

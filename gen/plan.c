@@ -35,6 +35,8 @@ static void qtag(const fb_qspec *q, int rht, char *buf, size_t n) {
   if (r) snprintf(buf + strlen(buf), n - strlen(buf), "_rht%d", r);
 }
 
+void fb_qspec_tag(const fb_qspec *q, char *buf, size_t n) { qtag(q, -1, buf, n); }
+
 /* What a dequantizer needs to know of a stored operand: format and outer granularity. */
 static void srctag(const fb_qspec *q, char *buf, size_t n) {
   if (q->format == FB_FMT_NVFP4) snprintf(buf, n, "nvfp4_%s", gran_tag(q->outer));

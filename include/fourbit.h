@@ -216,7 +216,8 @@ const char *fb_gran_name(fb_gran g);
 typedef enum {
   FB_OP_ROUTER = 0, FB_OP_ROUTER_BWD, FB_OP_AMAX, FB_OP_QUANT, FB_OP_PERMUTE, FB_OP_UNPERMUTE,
   FB_OP_GEMM_FWD13, FB_OP_GEMM_FWD2, FB_OP_GEMM_DGRAD2, FB_OP_GEMM_WGRAD, FB_OP_GEMM_DGRAD13,
-  FB_OP_REQUANT, FB_OP_ADAMW
+  FB_OP_REQUANT, FB_OP_ADAMW,
+  FB_OP_S2F6_Q, FB_OP_S2F6_DQ /* the combine payload's kernels on their own (tests, unfused paths) */
 } fb_op;
 
 typedef struct {
@@ -257,6 +258,42 @@ double fb_plan_wire_bits(fb_format f, int d, int per_token_outer);
 /* The whole plan as one JSON object / as tables for people, into a malloc'd string. */
 fb_status fb_plan_json(const fb_plan *p, char **out);
 fb_status fb_plan_text(const fb_plan *p, char **out);
+
+/* The tag a quantized operand goes by in kernel names: nvfp4_4o6_tok_sr, mxfp8_sr, s2f6_rht32, bf16. */
+void fb_qspec_tag(const fb_qspec *q, char *buf, size_t n);
+
+/* ---- the generator (gen/gen.c) and NVRTC (gen/nvrtc.c) ----------------------------------------- */
+/* One tile variant of a kernel spec: the values of the tune parameters its template uses. */
+typedef struct {
+  char name[192];     /* spec name + variant tag: the extern "C" kernel name and program name */
+  char tmpl[32];      /* template file */
+  int nparams;
+  char param[FB_TUNE_MAXPARAMS][16];
+  int value[FB_TUNE_MAXPARAMS];
+} fb_variant;
+
+/* The template for spec k, or NULL with the reason in *why. */
+const char *fb_gen_template(const fb_kernel_spec *k, const char **why);
+/* The distinct variants of k under tune family fam (values no template uses are dropped and the
+ * duplicates merged); variants a hardware or template limit rules out are skipped, and counted in
+ * *pruned with the first reason in why (may be NULL). *out is malloc'd. */
+fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb_variant **out, int *n,
+                          int *pruned, char *why, size_t whylen);
+/* The CUDA source of variant v: the generated header (STYLE.md), the parameters as #defines, then the
+ * template body. origin: the recipe path; plan_sha: its plan hash ("-" if none). Deterministic. */
+fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char *origin, const char *plan_sha,
+                        char **src);
+
+typedef struct {
+  void *cubin;
+  size_t size;
+  double ms;  /* compile time */
+  char *log;  /* NVRTC's log (ptxas resource usage included), "" if none */
+} fb_cubin;
+/* Compile src for arch (sm_90a, sm_100a, sm_103a) with the templates as in-memory headers. On failure
+ * FB_ENVRTC with the kernel name and NVRTC's log in fb_errmsg(). */
+fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, fb_cubin *out);
+void fb_cubin_free(fb_cubin *c);
 
 /* ---- hashing (runtime/sha256.c) -------------------------------------------------------------- */
 void fb_sha256(const void *data, size_t len, uint8_t out[32]);

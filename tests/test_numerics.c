@@ -1469,7 +1469,7 @@ static void test_s2f6(void **state) {
   ref_s2f6_quantize(s, 1, 160, 0, 0, sqr, ser);
   for (int b = 0; b < 5; ++b) EXPECT(se[b] == ser[b], "s2f6 specials block %d e lib %u ref %u", b, se[b], ser[b]);
   for (int i = 0; i < 160; ++i) EXPECT(sq[i] == sqr[i], "s2f6 specials [%d] x=%a lib %d ref %d", i, (double)s[i], sq[i], sqr[i]);
-  EXPECT(se[4] == 127 && sq[128 + 1] == -2 && sq[128 + 2] == 2 && sq[128 + 3] == -4, "s2f6 ties to even: %d %d %d",
+  EXPECT(se[4] == 127 && sq[128 + 1] == 2 && sq[128 + 2] == -2 && sq[128 + 3] == 4 && sq[128 + 4] == -4, "s2f6 ties to even: %d %d %d",
          sq[129], sq[130], sq[131]);
   EXPECT(se[0] == 0 && se[2] == 254 && sq[64 + 3] == 127 && sq[64 + 4] == -127 && sq[96 + 1] == 127,
          "s2f6 zero / saturation: e %u %u q %d %d %d", se[0], se[2], sq[67], sq[68], sq[97]);

@@ -1,0 +1,190 @@
+/* gen.c — kernel spec + tile parameters -> CUDA source from templates/.
+ *
+ * Entry points: fb_gen_template() (which template implements a spec, or why none does yet),
+ * fb_gen_variants() (the legal, distinct tile variants of a spec under its tune family),
+ * fb_gen_source() (the generated text: header, #defines in sorted order, template body).
+ *
+ * The template body is copied into the source from the embedded templates/ (build/gen/embedded.c);
+ * the helper headers it includes (fb_formats.h, fb_philox.h, fb_kparams.h) reach NVRTC from memory. */
+#include "fb_embed.h"
+#include "fb_error.h"
+#include "fb_str.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const fb_embedded_file *embedded(const char *name) {
+  for (const fb_embedded_file *f = fb_embedded; f->name; ++f)
+    if (!strcmp(f->name, name)) return f;
+  return NULL;
+}
+
+/* A template and the tune parameters it reads. */
+typedef struct {
+  const char *tmpl;
+  const char *params[FB_TUNE_MAXPARAMS]; /* NULL-terminated */
+} choice;
+
+static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
+  memset(c, 0, sizeof *c);
+  *why = NULL;
+  const fb_qspec *q = &k->q;
+  switch (k->op) {
+  case FB_OP_AMAX:
+    *c = (choice){"amax.cuh", {"threads", NULL}};
+    return 1;
+  case FB_OP_QUANT:
+    if (q->rht) { *why = "a Hadamard transform before quantizing (wgrad RHT): no template yet"; return 0; }
+    if (q->format == FB_FMT_NVFP4 && !k->col) { *c = (choice){"quant_nvfp4.cuh", {"rows", "threads", NULL}}; return 1; }
+    if (q->format == FB_FMT_NVFP4) { *why = "NVFP4 down the columns (transposed): no template yet"; return 0; }
+    if (q->format == FB_FMT_MXFP8 && q->e5m2) { *why = "MXFP8 with E5M2 elements: no template yet"; return 0; }
+    if (q->format == FB_FMT_MXFP8 && !k->col) { *c = (choice){"quant_mxfp8.cuh", {"threads", NULL}}; return 1; }
+    if (q->format == FB_FMT_MXFP8) { *c = (choice){"mx_col.cuh", {"rows", "cols", "threads", NULL}}; return 1; }
+    *why = "quantization to this format: no template";
+    return 0;
+  case FB_OP_REQUANT:
+    if (q->format != FB_FMT_MXFP8 || q->e5m2 || q->rht) { *why = "requantization to anything but plain E4M3 MXFP8: no template yet"; return 0; }
+    if (k->src.format == FB_FMT_NVFP4 && k->src.two_d) { *why = "requantization of 16x16 NVFP4: no template yet"; return 0; }
+    *c = (choice){"mx_col.cuh", {"rows", "cols", "threads", NULL}};
+    return 1;
+  case FB_OP_S2F6_Q:
+  case FB_OP_S2F6_DQ:
+    *c = (choice){"s2f6.cuh", {"threads", NULL}};
+    return 1;
+  case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
+    *why = "GEMM templates arrive with the Hopper GEMM issue";
+    return 0;
+  default:
+    *why = "no template yet (router, permute, unpermute, AdamW)";
+    return 0;
+  }
+}
+
+const char *fb_gen_template(const fb_kernel_spec *k, const char **why) {
+  choice c;
+  return choose(k, &c, why) ? c.tmpl : NULL;
+}
+
+/* Hardware and template limits of one variant; NULL when legal. */
+static const char *variant_illegal(const choice *c, const fb_variant *v) {
+  int rows = 0, cols = 0, threads = 0;
+  for (int i = 0; i < v->nparams; ++i) {
+    if (!strcmp(v->param[i], "rows")) rows = v->value[i];
+    if (!strcmp(v->param[i], "cols")) cols = v->value[i];
+    if (!strcmp(v->param[i], "threads")) threads = v->value[i];
+  }
+  if (!strcmp(c->tmpl, "mx_col.cuh")) {
+    if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
+    if ((size_t)rows * (cols + 1) * 4 > 48 * 1024) return "mx_col: the tile exceeds 48 KiB of static shared memory";
+  }
+  if (!strcmp(c->tmpl, "quant_nvfp4.cuh") && rows * 32 < threads) return "quant_nvfp4: fewer rows than warps leaves warps idle";
+  return NULL;
+}
+
+fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb_variant **out, int *n, int *pruned,
+                          char *why, size_t whylen) {
+  *out = NULL, *n = 0;
+  if (pruned) *pruned = 0;
+  if (why && whylen) why[0] = 0;
+  choice c;
+  const char *none;
+  if (!choose(k, &c, &none)) return FB_ERR(FB_EVARIANT, "%s: %s", k->name, none);
+  int np = 0, idx[FB_TUNE_MAXPARAMS];
+  for (; np < FB_TUNE_MAXPARAMS && c.params[np]; ++np) {
+    idx[np] = -1;
+    for (int j = 0; j < fam->nparams; ++j)
+      if (!strcmp(fam->param[j], c.params[np])) idx[np] = j;
+    if (idx[np] < 0) return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, c.params[np]);
+  }
+  fb_variant *vs = calloc((size_t)fam->nvariants, sizeof *vs);
+  if (!vs) return FB_ERR(FB_ENOMEM, "variants");
+  int m = 0;
+  for (int i = 0; i < fam->nvariants; ++i) {
+    fb_variant v;
+    memset(&v, 0, sizeof v);
+    v.nparams = np;
+    snprintf(v.tmpl, sizeof v.tmpl, "%s", c.tmpl);
+    for (int j = 0; j < np; ++j) {
+      snprintf(v.param[j], sizeof v.param[j], "%s", c.params[j]);
+      v.value[j] = fam->values[(size_t)i * fam->nparams + idx[j]];
+    }
+    int dup = 0;
+    for (int j = 0; j < m && !dup; ++j) dup = !memcmp(vs[j].value, v.value, sizeof v.value);
+    if (dup) continue;
+    const char *bad = variant_illegal(&c, &v);
+    if (bad) {
+      if (pruned) ++*pruned;
+      if (why && whylen && !why[0]) snprintf(why, whylen, "%s", bad);
+      continue;
+    }
+    /* variant tag: parameter initials and values in template order, e.g. _r32_c64_t256 */
+    int len = snprintf(v.name, sizeof v.name, "%s", k->name);
+    for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
+      len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
+    vs[m++] = v;
+  }
+  *out = vs, *n = m;
+  return FB_OK;
+}
+
+/* The spec's own #defines (name, value), appended to d. */
+static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
+  const fb_qspec *q = &k->q;
+  int sr = q->rounding == FB_ROUND_SR;
+  if (!strcmp(tmpl, "amax.cuh")) {
+    fb_str_printf(d, "FB_IN_F32 0\nFB_MODE 0\n");
+  } else if (!strcmp(tmpl, "quant_nvfp4.cuh")) {
+    fb_str_printf(d, "FB_FOUR_OVER_SIX %d\nFB_IN_F32 0\nFB_OUTER %d\nFB_SR %d\nFB_TWO_D %d\n", q->four_over_six,
+                  q->outer == FB_GRAN_TOKEN ? 1 : q->outer == FB_GRAN_EXPERT ? 2 : 0, sr, q->two_d);
+  } else if (!strcmp(tmpl, "quant_mxfp8.cuh")) {
+    fb_str_printf(d, "FB_IN_F32 0\nFB_SR %d\n", sr);
+  } else if (!strcmp(tmpl, "mx_col.cuh")) {
+    int src = k->op == FB_OP_QUANT || k->src.format == FB_FMT_BF16 ? 0 : k->src.format == FB_FMT_NVFP4 ? 1 : 2;
+    int so = k->src.outer == FB_GRAN_TOKEN ? 1 : k->src.outer == FB_GRAN_EXPERT ? 2 : 0;
+    fb_str_printf(d, "FB_IN_F32 0\nFB_SR %d\nFB_SRC %d\nFB_SRC_OUTER %d\n", sr, src, src == 1 ? so : 0);
+  } else if (!strcmp(tmpl, "s2f6.cuh")) {
+    fb_str_printf(d, "FB_DIR %d\nFB_IN_F32 0\nFB_RHT %d\n", k->op == FB_OP_S2F6_DQ, q->rht ? 1 : 0);
+  }
+}
+
+static int cmp_lines(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char *origin, const char *plan_sha,
+                        char **src) {
+  *src = NULL;
+  const fb_embedded_file *t = embedded(v->tmpl);
+  if (!t) return FB_ERR(FB_ENOTFOUND, "%s: template %s is not embedded", v->name, v->tmpl);
+  /* all #defines, sorted, so the text depends on nothing but their values */
+  fb_str d = {0};
+  spec_defines(k, v->tmpl, &d);
+  for (int i = 0; i < v->nparams; ++i) {
+    char up[16];
+    size_t j = 0;
+    for (; v->param[i][j] && j + 1 < sizeof up; ++j) up[j] = (char)(v->param[i][j] >= 'a' && v->param[i][j] <= 'z' ? v->param[i][j] - 32 : v->param[i][j]);
+    up[j] = 0;
+    if (!strcmp(up, "ROWS") && !strcmp(v->tmpl, "mx_col.cuh")) fb_str_printf(&d, "FB_RB %d\n", v->value[i] / 32);
+    else fb_str_printf(&d, "FB_%s %d\n", up, v->value[i]);
+  }
+  if (d.oom) { free(d.buf); return FB_ERR(FB_ENOMEM, "gen"); }
+  char *lines[64];
+  int nl = 0;
+  for (char *s = d.buf, *e; s && *s && nl < 64; s = e + 1) {
+    e = strchr(s, '\n');
+    *e = 0;
+    lines[nl++] = s;
+  }
+  qsort(lines, (size_t)nl, sizeof lines[0], cmp_lines);
+  fb_str o = {0};
+  fb_str_printf(&o, "/* generated by fourbit gen from %s (plan sha256 %s) — do not edit\n", origin ? origin : "-", plan_sha ? plan_sha : "-");
+  fb_str_printf(&o, "** template: templates/%s  kernel: %s\n** params:", v->tmpl, v->name);
+  for (int i = 0; i < v->nparams; ++i) fb_str_printf(&o, " %s=%d", v->param[i], v->value[i]);
+  fb_str_printf(&o, " */\n#define FB_KERNEL %s\n", v->name);
+  for (int i = 0; i < nl; ++i) fb_str_printf(&o, "#define %s\n", lines[i]);
+  fb_str_printf(&o, "\n");
+  fb_str_printf(&o, "%.*s", (int)t->len, t->text);
+  free(d.buf);
+  if (o.oom) { free(o.buf); return FB_ERR(FB_ENOMEM, "gen"); }
+  *src = o.buf;
+  return FB_OK;
+}

@@ -1,0 +1,68 @@
+/* nvrtc.c — compile generated source with NVRTC for sm_90a / sm_100a / sm_103a. The templates/ headers
+ * are handed over from memory (the embedded copies), so nothing depends on the working directory.
+ * Options: --fmad=false, because the CPU reference contracts nothing (NUMERICS.md says where fmaf is
+ * meant, and the templates call fmaf there); --ptxas-options=-v puts registers, shared memory and spills
+ * into the log. Entry points: fb_nvrtc_compile(), fb_cubin_free(). NVRTC is thread-safe. */
+#include "fb_embed.h"
+#include "fb_error.h"
+
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, fb_cubin *out) {
+  memset(out, 0, sizeof *out);
+  if (strcmp(arch, "sm_90a") && strcmp(arch, "sm_100a") && strcmp(arch, "sm_103a"))
+    return FB_ERR(FB_EINVAL, "%s: unknown arch %s", name, arch);
+  int nh = 0;
+  while (fb_embedded[nh].name) ++nh;
+  const char *hdr[64], *hname[64];
+  for (int i = 0; i < nh && i < 64; ++i) hdr[i] = fb_embedded[i].text, hname[i] = fb_embedded[i].name;
+  char archopt[64];
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+  const char *opts[] = {archopt, "--std=c++17", "--fmad=false", "--ptxas-options=-v", "-lineinfo"};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  nvrtcProgram prog = NULL;
+  fb_status rc = FB_OK;
+  char *log = NULL;
+  NVRTC_CHECK(nvrtcCreateProgram(&prog, src, name, nh, hdr, hname), NULL);
+  nvrtcResult cr = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+  size_t loglen = 0;
+  if (nvrtcGetProgramLogSize(prog, &loglen) == NVRTC_SUCCESS && (log = malloc(loglen + 1))) {
+    if (nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = 0;
+    log[loglen] = 0;
+  }
+  if (cr != NVRTC_SUCCESS) {
+    rc = FB_ERR(FB_ENVRTC, "%s (%s): nvrtcCompileProgram: %s\n--- NVRTC log ---\n%s", name, arch, nvrtcGetErrorString(cr),
+                log ? log : "");
+    goto done;
+  }
+  size_t n = 0;
+  NVRTC_CHECK_GOTO(nvrtcGetCUBINSize(prog, &n), &prog, done);
+  out->cubin = malloc(n ? n : 1);
+  if (!out->cubin) {
+    rc = FB_ERR(FB_ENOMEM, "%s: cubin", name);
+    goto done;
+  }
+  NVRTC_CHECK_GOTO(nvrtcGetCUBIN(prog, out->cubin), &prog, done);
+  out->size = n;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  out->ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  out->log = log;
+  log = NULL;
+done:
+  nvrtcDestroyProgram(&prog);
+  free(log);
+  if (rc != FB_OK) fb_cubin_free(out);
+  return rc;
+}
+
+void fb_cubin_free(fb_cubin *c) {
+  if (!c) return;
+  free(c->cubin);
+  free(c->log);
+  memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,102 @@
+/* mx_col.cuh — MXFP8 with blocks down the columns, stored transposed (cols x rows, E8M0 per 32 along the
+ * output rows), from three sources: FB_SRC 0 = a BF16/FP32 matrix (quant _col, exactly as
+ * fb_mxfp8_quantize(FB_MX_COLWISE)); 1 = an NVFP4 matrix, dequantized in FP32 first (requantize-
+ * transpose, as fb_requant_nvfp4_to_mxfp8t); 2 = an MXFP8 row-wise matrix (fb_requant_mxfp8_to_mxfp8t).
+ * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
+ * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group).
+ * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
+ * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0.
+ * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory (coalesced along rows), then a thread
+ * per (column, 32-row block) quantizes down the column and writes 32 contiguous output bytes. */
+#include "fb_formats.h"
+#include "fb_kparams.h"
+#include "fb_philox.h"
+
+#define TR (32 * FB_RB)
+
+static __device__ __forceinline__ float src_value(const fb_kp_mem &p, long long row, long long col) {
+  long long i = row * p.cols + col;
+#if FB_SRC == 0
+#if FB_IN_F32
+  return reinterpret_cast<const float *>(p.in)[i];
+#else
+  return __uint_as_float((unsigned)reinterpret_cast<const unsigned short *>(p.in)[i] << 16);
+#endif
+#elif FB_SRC == 1
+  unsigned c = (reinterpret_cast<const unsigned char *>(p.in)[i >> 1] >> (4 * (i & 1))) & 15u;
+  float sf = fbf_e4m3_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 4]);
+  long long g = 0;
+#if FB_SRC_OUTER == 1
+  g = row;
+#elif FB_SRC_OUTER == 2
+  const long long *off = reinterpret_cast<const long long *>(p.group_offsets);
+  long long lo = 0, hi = (long long)p.ngroups - 1;
+  while (lo < hi) {
+    long long mid = (lo + hi + 1) >> 1;
+    if (off[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  g = lo;
+#endif
+  return (fbf_e2m1_dec(c) * sf) * reinterpret_cast<const float *>(p.src_s_dec)[g];
+#else
+  return fbf_e4m3_dec(reinterpret_cast<const unsigned char *>(p.in)[i]) *
+         fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 5]);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  __shared__ float tile[TR][FB_COLS + 1];
+  const long long tiles_r = p.rows / TR + (p.rows % TR != 0), tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  for (long long t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
+    const long long r0 = (t / tiles_c) * TR, c0 = (t % tiles_c) * FB_COLS;
+    __syncthreads();
+    for (int k = threadIdx.x; k < TR * FB_COLS; k += FB_THREADS) {
+      int rr = k / FB_COLS, cc = k % FB_COLS;
+      long long row = r0 + rr, col = c0 + cc;
+      tile[rr][cc] = (row < p.rows && col < p.cols) ? src_value(p, row, col) : 0.0f;
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
+      int cc = k % FB_COLS, rb = k / FB_COLS;
+      long long col = c0 + cc, row = r0 + 32 * rb;
+      if (col >= p.cols || row >= p.rows) continue;
+      float a = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        float x = fabsf(tile[32 * rb + j][cc]);
+        if (x > a || x != x) a = a != a ? a : x;
+      }
+      unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
+      float inv = fbf_pow2(127 - (int)e);
+      long long o = col * p.rows + row; /* output element index, row-major in the transposed layout */
+      unsigned r[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+#if FB_SR
+      for (int h = 0; h < 2; ++h) {
+        unsigned long long c = ((unsigned long long)o >> 4) + h;
+        fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
+        fb_philox4x32_10(ctr, key, r + 4 * h);
+      }
+#endif
+      unsigned w[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        unsigned word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float x = tile[32 * rb + 4 * q + j][cc] * inv;
+#if FB_SR
+          word |= fbf_e4m3_sr(x, (r[q] >> (8 * j)) & 255u) << (8 * j);
+#else
+          word |= fbf_e4m3_rn(x) << (8 * j);
+#endif
+        }
+        w[q] = word;
+      }
+      uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      reinterpret_cast<unsigned char *>(p.scales)[o >> 5] = (unsigned char)e;
+    }
+  }
+}

@@ -1,0 +1,66 @@
+/* quant_mxfp8.cuh — MXFP8 (E4M3 + E8M0 per 32) along rows, exactly as fb_mxfp8_quantize(FB_MX_ROWWISE).
+ * Parameters: FB_KERNEL, FB_THREADS, FB_SR, FB_IN_F32. A thread per block of 32, grid-stride.
+ * Reads p.in (rows x cols); writes p.out (rows*cols E4M3 codes), p.scales (E8M0, rows*cols/32). */
+#include "fb_formats.h"
+#include "fb_kparams.h"
+#include "fb_philox.h"
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  const long long nblk = p.rows * p.cols / 32;
+  for (long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x; b < nblk; b += (long long)gridDim.x * FB_THREADS) {
+    float v[32];
+#if FB_IN_F32
+    const float4 *s = reinterpret_cast<const float4 *>(p.in) + b * 8;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float4 t = s[k];
+      v[4 * k] = t.x, v[4 * k + 1] = t.y, v[4 * k + 2] = t.z, v[4 * k + 3] = t.w;
+    }
+#else
+    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + b * 4;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint4 t = s[k];
+      unsigned w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[8 * k + 2 * j] = __uint_as_float(w[j] << 16), v[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+#endif
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      float x = fabsf(v[j]);
+      if (x > a || x != x) a = a != a ? a : x; /* NaN propagates: the scale becomes 0xFF */
+    }
+    unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
+    float inv = fbf_pow2(127 - (int)e);
+    unsigned r[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+#if FB_SR
+    for (int h = 0; h < 2; ++h) {
+      unsigned long long c = (unsigned long long)b * 2 + h;
+      fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
+      fb_philox4x32_10(ctr, key, r + 4 * h);
+    }
+#endif
+    unsigned w[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      unsigned word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float x = v[4 * k + j] * inv;
+#if FB_SR
+        unsigned c = fbf_e4m3_sr(x, (r[k] >> (8 * j)) & 255u);
+#else
+        unsigned c = fbf_e4m3_rn(x);
+#endif
+        word |= c << (8 * j);
+      }
+      w[k] = word;
+    }
+    uint4 *o = reinterpret_cast<uint4 *>(p.out) + b * 2;
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    reinterpret_cast<unsigned char *>(p.scales)[b] = (unsigned char)e;
+  }
+}

@@ -1,0 +1,182 @@
+/* quant_nvfp4.cuh — NVFP4 quantization along rows (blocks of 16), exactly as fb_nvfp4_quantize.
+ * Parameters (from the generator): FB_KERNEL, FB_THREADS, FB_ROWS (rows per CTA), FB_OUTER (0 tensor,
+ * 1 token, 2 group), FB_FOUR_OVER_SIX, FB_TWO_D, FB_SR, FB_IN_F32.
+ * Reads p.in (rows x cols), p.amax (tensor: [0]; group: [g]; unused for token), p.group_offsets (group).
+ * Writes p.out (codes, rows*cols/2 bytes), p.scales (E4M3, rows*cols/16), p.s_dec (token: [row];
+ * tensor/group: [g], by the CTA that holds the group's first row).
+ * Layout: a warp per row (token outer: pass 1 the row amax, pass 2 the blocks, re-read from cache); a
+ * lane per block of 16. 2D: a lane per 16x16 tile column-block, tiles aligned to each group's start. */
+#include "fb_formats.h"
+#include "fb_kparams.h"
+#include "fb_philox.h"
+
+#if FB_IN_F32
+#define FB_VEC 4
+#else
+#define FB_VEC 8
+#endif
+
+/* 16 consecutive inputs starting at element i (16-aligned) as floats. */
+static __device__ __forceinline__ void load16(const fb_kp_mem &p, long long i, float v[16]) {
+#if FB_IN_F32
+  const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + i);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float4 t = s[k];
+    v[4 * k] = t.x, v[4 * k + 1] = t.y, v[4 * k + 2] = t.z, v[4 * k + 3] = t.w;
+  }
+#else
+  const uint4 *s = reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + i);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    uint4 t = s[k];
+    unsigned w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[8 * k + 2 * j] = __uint_as_float(w[j] << 16);
+      v[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+  }
+#endif
+}
+
+/* One block with scale code sfc: codes q, and the fp32 squared error of NUMERICS.md. */
+static __device__ __forceinline__ float nv_block(const float v[16], unsigned sfc, float s_dec, const unsigned r[4],
+                                                 unsigned q[16]) {
+  float sf = fbf_e4m3_dec(sfc);
+  float enc = fminf(1.0f / (sf * s_dec), FBF_FLT_MAX);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#if FB_SR
+    q[j] = sfc == 0u ? 0u : fbf_e2m1_sr(v[j] * enc, (r[j >> 2] >> (8 * (j & 3))) & 255u);
+#else
+    q[j] = sfc == 0u ? 0u : fbf_e2m1_rn(v[j] * enc);
+#endif
+  }
+  float err = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    float d = (fbf_e2m1_dec(q[j]) * sf) * s_dec - v[j];
+    err = fmaf(d, d, err);
+  }
+  return err;
+}
+
+/* Quantize the block at element i0 given its amax ab; writes codes and scale. */
+static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long long i0, const float v[16], float ab,
+                                                      float k, float s_dec) {
+  unsigned r[4] = {0u, 0u, 0u, 0u};
+#if FB_SR
+  {
+    unsigned long long c = (unsigned long long)i0 >> 4;
+    fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
+    fb_philox4x32_10(ctr, key, r);
+  }
+#endif
+  float base = ab * k;
+  unsigned q[16], sfc = fbf_e4m3_rn(fminf(base, 448.0f));
+  float e6 = nv_block(v, sfc, s_dec, r, q);
+#if FB_FOUR_OVER_SIX
+  unsigned q4[16], sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
+  float e4 = nv_block(v, sf4, s_dec, r, q4);
+  if (e4 < e6) {
+    sfc = sf4;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) q[j] = q4[j];
+  }
+#else
+  (void)e6;
+#endif
+  uint2 packed;
+  packed.x = q[0] | q[1] << 4 | q[2] << 8 | q[3] << 12 | q[4] << 16 | q[5] << 20 | q[6] << 24 | q[7] << 28;
+  packed.y = q[8] | q[9] << 4 | q[10] << 8 | q[11] << 12 | q[12] << 16 | q[13] << 20 | q[14] << 24 | q[15] << 28;
+  reinterpret_cast<uint2 *>(p.out)[i0 >> 4] = packed;
+  reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)sfc;
+}
+
+static __device__ __forceinline__ long long group_of(const fb_kp_mem &p, long long row) {
+#if FB_OUTER == 2
+  const long long *off = reinterpret_cast<const long long *>(p.group_offsets);
+  long long lo = 0, hi = (long long)p.ngroups - 1;
+  while (lo < hi) { /* the last group whose offset <= row */
+    long long mid = (lo + hi + 1) >> 1;
+    if (off[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+#else
+  (void)p, (void)row;
+  return 0;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long nb = p.cols / 16;
+#if FB_OUTER != 1
+  /* tensor / group outer scales: S_dec from the amax pass, written once per group */
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const float *amax = reinterpret_cast<const float *>(p.amax);
+    for (unsigned g = 0; g < (FB_OUTER == 2 ? p.ngroups : 1u); ++g)
+      reinterpret_cast<float *>(p.s_dec)[g] = 1.0f / fbf_nvfp4_s_enc(amax[g], FB_FOUR_OVER_SIX);
+  }
+#endif
+#if FB_TWO_D
+  /* a thread per (16-row tile, column block); tiles start at each group's first row */
+  const long long *off = reinterpret_cast<const long long *>(p.group_offsets);
+  long long tiles_total = 0;
+  unsigned ng = FB_OUTER == 2 ? p.ngroups : 1u;
+  for (unsigned g = 0; g < ng; ++g) {
+    long long lo = FB_OUTER == 2 ? off[g] : 0, hi = FB_OUTER == 2 ? off[g + 1] : p.rows;
+    tiles_total += (hi - lo + 15) / 16;
+  }
+  for (long long w = (long long)blockIdx.x * FB_THREADS + threadIdx.x; w < tiles_total * nb;
+       w += (long long)gridDim.x * FB_THREADS) {
+    long long tile = w / nb, b = w % nb, t0 = 0, t1 = 0, g = 0;
+    for (unsigned gg = 0; gg < ng; ++gg) { /* find the tile's group */
+      long long lo = FB_OUTER == 2 ? off[gg] : 0, hi = FB_OUTER == 2 ? off[gg + 1] : p.rows, n = (hi - lo + 15) / 16;
+      if (tile < n) { t0 = lo + tile * 16, t1 = t0 + 16 < hi ? t0 + 16 : hi, g = gg; break; }
+      tile -= n;
+    }
+    float s_enc = fbf_nvfp4_s_enc(reinterpret_cast<const float *>(p.amax)[g], FB_FOUR_OVER_SIX);
+    float s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f), ab = 0.0f, v[16];
+    for (long long row = t0; row < t1; ++row) {
+      load16(p, row * p.cols + b * 16, v);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) ab = fmaxf(ab, fabsf(v[j]));
+    }
+    for (long long row = t0; row < t1; ++row) {
+      load16(p, row * p.cols + b * 16, v);
+      nv_quant_block(p, row * p.cols + b * 16, v, ab, k, s_dec);
+    }
+  }
+#else
+  for (int rr = warp; rr < FB_ROWS; rr += FB_THREADS / 32) {
+    long long row = (long long)blockIdx.x * FB_ROWS + rr;
+    if (row >= p.rows) break;
+    float v[16], s_enc;
+#if FB_OUTER == 1
+    float A = 0.0f;
+    for (long long b = lane; b < nb; b += 32) {
+      load16(p, row * p.cols + b * 16, v);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) A = fmaxf(A, fabsf(v[j]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) A = fmaxf(A, __shfl_xor_sync(0xFFFFFFFFu, A, o));
+    s_enc = fbf_nvfp4_s_enc(A, FB_FOUR_OVER_SIX);
+    if (lane == 0) reinterpret_cast<float *>(p.s_dec)[row] = 1.0f / s_enc;
+#else
+    s_enc = fbf_nvfp4_s_enc(reinterpret_cast<const float *>(p.amax)[group_of(p, row)], FB_FOUR_OVER_SIX);
+#endif
+    float s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f);
+    for (long long b = lane; b < nb; b += 32) {
+      load16(p, row * p.cols + b * 16, v);
+      float ab = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) ab = fmaxf(ab, fabsf(v[j]));
+      nv_quant_block(p, row * p.cols + b * 16, v, ab, k, s_dec);
+    }
+  }
+#endif
+}

@@ -1,0 +1,97 @@
+/* s2f6.cuh — the combine payload: RHT-32 (FB_RHT) + S2F6 quantization (FB_DIR 0, as fb_s2f6_quantize), or
+ * its dequantization + inverse RHT to FP32 (FB_DIR 1, as fb_s2f6_dequantize). A thread per block of 32.
+ * Parameters: FB_KERNEL, FB_THREADS, FB_DIR, FB_RHT, FB_IN_F32 (quantize's input type).
+ * Quantize: reads p.in (rows x cols), p.signs; writes p.out (int8), p.scales (E8M0 per 32).
+ * Dequantize: reads p.in (int8 codes), p.scales, p.signs; writes p.out (FP32). */
+#include "fb_formats.h"
+#include "fb_kparams.h"
+
+static __device__ __forceinline__ void wht32(float t[32]) {
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      if (i & (1 << k)) continue;
+      float u = t[i], v = t[i + (1 << k)];
+      t[i] = u + v;
+      t[i + (1 << k)] = u - v;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  const long long nblk = p.rows * p.cols / 32;
+  for (long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x; b < nblk; b += (long long)gridDim.x * FB_THREADS) {
+    float t[32];
+#if FB_DIR == 0
+#if FB_IN_F32
+    const float4 *s = reinterpret_cast<const float4 *>(p.in) + b * 8;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float4 x = s[k];
+      t[4 * k] = x.x, t[4 * k + 1] = x.y, t[4 * k + 2] = x.z, t[4 * k + 3] = x.w;
+    }
+#else
+    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + b * 4;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint4 x = s[k];
+      unsigned w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) t[8 * k + 2 * j] = __uint_as_float(w[j] << 16), t[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+#endif
+#if FB_RHT
+#pragma unroll
+    for (int i = 0; i < 32; ++i) t[i] = (p.signs >> i) & 1u ? -t[i] : t[i];
+    wht32(t);
+#endif
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      float x = fabsf(t[j]);
+      if (x > a || x != x) a = a != a ? a : x;
+    }
+    unsigned e = fbf_s2f6_exp(a);
+    float inv = fbf_pow2(127 - (int)e);
+    unsigned w[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      unsigned word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float v = rintf((t[4 * k + j] * inv) * 64.0f);
+        if (v != v) v = 0.0f;
+        v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
+        word |= ((unsigned)(int)v & 255u) << (8 * j);
+      }
+      w[k] = word;
+    }
+    uint4 *o = reinterpret_cast<uint4 *>(p.out) + b * 2;
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    reinterpret_cast<unsigned char *>(p.scales)[b] = (unsigned char)e;
+#else
+    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + b * 2;
+    float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.scales)[b]);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      uint4 x = s[k];
+      unsigned w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int j = 0; j < 16; ++j) t[16 * k + j] = ((float)(signed char)(w[j >> 2] >> (8 * (j & 3))) / 64.0f) * sc;
+    }
+#if FB_RHT
+    wht32(t);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      float v = t[i] / 32.0f;
+      t[i] = (p.signs >> i) & 1u ? -v : v;
+    }
+#endif
+    float4 *o = reinterpret_cast<float4 *>(p.out) + b * 8;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = make_float4(t[4 * k], t[4 * k + 1], t[4 * k + 2], t[4 * k + 3]);
+#endif
+  }
+}
