@@ -117,11 +117,11 @@ golden: all
 # libFuzzer on the recipe loader and the plan (clang, ASan + UBSan), FUZZSECS seconds over a corpus of
 # the shipped recipes and the bad-recipe fixtures. A crash, leak or sanitizer report fails the run.
 FUZZSRC := $(sort $(wildcard runtime/*.c recipes/*.c gen/*.c))
-$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(DEPSOK) $(wildcard runtime/*.h include/*.h)
+$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard runtime/*.h include/*.h)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CLANG   $@"
 	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \
-	  -D_GNU_SOURCE -ffp-contract=off $(INCS) -o $@ tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(LDLIBS)
+	  -D_GNU_SOURCE -ffp-contract=off $(INCS) -o $@ tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
 fuzz: $(BUILD)/fuzz/fuzz_recipe
 	$(Q)rm -rf $(BUILD)/fuzz/corpus && mkdir -p $(BUILD)/fuzz/corpus && cp recipes/*.lua $(BUILD)/fuzz/corpus/ && \
 	  { cp tests/fixtures/recipes/*.lua $(BUILD)/fuzz/corpus/ 2>/dev/null || true; }

@@ -133,18 +133,18 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
   const fb_qspec *q = &k->q;
   int sr = q->rounding == FB_ROUND_SR;
   if (!strcmp(tmpl, "amax.cuh")) {
-    fb_str_printf(d, "FB_IN_F32 0\nFB_MODE 0\n");
+    fb_str_printf(d, "FB_IN_F32 %d\nFB_MODE %d\n", k->in_f32, q->outer == FB_GRAN_TOKEN ? 1 : q->outer == FB_GRAN_EXPERT ? 2 : 0);
   } else if (!strcmp(tmpl, "quant_nvfp4.cuh")) {
-    fb_str_printf(d, "FB_FOUR_OVER_SIX %d\nFB_IN_F32 0\nFB_OUTER %d\nFB_SR %d\nFB_TWO_D %d\n", q->four_over_six,
+    fb_str_printf(d, "FB_FOUR_OVER_SIX %d\nFB_IN_F32 %d\nFB_OUTER %d\nFB_SR %d\nFB_TWO_D %d\n", q->four_over_six, k->in_f32,
                   q->outer == FB_GRAN_TOKEN ? 1 : q->outer == FB_GRAN_EXPERT ? 2 : 0, sr, q->two_d);
   } else if (!strcmp(tmpl, "quant_mxfp8.cuh")) {
-    fb_str_printf(d, "FB_IN_F32 0\nFB_SR %d\n", sr);
+    fb_str_printf(d, "FB_IN_F32 %d\nFB_SR %d\n", k->in_f32, sr);
   } else if (!strcmp(tmpl, "mx_col.cuh")) {
     int src = k->op == FB_OP_QUANT || k->src.format == FB_FMT_BF16 ? 0 : k->src.format == FB_FMT_NVFP4 ? 1 : 2;
     int so = k->src.outer == FB_GRAN_TOKEN ? 1 : k->src.outer == FB_GRAN_EXPERT ? 2 : 0;
-    fb_str_printf(d, "FB_IN_F32 0\nFB_SR %d\nFB_SRC %d\nFB_SRC_OUTER %d\n", sr, src, src == 1 ? so : 0);
+    fb_str_printf(d, "FB_IN_F32 %d\nFB_SR %d\nFB_SRC %d\nFB_SRC_OUTER %d\n", k->in_f32, sr, src, src == 1 ? so : 0);
   } else if (!strcmp(tmpl, "s2f6.cuh")) {
-    fb_str_printf(d, "FB_DIR %d\nFB_IN_F32 0\nFB_RHT %d\n", k->op == FB_OP_S2F6_DQ, q->rht ? 1 : 0);
+    fb_str_printf(d, "FB_DIR %d\nFB_IN_F32 %d\nFB_RHT %d\n", k->op == FB_OP_S2F6_DQ, k->in_f32, q->rht ? 1 : 0);
   }
 }
 

@@ -227,6 +227,7 @@ typedef struct {
                       gemm output, adamw's weights */
   fb_qspec src;    /* requant: the stored source (format, outer); gemm: the operands' format */
   int col;         /* quant/requant: blocks down the columns, stored transposed */
+  int in_f32;      /* the input is FP32 (master weights), not BF16 */
   int top_k, experts;
   char family[16]; /* tune family: gemm, quant, ... */
   char role[96];   /* what it computes, for people */
@@ -283,6 +284,10 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
  * template body. origin: the recipe path; plan_sha: its plan hash ("-" if none). Deterministic. */
 fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char *origin, const char *plan_sha,
                         char **src);
+
+/* Grid and block of variant v over a rows x cols input (ngroups: per-group scales). */
+fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ngroups,
+                         unsigned *gx, unsigned *gy, unsigned *threads);
 
 typedef struct {
   void *cubin;

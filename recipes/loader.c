@@ -63,7 +63,16 @@ static void sb_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   sandbox *sb = sb_of(L);
   sb->instr += 1000;
-  if (sb->instr > INSTR_LIMIT) luaL_error(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)INSTR_LIMIT);
+  if (sb->instr > INSTR_LIMIT) {
+    lua_Debug d;
+    if (lua_getstack(L, 0, &d) && lua_getinfo(L, "Sl", &d) && d.currentline > 0)
+      lua_pushfstring(L, "%s:%d: ", d.source[0] == '@' ? d.source + 1 : d.short_src, d.currentline);
+    else
+      lua_pushliteral(L, "");
+    lua_pushfstring(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)INSTR_LIMIT);
+    lua_concat(L, 2);
+    lua_error(L);
+  }
 }
 
 /* Remember where table at idx was made: the calling Lua line. */
@@ -157,14 +166,17 @@ static int l_last_fraction(lua_State *L) { luaL_checknumber(L, 1); return mkrang
 
 /* extend(base, over): a deep copy of base with over's fields on top. Tables whose values carry a
  * `format` (precision specs) and array-like tables are replaced whole; other tables merge. */
-static void deep_copy(lua_State *L, int src) {
+#define EXTEND_DEPTH 64
+
+static void deep_copy_d(lua_State *L, int src, int depth) {
   src = lua_absindex(L, src);
+  if (depth > EXTEND_DEPTH) luaL_error(L, "extend: tables nested more than %d deep", EXTEND_DEPTH);
   luaL_checkstack(L, 8, "extend: too deep");
   lua_newtable(L);
   lua_pushnil(L);
   while (lua_next(L, src)) {
     lua_pushvalue(L, -2);
-    if (lua_type(L, -2) == LUA_TTABLE) deep_copy(L, -2);
+    if (lua_type(L, -2) == LUA_TTABLE) deep_copy_d(L, -2, depth + 1);
     else lua_pushvalue(L, -2);
     lua_rawset(L, -5);
     lua_pop(L, 1);
@@ -179,6 +191,8 @@ static void deep_copy(lua_State *L, int src) {
   }
 }
 
+static void deep_copy(lua_State *L, int src) { deep_copy_d(L, src, 0); }
+
 static int replaces_whole(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
   if (lua_rawlen(L, idx) > 0) return 1;
@@ -188,9 +202,10 @@ static int replaces_whole(lua_State *L, int idx) {
   return f;
 }
 
-static void merge_into(lua_State *L, int dst, int over) {
+static void merge_into_d(lua_State *L, int dst, int over, int depth) {
   dst = lua_absindex(L, dst);
   over = lua_absindex(L, over);
+  if (depth > EXTEND_DEPTH) luaL_error(L, "extend: tables nested more than %d deep", EXTEND_DEPTH);
   luaL_checkstack(L, 8, "extend: too deep");
   lua_pushnil(L);
   while (lua_next(L, over)) {
@@ -198,7 +213,7 @@ static void merge_into(lua_State *L, int dst, int over) {
     lua_rawget(L, dst); /* existing */
     if (lua_type(L, -1) == LUA_TTABLE && lua_type(L, -2) == LUA_TTABLE && !replaces_whole(L, -2) &&
         !replaces_whole(L, -1)) {
-      merge_into(L, -1, -2);
+      merge_into_d(L, -1, -2, depth + 1);
       lua_pop(L, 1);
     } else {
       lua_pop(L, 1);
@@ -210,6 +225,8 @@ static void merge_into(lua_State *L, int dst, int over) {
     lua_pop(L, 1);
   }
 }
+
+static void merge_into(lua_State *L, int dst, int over) { merge_into_d(L, dst, over, 0); }
 
 static int l_extend(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -283,6 +300,15 @@ static int l_load(lua_State *L) { /* load(chunk [, name [, mode [, env]]]), text
   return 1;
 }
 
+static int l_find_plain(lua_State *L) { /* string.find(s, sub [, init]): plain search only */
+  lua_settop(L, 3);
+  lua_pushboolean(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 4, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
 static int l_print(lua_State *L) { /* to stderr: stdout belongs to the command (--json) */
   int n = lua_gettop(L);
   for (int i = 1; i <= n; ++i) fprintf(stderr, "%s%s", i > 1 ? "\t" : "", luaL_tolstring(L, i, NULL)), lua_pop(L, 1);
@@ -319,8 +345,14 @@ static int open_sandbox(lua_State *L) {
     lua_setfield(L, -2, drop[i]);
   }
   lua_getfield(L, -1, "string");
-  lua_pushnil(L);
-  lua_setfield(L, -2, "dump");
+  static const char *nostr[] = {"dump", "match", "gmatch", "gsub"}; /* patterns backtrack in C, past the hook */
+  for (size_t i = 0; i < sizeof nostr / sizeof nostr[0]; ++i) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, nostr[i]);
+  }
+  lua_getfield(L, -1, "find");
+  lua_pushcclosure(L, l_find_plain, 1);
+  lua_setfield(L, -2, "find");
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {{"load", l_load}, {"print", l_print}, {"recipe", l_recipe}, {"nvfp4", l_nvfp4},
                                  {"mxfp8", l_mxfp8}, {"bf16", l_bf16}, {"s2f6", l_s2f6}, {"range", l_range},
@@ -347,13 +379,40 @@ typedef struct {
 
 #define VERR(v, ...) verr((v), __VA_ARGS__)
 static fb_status verr(vctx *v, const char *fmt, ...) FB_PRINTF(2, 3);
+/* Control characters a recipe's strings may carry are shown escaped: one message, one line. */
+static void escape(const char *in, char *out, size_t n) {
+  size_t o = 0;
+  for (; *in && o + 5 < n; ++in) {
+    unsigned char c = (unsigned char)*in;
+    if (c == '\n') out[o++] = '\\', out[o++] = 'n';
+    else if (c < 0x20 || c == 0x7F) o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
+    else out[o++] = (char)c;
+  }
+  out[o] = 0;
+}
+
 static fb_status verr(vctx *v, const char *fmt, ...) {
-  char msg[512];
+  char msg[512], path[400], esc[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return FB_USERERR(FB_EINVAL, "%s: %s%s%s", v->where, v->path, v->path[0] ? ": " : "", msg);
+  /* "key: what" or "[3]: what" from a field reader: the key belongs to the path */
+  const char *m = msg, *e = msg;
+  snprintf(path, sizeof path, "%s", v->path);
+  if (*e == '[') {
+    while (*e && *e != ']') ++e;
+    if (*e == ']') ++e;
+  } else {
+    while (*e == '_' || (*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z') || (*e >= '0' && *e <= '9')) ++e;
+  }
+  if (e > msg && e[0] == ':' && e[1] == ' ') {
+    size_t pl = strlen(path);
+    snprintf(path + pl, sizeof path - pl, "%s%.*s", pl && msg[0] != '[' ? "." : "", (int)(e - msg), msg);
+    m = e + 2;
+  }
+  escape(m, esc, sizeof esc);
+  return FB_USERERR(FB_EINVAL, "%s: %s%s%s", v->where, path, path[0] ? ": " : "", esc);
 }
 
 /* Enter field `key` (or index) of the table at the top: path grows, location follows tagged tables. */
@@ -489,8 +548,13 @@ static fb_status get_enum(vctx *v, const char *key, const char *const *names, in
   } else if (lua_type(v->L, -1) != LUA_TSTRING) {
     s = VERR(v, "%s: expected a string, got %s", key, luaL_typename(v->L, -1));
   } else {
-    const char *x = lua_tostring(v->L, -1);
+    size_t xl;
+    const char *x = lua_tolstring(v->L, -1, &xl);
     *out = -1;
+    if (strlen(x) != xl) {
+      lua_pop(v->L, 1);
+      return VERR(v, "%s: the string holds a NUL byte", key);
+    }
     char list[256] = "";
     for (int i = 0; names[i]; ++i) {
       if (!strcmp(names[i], x)) *out = i;
@@ -514,12 +578,15 @@ const char *fb_gran_name(fb_gran g) { return (unsigned)g < 3 ? GRAN_NAMES[g] : "
 static fb_status spec_format(vctx *v, const char *const *allowed_for_op, int *fmt) {
   lua_State *L = v->L;
   const char *f = NULL;
+  lua_CFunction cf = lua_tocfunction(L, -1);
   if (lua_type(L, -1) == LUA_TSTRING) f = lua_tostring(L, -1);
+  else if (cf == l_bf16 || cf == l_nvfp4 || cf == l_mxfp8 || cf == l_s2f6) /* bf16 written without braces */
+    f = cf == l_bf16 ? "bf16" : cf == l_nvfp4 ? "nvfp4" : cf == l_mxfp8 ? "mxfp8" : "s2f6";
   else if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "format");
     f = lua_tostring(L, -1);
     lua_pop(L, 1);
-    if (!f) return VERR(v, "missing 'format' (write nvfp4 { ... }, mxfp8 { ... }, bf16 or s2f6 { ... })");
+    if (!f) return VERR(v, "missing 'format' (write nvfp4 { ... }, mxfp8 { ... }, \"bf16\" or s2f6 { ... })");
   } else {
     return VERR(v, "expected a precision (nvfp4 { ... }, \"bf16\", ...), got %s", luaL_typename(L, -1));
   }
@@ -560,8 +627,8 @@ static fb_status read_qspec(vctx *v, fb_format fmt, const char *role, int with_f
   }
   FB_TRY(get_int(v, "rht", 0, 0, 32, 0, &rht));
   if (rht != 0 && rht != 16 && rht != 32) return VERR(v, "rht: %lld is not 0, 16 or 32", rht);
-  int rht_ok = !strcmp(role, "grad") || !strcmp(role, "combine");
-  if (rht && !rht_ok) return VERR(v, "rht: a Hadamard transform applies to gradients and the combine payload only");
+  if (rht && !strcmp(role, "grad")) return VERR(v, "rht: the backward's transform is bwd.wgrad_rht (it applies to both wgrad operands)");
+  if (rht && strcmp(role, "combine")) return VERR(v, "rht: a Hadamard transform applies to the combine payload (and bwd.wgrad_rht) only");
   if (fmt == FB_FMT_S2F6 && rht == 16) return VERR(v, "rht: the S2F6 combine uses RHT-32 (or none)");
   q->rht = (int)rht;
   if (fmt == FB_FMT_MXFP8) {
@@ -655,8 +722,9 @@ static fb_status read_dispatch(vctx *v, fb_layer_prec *p) {
     static const char *const keys[] = {"format", NULL};
     fb_status s = check_keys(v, keys);
     if (s != FB_OK) {
-      FB_USERERR(FB_EINVAL, "%s (the dispatch payload is quantized as fwd.act says; give only its format)", fb_errmsg());
-      return s;
+      char prev[1024];
+      snprintf(prev, sizeof prev, "%s", fb_errmsg());
+      return FB_USERERR(FB_EINVAL, "%s (the dispatch payload is quantized as fwd.act says; give only its format)", prev);
     }
   }
   p->dispatch = (fb_format)f;
@@ -720,7 +788,17 @@ static fb_status read_range(vctx *v, int L_, int *first, int *last) {
   lua_State *L = v->L;
   if (!lua_istable(L, -1)) return VERR(v, "expected a range (range(a, b), first(n), last(n), last_fraction(f), {a, b}), got %s", luaL_typename(L, -1));
   double a, b;
-  if (lua_rawlen(L, -1) == 2) {
+  size_t rl = lua_rawlen(L, -1);
+  if (rl != 0 && rl != 2) return VERR(v, "a list of %zu numbers; a range is {a, b}, range(a, b), first(n), last(n) or last_fraction(f)", rl);
+  if (rl == 2) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      lua_pop(L, 1);
+      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 2) {
+        lua_pop(L, 1);
+        return VERR(v, "{a, b} takes two numbers and nothing else");
+      }
+    }
     lua_rawgeti(L, -1, 1);
     fb_status s = num_value(v, "[1]", 1, 1, 1e9, &a);
     lua_pop(L, 1);
@@ -893,7 +971,17 @@ static fb_status read_family(vctx *v, const family_def *fd, int present, fb_tune
         lua_rawseti(L, -2, 1);
       }
       size_t n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-      if (!lua_istable(L, -1)) s = VERR(v, "expected a list of values, got %s", luaL_typename(L, -1));
+      if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (s == FB_OK && lua_next(L, -2)) {
+          lua_pop(L, 1);
+          if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || (size_t)lua_tointeger(L, -1) > n)
+            s = VERR(v, "a list of values takes no named keys ('%s')", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "?");
+          if (s != FB_OK) lua_pop(L, 1);
+        }
+      }
+      if (s != FB_OK) {
+      } else if (!lua_istable(L, -1)) s = VERR(v, "expected a list of values, got %s", luaL_typename(L, -1));
       else if (n == 0) s = VERR(v, "an empty list (leave the key out for the defaults)");
       else if (n > 64) s = VERR(v, "more than 64 values");
       nvals[p] = 0;
@@ -1045,9 +1133,12 @@ static fb_status validate(vctx *v, fb_recipe *r) {
                                      "parallel", "batch", NULL};
   FB_TRY(check_keys(v, keys));
   lua_getfield(L, -1, "name");
-  const char *name = lua_tostring(L, -1);
+  size_t namelen = 0;
+  const char *name = lua_tolstring(L, -1, &namelen);
   fb_status s = FB_OK;
-  if (lua_type(L, -1) != LUA_TSTRING) s = VERR(v, "name: expected a string, got %s", luaL_typename(L, -1));
+  if (lua_isnil(L, -1)) s = VERR(v, "missing required key 'name'");
+  else if (lua_type(L, -1) != LUA_TSTRING) s = VERR(v, "name: expected a string, got %s", luaL_typename(L, -1));
+  else if (strlen(name) != namelen) s = VERR(v, "name: the string holds a NUL byte");
   else if (!*name || strlen(name) >= sizeof r->name) s = VERR(v, "name: must be 1..%zu characters", sizeof r->name - 1);
   else
     for (const char *c = name; *c && s == FB_OK; ++c)
@@ -1057,8 +1148,12 @@ static fb_status validate(vctx *v, fb_recipe *r) {
   lua_pop(L, 1);
   FB_TRY(s);
   lua_getfield(L, -1, "description");
+  size_t dl = 0;
   if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING) s = VERR(v, "description: expected a string");
-  else if (!lua_isnil(L, -1)) snprintf(r->description, sizeof r->description, "%s", lua_tostring(L, -1));
+  else if (!lua_isnil(L, -1) && (lua_tolstring(L, -1, &dl), dl >= sizeof r->description))
+    s = VERR(v, "description: %zu characters; at most %zu", dl, sizeof r->description - 1);
+  else if (!lua_isnil(L, -1) && strlen(lua_tostring(L, -1)) != dl) s = VERR(v, "description: the string holds a NUL byte");
+  else if (!lua_isnil(L, -1)) escape(lua_tostring(L, -1), r->description, sizeof r->description);
   lua_pop(L, 1);
   FB_TRY(s);
   long long x;
@@ -1128,6 +1223,19 @@ static fb_status validate(vctx *v, fb_recipe *r) {
   return s;
 }
 
+typedef struct {
+  vctx *v;
+  fb_recipe *r;
+  fb_status rc;
+} vcall;
+
+static int validate_protected(lua_State *L) { /* (vcall *, recipe table) */
+  vcall *c = lua_touserdata(L, 1);
+  c->rc = validate(c->v, c->r);
+  if (c->rc == FB_OK) c->rc = check_layers(c->r);
+  return 0;
+}
+
 static int traceback_msgh(lua_State *L) { /* keep the message; the location is already in it */
   if (!lua_isstring(L, 1)) lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   return 1;
@@ -1156,12 +1264,14 @@ fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, 
   char chunk[600];
   snprintf(chunk, sizeof chunk, "@%s", name);
   if (load_text(L, text, len, chunk) != LUA_OK) {
-    rc = FB_USERERR(FB_ELUA, "%s", lua_tostring(L, -1));
+    char esc[1024];
+    escape(lua_tostring(L, -1), esc, sizeof esc);
+    rc = FB_USERERR(FB_ELUA, "%s", esc);
     goto done;
   }
   if (lua_pcall(L, 0, 1, 1) != LUA_OK) {
-    const char *m = lua_tostring(L, -1);
-    if (!m) m = "error";
+    char m[1024];
+    escape(lua_tostring(L, -1) ? lua_tostring(L, -1) : "error", m, sizeof m);
     if (strncmp(m, name, strlen(name)) && !strstr(m, ".lua:")) /* no location (e.g. out of memory) */
       rc = FB_USERERR(FB_ELUA, "%s: %s", name, m);
     else
@@ -1172,11 +1282,25 @@ fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, 
     rc = FB_USERERR(FB_EINVAL, "%s: the recipe must return recipe { ... } (it returned %s)", name, luaL_typename(L, -1));
     goto done;
   }
-  vctx v = {.L = L};
-  snprintf(v.where, sizeof v.where, "%s", name);
-  locate(L, -1, v.where, sizeof v.where);
-  rc = validate(&v, r);
-  if (rc == FB_OK) rc = check_layers(r);
+  {
+    /* validation reads fields with lua_getfield, which may run a recipe's metamethods or run out of
+     * memory: both raise Lua errors, so it runs protected */
+    vctx v = {.L = L};
+    snprintf(v.where, sizeof v.where, "%s", name);
+    locate(L, -1, v.where, sizeof v.where);
+    vcall c = {.v = &v, .r = r, .rc = FB_OK};
+    lua_pushcfunction(L, validate_protected);
+    lua_pushlightuserdata(L, &c);
+    lua_pushvalue(L, -3);
+    if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+      const char *m = lua_tostring(L, -1);
+      char esc[1024];
+      escape(m ? m : "error", esc, sizeof esc);
+      rc = FB_USERERR(FB_ELUA, "%s%s%s", strstr(esc, ".lua:") ? "" : name, strstr(esc, ".lua:") ? "" : ": ", esc);
+    } else {
+      rc = c.rc;
+    }
+  }
 done:
   lua_close(L);
   if (rc != FB_OK) {

@@ -29,6 +29,27 @@ static void load(void) {
       {(void **)&fb_cu.DeviceGetAttribute, "cuDeviceGetAttribute"},
       {(void **)&fb_cu.DeviceTotalMem, "cuDeviceTotalMem_v2"},
       {(void **)&fb_cu.GetErrorString, "cuGetErrorString"},
+      {(void **)&fb_cu.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"},
+      {(void **)&fb_cu.CtxSetCurrent, "cuCtxSetCurrent"},
+      {(void **)&fb_cu.CtxSynchronize, "cuCtxSynchronize"},
+      {(void **)&fb_cu.ModuleLoadData, "cuModuleLoadData"},
+      {(void **)&fb_cu.ModuleUnload, "cuModuleUnload"},
+      {(void **)&fb_cu.ModuleGetFunction, "cuModuleGetFunction"},
+      {(void **)&fb_cu.FuncGetAttribute, "cuFuncGetAttribute"},
+      {(void **)&fb_cu.OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
+      {(void **)&fb_cu.LaunchKernel, "cuLaunchKernel"},
+      {(void **)&fb_cu.MemAlloc, "cuMemAlloc_v2"},
+      {(void **)&fb_cu.MemFree, "cuMemFree_v2"},
+      {(void **)&fb_cu.MemcpyHtoD, "cuMemcpyHtoD_v2"},
+      {(void **)&fb_cu.MemcpyDtoH, "cuMemcpyDtoH_v2"},
+      {(void **)&fb_cu.MemcpyDtoD, "cuMemcpyDtoD_v2"},
+      {(void **)&fb_cu.MemsetD8, "cuMemsetD8_v2"},
+      {(void **)&fb_cu.MemGetInfo, "cuMemGetInfo_v2"},
+      {(void **)&fb_cu.EventCreate, "cuEventCreate"},
+      {(void **)&fb_cu.EventRecord, "cuEventRecord"},
+      {(void **)&fb_cu.EventSynchronize, "cuEventSynchronize"},
+      {(void **)&fb_cu.EventElapsedTime, "cuEventElapsedTime"},
+      {(void **)&fb_cu.EventDestroy, "cuEventDestroy_v2"},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; ++i) {
     *syms[i].slot = dlsym(h, syms[i].name);
@@ -77,5 +98,42 @@ fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info) {
   CU_CHECK(fb_cu.DeviceGetAttribute(&info->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
   CU_CHECK(fb_cu.DeviceTotalMem(&info->mem_bytes, d));
   CU_CHECK(fb_cu.DriverGetVersion(&info->driver_version));
+  return FB_OK;
+}
+
+fb_status fb_cuda_use_device(int ordinal) {
+  FB_TRY(fb_cuda_load());
+  CUdevice d;
+  CUcontext ctx;
+  CU_CHECK(fb_cu.DeviceGet(&d, ordinal));
+  CU_CHECK(fb_cu.DevicePrimaryCtxRetain(&ctx, d));
+  CU_CHECK(fb_cu.CtxSetCurrent(ctx));
+  return FB_OK;
+}
+
+fb_status fb_kernel_load(const void *cubin, const char *name, fb_kernel *k) {
+  memset(k, 0, sizeof *k);
+  FB_TRY(fb_cuda_load());
+  CU_CHECK(fb_cu.ModuleLoadData(&k->mod, cubin));
+  CUresult r = fb_cu.ModuleGetFunction(&k->fn, k->mod, name);
+  if (r != CUDA_SUCCESS) {
+    fb_cu.ModuleUnload(k->mod);
+    k->mod = NULL;
+    return FB_ERR(FB_ECUDA, "cuModuleGetFunction(%s): %s", name, fb_cu_errstr(r));
+  }
+  return FB_OK;
+}
+
+void fb_kernel_unload(fb_kernel *k) {
+  if (k->mod) fb_cu.ModuleUnload(k->mod);
+  memset(k, 0, sizeof *k);
+}
+
+fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, const void *params,
+                           size_t params_size) {
+  /* the parameter block goes as one by-value argument: CU_LAUNCH_PARAM_BUFFER_POINTER */
+  size_t sz = params_size;
+  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &sz, CU_LAUNCH_PARAM_END};
+  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, 0, NULL, NULL, extra));
   return FB_OK;
 }

@@ -15,6 +15,28 @@ typedef struct {
   CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
   CUresult (*DeviceTotalMem)(size_t *, CUdevice);
   CUresult (*GetErrorString)(CUresult, const char **);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*CtxSynchronize)(void);
+  CUresult (*ModuleLoadData)(CUmodule *, const void *);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*FuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
+  CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           CUstream, void **, void **);
+  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*MemGetInfo)(size_t *, size_t *);
+  CUresult (*EventCreate)(CUevent *, unsigned);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventSynchronize)(CUevent);
+  CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*EventDestroy)(CUevent);
 } fb_cu_api;
 
 extern fb_cu_api fb_cu;
@@ -27,5 +49,18 @@ typedef struct {
 } fb_cuda_device_info;
 
 fb_status fb_cuda_device_count(int *n);
+/* Make device `ordinal`'s primary context current on this thread. */
+fb_status fb_cuda_use_device(int ordinal);
+
+/* A loaded cubin and its one kernel (named as the generated variant). */
+typedef struct {
+  CUmodule mod;
+  CUfunction fn;
+} fb_kernel;
+fb_status fb_kernel_load(const void *cubin, const char *name, fb_kernel *k);
+void fb_kernel_unload(fb_kernel *k);
+/* Launch with the parameter block `params` (bytes of the struct the template takes by value). */
+fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, const void *params,
+                           size_t params_size);
 fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info);
 #endif

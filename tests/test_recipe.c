@@ -194,9 +194,9 @@ static void test_messages_name_line_and_path(void **state) {
                " layers = { { range = last(2), fwd = 'bf16' },\n { range = range(5, 5), bwd = 'bf16' } } }",
                "t.lua:2: layers[2].range: layers 5..5 overlap layers[1] (5..6");
   expect_error("return recipe { name = 'x', model = { layers = 6, d_model = 128, d_ff = 64, experts = 8, top_k = 9, vocab = 2 }, "
-               MINI_EXPERTS "}", "model: top_k: 9 is more than experts (8)");
+               MINI_EXPERTS "}", "model.top_k: 9 is more than experts (8)");
   expect_error("return recipe { name = 'x', model = { layers = 6, d_model = 1/0, d_ff = 64, experts = 8, top_k = 2, vocab = 2 }, "
-               MINI_EXPERTS "}", "model: d_model: inf is not finite");
+               MINI_EXPERTS "}", "model.d_model: inf is not finite");
   expect_error("return recipe { name = 'x', " MINI_MODEL
                "experts = { fwd = nvfp4 {}, bwd = mxfp8 {}, dispatch = nvfp4 {}, combine = 'bf16' },"
                " layers = { { range = last(1), fwd = mxfp8 {} } } }",

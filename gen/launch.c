@@ -1,0 +1,36 @@
+/* launch.c — the launch geometry of each template, in one place for the tests, the tuner and the runtime.
+ * Entry point: fb_launch_dims(). */
+#include "fb_error.h"
+
+#include <string.h>
+
+static int param(const fb_variant *v, const char *name, int dflt) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], name)) return v->value[i];
+  return dflt;
+}
+
+static unsigned cap(long long n, long long hi) { return (unsigned)(n < 1 ? 1 : n > hi ? hi : n); }
+
+fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ngroups,
+                         unsigned *gx, unsigned *gy, unsigned *threads) {
+  int t = param(v, "threads", 256);
+  *threads = (unsigned)t, *gy = 1;
+  const char *tm = v->tmpl;
+  if (!strcmp(tm, "quant_nvfp4.cuh")) {
+    if (k->q.two_d) *gx = cap((rows / 16 + (long long)ngroups + 1) * (cols / 16) / t + 1, 4096);
+    else *gx = cap((rows + param(v, "rows", 16) - 1) / param(v, "rows", 16), 1ll << 31);
+  } else if (!strcmp(tm, "quant_mxfp8.cuh") || !strcmp(tm, "s2f6.cuh")) {
+    *gx = cap((rows * cols / 32 + t - 1) / t, 16384);
+  } else if (!strcmp(tm, "mx_col.cuh")) {
+    long long tr = param(v, "rows", 32), tc = param(v, "cols", 64);
+    *gx = cap(((rows + tr - 1) / tr) * ((cols + tc - 1) / tc), 1ll << 20);
+  } else if (!strcmp(tm, "amax.cuh")) {
+    if (k->q.outer == FB_GRAN_TOKEN) *gx = cap((rows * 32 + t - 1) / t, 1ll << 20);
+    else if (k->q.outer == FB_GRAN_EXPERT) *gx = 64, *gy = ngroups ? ngroups : 1;
+    else *gx = cap((rows * cols + t - 1) / t, 2048);
+  } else {
+    return FB_ERR(FB_EINVAL, "%s: no launch rule for template %s", v->name, tm);
+  }
+  return FB_OK;
+}
