@@ -39,7 +39,14 @@ GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz
-all: $(BUILD)/fourbit $(BUILD)/libfourbit.a
+GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench
+all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS)
+
+# GPU test and benchmark programs: built here with everything else, run on the device machine.
+$(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
 
 deps: $(DEPSOK)
 $(DEPSOK): mk/deps.sh

@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
-# tests/gpu/bench.sh — `make bench`. No GPU kernels exist yet (issue 4 brings the first), so there is
-# nothing to time; this says so rather than printing figures.
-echo "bench: no GPU kernels exist yet; nothing is timed (see issue 4)"
+# tests/gpu/bench.sh — `make bench` on the device machine: the PyTorch peer first, then our kernels, in the
+# same call; results (CSV) under $OUT when set, else build/.
+set -u
+FB=$1
+dir=${OUT:-build}
+if ! "$FB" info | grep -q '^gpu 0'; then echo "bench: SKIPPED (not passed): no GPU"; exit 0; fi
+python3 tests/gpu/bench_peer.py "$dir/peer.txt" || echo "bench: the PyTorch peer failed; ratios will be missing"
+build/gpu/bench --peer "$dir/peer.txt" --csv "$dir/bench.csv"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — `make test-gpu`. There are no generated GPU kernels yet (issue 4 brings the
-# first); until then this checks that the dlopen'd driver finds a GPU, and says SKIPPED where none is.
+# tests/gpu/run.sh — `make test-gpu` on the device machine: every generated kernel and variant against the
+# CPU reference (build/gpu/test_kernels), then compute-sanitizer memcheck and racecheck over one variant of
+# each kernel spec. Where there is no GPU it says SKIPPED, which never counts as passed.
 set -u
 FB=$1
 info=$("$FB" info) || { echo "test-gpu: fourbit info failed"; exit 1; }
@@ -8,5 +9,20 @@ if ! grep -q '^gpu 0' <<<"$info"; then
   echo "test-gpu: SKIPPED (not passed): $(grep '^cuda' <<<"$info")"
   exit 0
 fi
-grep '^gpu' <<<"$info"
-echo "test-gpu: driver loaded through dlopen and reports the GPU; no kernel tests exist yet (issue 4)"
+grep -E '^(gpu|nvrtc|fourbit)' <<<"$info"
+fail=0
+echo "== test_kernels (all specs, all variants, 3 input kinds x 2 draws)"
+build/gpu/test_kernels || fail=1
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool (one variant of each spec, one input)"
+    if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick > /tmp/cs_$tool.log 2>&1; then
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_kernels:" /tmp/cs_$tool.log | tail -3
+    else
+      tail -30 /tmp/cs_$tool.log; echo "compute-sanitizer $tool FAILED"; fail=1
+    fi
+  done
+else
+  echo "compute-sanitizer: not found: SKIPPED (not passed)"; fail=1
+fi
+[ $fail -eq 0 ] && echo "test-gpu: passed" || { echo "test-gpu: FAILED"; exit 1; }
