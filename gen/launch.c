@@ -28,7 +28,7 @@ fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long
   } else if (!strcmp(tm, "amax.cuh")) {
     if (k->q.outer == FB_GRAN_TOKEN) *gx = cap((rows * 32 + t - 1) / t, 1ll << 20);
     else if (k->q.outer == FB_GRAN_EXPERT) *gx = 64, *gy = ngroups ? ngroups : 1;
-    else *gx = cap((rows * cols + t - 1) / t, 2048);
+    else *gx = cap((rows * cols / 8 + t - 1) / t, 2048);
   } else {
     return FB_ERR(FB_EINVAL, "%s: no launch rule for template %s", v->name, tm);
   }

@@ -116,6 +116,18 @@ FBF_FN unsigned fbf_e4m3_sr(float x, unsigned r) {
   return s | fbf_e4m3_rn_sw(q);
 }
 
+/* The same SR with integer arithmetic: in E4M3's normal range the 20 mantissa bits below its 3 are the
+ * discarded fraction; their top 8 plus r carry into the kept bits exactly when NUMERICS.md's rule rounds
+ * up, so add r at bit 12 and truncate. The carry may step into the next binade, as rounding up should; the
+ * result is on the E4M3 grid (or above 448, which the satfinite conversion clamps as the rule does). */
+FBF_FN unsigned fbf_e4m3_sr_fast(float x, unsigned r) {
+  unsigned b = fbf_f2u(x), a = b & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7Fu;
+  if (a < 0x3C800000u) return fbf_e4m3_sr(x, r); /* below 2^-6: the subnormal spacing */
+  unsigned q = ((a & 0xFFFFF000u) + (r << 12)) & 0xFFF00000u;
+  return ((b >> 24) & 0x80u) | (fbf_e4m3_rn(fbf_u2f(q)) & 0x7Fu);
+}
+
 FBF_FN float fbf_e4m3_dec(unsigned c) {
   unsigned e = (c >> 3) & 15u, m = c & 7u;
   if ((c & 0x7Fu) == 0x7Fu) return fbf_u2f(0x7FC00000u);
@@ -134,6 +146,50 @@ FBF_FN unsigned fbf_e8m0_up(float x) {
 
 FBF_FN float fbf_e8m0_dec(unsigned c) {
   return c == 255u ? fbf_u2f(0x7FC00000u) : (c == 0u ? fbf_u2f(0x00400000u) : fbf_u2f(c << 23));
+}
+
+/* ---- NVFP4 blocks ---- */
+/* One candidate scale sfc for a block of 16 with magnitudes av[] (= |x|): the E2M1 magnitude codes, packed
+ * eight to a word (even element in the low nibble, sign bits clear), and the block's fp32 squared error
+ * exactly as NUMERICS.md's 4/6 rule computes it. x^ = (e2m1 * sf) * S_dec carries x's sign in the
+ * reference; the square of (|x^| - |x|) is the same number. RN, or SR with the block's Philox bytes r.
+ * In each binade the grid value is rint(m) * step with m = a / step, and its code rint(m) + 0, 2 or 4;
+ * NaN and Inf give code 7 (6), as the RN/SR rules do. */
+FBF_FN float fbf_nvfp4_cand(const float av[16], unsigned sfc, float s_dec, int sr, const unsigned r[4], unsigned packed[2]) {
+  float sf = fbf_e4m3_dec(sfc);
+  float enc = fminf(1.0f / (sf * s_dec), FBF_FLT_MAX);
+  float err = 0.0f;
+  packed[0] = packed[1] = 0u;
+  for (int j = 0; j < 16; ++j) {
+    float a = av[j] * enc;
+    int lo = a < 2.0f, mid = a < 4.0f;
+    float step = lo ? 0.5f : (mid ? 1.0f : 2.0f), inv = lo ? 2.0f : (mid ? 1.0f : 0.5f), off = lo ? 0.0f : (mid ? 2.0f : 4.0f);
+    float m = a * inv, n;
+    if (sr) {
+      float fl = floorf(m);
+      float fr = (m - fl) * 256.0f;
+      unsigned t = fr == fr ? (unsigned)fr : 0u; /* NaN/Inf inputs: any t, the result saturates to 6 */
+      n = fl + (float)(t + ((r[j >> 2] >> (8 * (j & 3))) & 255u) >= 256u);
+    } else {
+      n = rintf(m);
+    }
+    float v = sfc == 0u ? 0.0f : fminf(n * step, 6.0f);
+    unsigned c = sfc == 0u ? 0u : (unsigned)fminf(n + off, 7.0f);
+    packed[j >> 3] |= c << (4 * (j & 7));
+    float d = (v * sf) * s_dec - av[j];
+    err = fmaf(d, d, err);
+  }
+  return err;
+}
+
+/* The sign nibble-bits of a block's 16 inputs (bit 3 of each nibble): set for negative values, clear for
+ * NaN (E2M1's NaN rule gives +6). Applied unless the block's scale is zero (+0 codes). */
+FBF_FN void fbf_nvfp4_signs(const float x[16], unsigned s[2]) {
+  s[0] = s[1] = 0u;
+  for (int j = 0; j < 16; ++j) {
+    unsigned neg = (fbf_f2u(x[j]) >> 31) & (unsigned)(x[j] == x[j]);
+    s[j >> 3] |= neg << (4 * (j & 7) + 3);
+  }
 }
 
 /* ---- scales ---- */

@@ -5,7 +5,7 @@
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
  * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
- * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0.
+ * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
  * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory (coalesced along rows), then a thread
  * per (column, 32-row block) quantizes down the column and writes 32 contiguous output bytes. */
 #include "fb_formats.h"
@@ -14,17 +14,9 @@
 
 #define TR (32 * FB_RB)
 
-static __device__ __forceinline__ float src_value(const fb_kp_mem &p, long long row, long long col) {
-  long long i = row * p.cols + col;
-#if FB_SRC == 0
-#if FB_IN_F32
-  return reinterpret_cast<const float *>(p.in)[i];
-#else
-  return __uint_as_float((unsigned)reinterpret_cast<const unsigned short *>(p.in)[i] << 16);
-#endif
-#elif FB_SRC == 1
-  unsigned c = (reinterpret_cast<const unsigned char *>(p.in)[i >> 1] >> (4 * (i & 1))) & 15u;
-  float sf = fbf_e4m3_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 4]);
+/* S_dec of source row `row` (NVFP4 sources), found once per tile row */
+static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long row) {
+#if FB_SRC == 1
   long long g = 0;
 #if FB_SRC_OUTER == 1
   g = row;
@@ -38,23 +30,68 @@ static __device__ __forceinline__ float src_value(const fb_kp_mem &p, long long 
   }
   g = lo;
 #endif
-  return (fbf_e2m1_dec(c) * sf) * reinterpret_cast<const float *>(p.src_s_dec)[g];
+  return reinterpret_cast<const float *>(p.src_s_dec)[g];
 #else
-  return fbf_e4m3_dec(reinterpret_cast<const unsigned char *>(p.in)[i]) *
-         fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 5]);
+  (void)p, (void)row;
+  return 1.0f;
+#endif
+}
+
+/* Dequantize one chunk of the source (8 values for BF16/FP32, 16 for NVFP4 and MXFP8) at element i of a
+ * row whose S_dec is sd, into t[]. */
+#if FB_SRC == 0
+#define CHUNK 8
+#else
+#define CHUNK 16
+#endif
+static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long i, float sd, float t[CHUNK]) {
+#if FB_SRC == 0
+#if FB_IN_F32
+  const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + i);
+  float4 a = s[0], b = s[1];
+  t[0] = a.x, t[1] = a.y, t[2] = a.z, t[3] = a.w, t[4] = b.x, t[5] = b.y, t[6] = b.z, t[7] = b.w;
+#else
+  uint4 u = *reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + i);
+  unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) t[2 * j] = __uint_as_float(w[j] << 16), t[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+#endif
+  (void)sd;
+#elif FB_SRC == 1
+  uint2 c = reinterpret_cast<const uint2 *>(p.in)[i >> 4];
+  float sf = fbf_e4m3_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 4]);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) t[j] = (fbf_e2m1_dec(((j < 8 ? c.x : c.y) >> (4 * (j & 7))) & 15u) * sf) * sd;
+#else
+  uint4 c = reinterpret_cast<const uint4 *>(p.in)[i >> 4];
+  float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 5]);
+  unsigned w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) t[j] = fbf_e4m3_dec((w[j >> 2] >> (8 * (j & 3))) & 255u) * sc;
+  (void)sd;
 #endif
 }
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
-  __shared__ float tile[TR][FB_COLS + 1];
+  __shared__ float tile[TR][FB_COLS];
+  __shared__ float sdec[TR];
   const long long tiles_r = p.rows / TR + (p.rows % TR != 0), tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
   for (long long t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
     const long long r0 = (t / tiles_c) * TR, c0 = (t % tiles_c) * FB_COLS;
     __syncthreads();
-    for (int k = threadIdx.x; k < TR * FB_COLS; k += FB_THREADS) {
-      int rr = k / FB_COLS, cc = k % FB_COLS;
+    for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[k] = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
+    __syncthreads();
+    /* rows of the tile, a chunk at a time: coalesced, vector loads */
+    for (int k = threadIdx.x; k < TR * (FB_COLS / CHUNK); k += FB_THREADS) {
+      int rr = k / (FB_COLS / CHUNK), cc = (k % (FB_COLS / CHUNK)) * CHUNK;
       long long row = r0 + rr, col = c0 + cc;
-      tile[rr][cc] = (row < p.rows && col < p.cols) ? src_value(p, row, col) : 0.0f;
+      float v[CHUNK];
+      if (row < p.rows && col < p.cols) load_chunk(p, row * p.cols + col, sdec[rr], v);
+      else
+#pragma unroll
+        for (int j = 0; j < CHUNK; ++j) v[j] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < CHUNK; ++j) tile[rr][cc + j] = v[j];
     }
     __syncthreads();
     for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
@@ -86,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
         for (int j = 0; j < 4; ++j) {
           float x = tile[32 * rb + 4 * q + j][cc] * inv;
 #if FB_SR
-          word |= fbf_e4m3_sr(x, (r[q] >> (8 * j)) & 255u) << (8 * j);
+          word |= fbf_e4m3_sr_fast(x, (r[q] >> (8 * j)) & 255u) << (8 * j);
 #else
           word |= fbf_e4m3_rn(x) << (8 * j);
 #endif

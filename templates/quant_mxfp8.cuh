@@ -50,7 +50,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       for (int j = 0; j < 4; ++j) {
         float x = v[4 * k + j] * inv;
 #if FB_SR
-        unsigned c = fbf_e4m3_sr(x, (r[k] >> (8 * j)) & 255u);
+        unsigned c = fbf_e4m3_sr_fast(x, (r[k] >> (8 * j)) & 255u);
 #else
         unsigned c = fbf_e4m3_rn(x);
 #endif

@@ -40,29 +40,8 @@ static __device__ __forceinline__ void load16(const fb_kp_mem &p, long long i, f
 #endif
 }
 
-/* One block with scale code sfc: codes q, and the fp32 squared error of NUMERICS.md. */
-static __device__ __forceinline__ float nv_block(const float v[16], unsigned sfc, float s_dec, const unsigned r[4],
-                                                 unsigned q[16]) {
-  float sf = fbf_e4m3_dec(sfc);
-  float enc = fminf(1.0f / (sf * s_dec), FBF_FLT_MAX);
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-#if FB_SR
-    q[j] = sfc == 0u ? 0u : fbf_e2m1_sr(v[j] * enc, (r[j >> 2] >> (8 * (j & 3))) & 255u);
-#else
-    q[j] = sfc == 0u ? 0u : fbf_e2m1_rn(v[j] * enc);
-#endif
-  }
-  float err = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    float d = (fbf_e2m1_dec(q[j]) * sf) * s_dec - v[j];
-    err = fmaf(d, d, err);
-  }
-  return err;
-}
-
-/* Quantize the block at element i0 given its amax ab; writes codes and scale. */
+/* Quantize the block at element i0 (values v, magnitudes' max ab): codes and scale. The candidate and code
+ * functions are fb_formats.h's, which tests/test_formats.c runs on the host against the reference. */
 static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long long i0, const float v[16], float ab,
                                                       float k, float s_dec) {
   unsigned r[4] = {0u, 0u, 0u, 0u};
@@ -73,23 +52,23 @@ static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long l
     fb_philox4x32_10(ctr, key, r);
   }
 #endif
-  float base = ab * k;
-  unsigned q[16], sfc = fbf_e4m3_rn(fminf(base, 448.0f));
-  float e6 = nv_block(v, sfc, s_dec, r, q);
-#if FB_FOUR_OVER_SIX
-  unsigned q4[16], sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
-  float e4 = nv_block(v, sf4, s_dec, r, q4);
-  if (e4 < e6) {
-    sfc = sf4;
+  float av[16];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) q[j] = q4[j];
-  }
+  for (int j = 0; j < 16; ++j) av[j] = fabsf(v[j]);
+  float base = ab * k;
+  unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f)), pk[2], sg[2];
+  float e6 = fbf_nvfp4_cand(av, sfc, s_dec, FB_SR, r, pk);
+#if FB_FOUR_OVER_SIX
+  unsigned p4[2], sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
+  float e4 = fbf_nvfp4_cand(av, sf4, s_dec, FB_SR, r, p4);
+  if (e4 < e6) sfc = sf4, pk[0] = p4[0], pk[1] = p4[1];
 #else
   (void)e6;
 #endif
+  fbf_nvfp4_signs(v, sg);
   uint2 packed;
-  packed.x = q[0] | q[1] << 4 | q[2] << 8 | q[3] << 12 | q[4] << 16 | q[5] << 20 | q[6] << 24 | q[7] << 28;
-  packed.y = q[8] | q[9] << 4 | q[10] << 8 | q[11] << 12 | q[12] << 16 | q[13] << 20 | q[14] << 24 | q[15] << 28;
+  packed.x = pk[0] | (sfc ? sg[0] : 0u);
+  packed.y = pk[1] | (sfc ? sg[1] : 0u);
   reinterpret_cast<uint2 *>(p.out)[i0 >> 4] = packed;
   reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)sfc;
 }
@@ -157,6 +136,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     float v[16], s_enc;
 #if FB_OUTER == 1
     float A = 0.0f;
+#pragma unroll 4
     for (long long b = lane; b < nb; b += 32) {
       load16(p, row * p.cols + b * 16, v);
 #pragma unroll
@@ -170,8 +150,13 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     s_enc = fbf_nvfp4_s_enc(reinterpret_cast<const float *>(p.amax)[group_of(p, row)], FB_FOUR_OVER_SIX);
 #endif
     float s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f);
+    /* software pipeline: the next block's loads are in flight while this one is quantized */
+    float nxt[16];
+    if (lane < nb) load16(p, row * p.cols + lane * 16, nxt);
     for (long long b = lane; b < nb; b += 32) {
-      load16(p, row * p.cols + b * 16, v);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[j] = nxt[j];
+      if (b + 32 < nb) load16(p, row * p.cols + (b + 32) * 16, nxt);
       float ab = 0.0f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) ab = fmaxf(ab, fabsf(v[j]));

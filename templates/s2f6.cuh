@@ -21,9 +21,16 @@ static __device__ __forceinline__ void wht32(float t[32]) {
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
   const long long nblk = p.rows * p.cols / 32;
-  for (long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x; b < nblk; b += (long long)gridDim.x * FB_THREADS) {
+#if FB_DIR == 1
+  __shared__ float stage[FB_THREADS / 32][32][33];
+#endif
+  /* warp-uniform trip count: the dequantizer's warps store cooperatively */
+  for (long long bw = (long long)blockIdx.x * FB_THREADS + (threadIdx.x & ~31); bw < nblk; bw += (long long)gridDim.x * FB_THREADS) {
+    const long long b = bw + (threadIdx.x & 31);
+    const bool live = b < nblk;
     float t[32];
 #if FB_DIR == 0
+    if (!live) continue;
 #if FB_IN_F32
     const float4 *s = reinterpret_cast<const float4 *>(p.in) + b * 8;
 #pragma unroll
@@ -72,8 +79,8 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);
     reinterpret_cast<unsigned char *>(p.scales)[b] = (unsigned char)e;
 #else
-    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + b * 2;
-    float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.scales)[b]);
+    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + (live ? b : 0) * 2;
+    float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.scales)[live ? b : 0]);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       uint4 x = s[k];
@@ -89,9 +96,18 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       t[i] = (p.signs >> i) & 1u ? -v : v;
     }
 #endif
-    float4 *o = reinterpret_cast<float4 *>(p.out) + b * 8;
+    /* stage the warp's 32 blocks in shared memory, then store them coalesced: the blocks of a warp's lanes
+     * are consecutive, so its 32 x 32 floats are one contiguous run */
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) o[k] = make_float4(t[4 * k], t[4 * k + 1], t[4 * k + 2], t[4 * k + 3]);
+    for (int j = 0; j < 32; ++j) stage[wid][lane][j] = t[j];
+    __syncwarp();
+    const long long b0 = b - lane;
+    float *o = reinterpret_cast<float *>(p.out) + b0 * 32;
+#pragma unroll 4
+    for (int it = 0; it < 32; ++it)
+      if (b0 + it < nblk) o[it * 32 + lane] = stage[wid][it][lane];
+    __syncwarp();
 #endif
   }
 }

@@ -13,7 +13,10 @@
 #include <string.h>
 
 #include "fb_formats.h"
+#include "fb_philox.h"
 #include "fourbit.h"
+
+#include <stdlib.h>
 
 static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -56,6 +59,7 @@ static void e2m1_sr(uint32_t u) {
 static void e4m3_sr(uint32_t u) {
   unsigned r = rnd() & 255;
   check("e4m3 sr", u, fbf_e4m3_sr(u2f(u), r), fb_e4m3_encode_sr(u2f(u), (uint8_t)r));
+  check("e4m3 sr fast", u, fbf_e4m3_sr_fast(u2f(u), r), fb_e4m3_encode_sr(u2f(u), (uint8_t)r));
 }
 
 static void run(const char *name, void (*f)(uint32_t)) {
@@ -84,6 +88,7 @@ static void test_sr_all_bytes(void **state) {
     for (unsigned r = 0; r < 256; ++r) {
       check("e2m1 sr", f2u(x), fbf_e2m1_sr(x, r), fb_e2m1_encode_sr(x, (uint8_t)r));
       check("e4m3 sr", f2u(x), fbf_e4m3_sr(x, r), fb_e4m3_encode_sr(x, (uint8_t)r));
+      check("e4m3 sr fast", f2u(x), fbf_e4m3_sr_fast(x, r), fb_e4m3_encode_sr(x, (uint8_t)r));
     }
   }
   printf("  sr bytes  %ld values, %ld wrong\n", checked, wrong);
@@ -109,8 +114,76 @@ static void test_decoders_and_scales(void **state) {
   }
 }
 
+/* The NVFP4 block path of templates/quant_nvfp4.cuh, run on the host with the same fb_formats.h functions,
+ * against fb_nvfp4_quantize: per-tensor and per-row outer scales, 4/6 on and off, RN and SR. */
+static void emulate_nvfp4(const float *x, size_t R, size_t C, int row_outer, int fos, int sr, uint8_t *codes,
+                          uint8_t *sf, float *sdec) {
+  size_t ng = row_outer ? R : 1;
+  for (size_t g = 0; g < ng; ++g) {
+    size_t lo = row_outer ? g : 0, hi = row_outer ? g + 1 : R;
+    float A = 0.0f;
+    for (size_t i = lo * C; i < hi * C; ++i) A = fmaxf(A, fabsf(x[i]));
+    float s_enc = fbf_nvfp4_s_enc(A, fos), s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f);
+    sdec[g] = s_dec;
+    for (size_t i0 = lo * C; i0 < hi * C; i0 += 16) {
+      float av[16], ab = 0.0f;
+      unsigned p6[2], p4[2], sg[2];
+      for (int j = 0; j < 16; ++j) av[j] = fabsf(x[i0 + j]), ab = fmaxf(ab, av[j]);
+      unsigned r[4] = {0, 0, 0, 0};
+      if (sr) {
+        fb_u32 ctr[4] = {5u, (fb_u32)(i0 >> 4), 0u, 0u}, key[2] = {11u, 3u};
+        fb_philox4x32_10(ctr, key, r);
+      }
+      float base = ab * k;
+      unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f));
+      float e6 = fbf_nvfp4_cand(av, sfc, s_dec, sr, r, p6);
+      const unsigned *pk = p6;
+      if (fos) {
+        unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
+        float e4 = fbf_nvfp4_cand(av, sf4, s_dec, sr, r, p4);
+        if (e4 < e6) sfc = sf4, pk = p4;
+      }
+      fbf_nvfp4_signs(x + i0, sg);
+      uint32_t w0 = pk[0] | (sfc ? sg[0] : 0u), w1 = pk[1] | (sfc ? sg[1] : 0u);
+      memcpy(codes + i0 / 2, &w0, 4);
+      memcpy(codes + i0 / 2 + 4, &w1, 4);
+      sf[i0 / 16] = (uint8_t)sfc;
+    }
+  }
+}
+
+static void test_nvfp4_block_path(void **state) {
+  (void)state;
+  const size_t R = 64, C = 512, n = R * C;
+  float *x = malloc(n * 4), *d1 = malloc(R * 4), *d2 = malloc(R * 4);
+  uint8_t *c1 = malloc(n / 2), *c2 = malloc(n / 2), *s1 = malloc(n / 16), *s2 = malloc(n / 16);
+  long blocks = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t u = rnd();
+      float v = ((float)(u % 20001) - 10000.0f) / 3000.0f;
+      if (trial % 3 == 1) v *= ldexpf(1.0f, (int)(rnd() % 60) - 30);
+      if (trial % 3 == 2 && u % 11 == 0) v = (float[]){0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e-40f, 448.0f, 3e38f}[rnd() % 8];
+      x[i] = v;
+    }
+    int row = trial & 1, fos = (trial >> 1) & 1, sr = (trial >> 2) & 1;
+    fb_nvfp4_opts o = {.outer = row ? FB_OUTER_ROW : FB_OUTER_TENSOR, .four_over_six = fos,
+                       .rounding = sr ? FB_ROUND_SR : FB_ROUND_RN, .seed = 11, .stream = 3, .step = 5};
+    assert_int_equal(fb_nvfp4_quantize(x, R, C, &o, c1, s1, d1, NULL), FB_OK);
+    emulate_nvfp4(x, R, C, row, fos, sr, c2, s2, d2);
+    checked = wrong = 0;
+    for (size_t i = 0; i < n / 2; ++i) check("nvfp4 codes", (uint32_t)i, c2[i], c1[i]);
+    for (size_t i = 0; i < n / 16; ++i) check("nvfp4 scales", (uint32_t)i, s2[i], s1[i]);
+    for (size_t i = 0; i < (row ? R : 1); ++i) check("nvfp4 s_dec", (uint32_t)i, f2u(d2[i]) != f2u(d1[i]), 0);
+    assert_int_equal(wrong, 0);
+    blocks += (long)(n / 16);
+  }
+  printf("  nvfp4 block path: %ld blocks (tensor/row x 4/6 x RN/SR, plain, wide, edge values) bit-exact\n", blocks);
+  free(x), free(d1), free(d2), free(c1), free(c2), free(s1), free(s2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_encoders), cmocka_unit_test(test_sr_all_bytes),
-                                     cmocka_unit_test(test_decoders_and_scales)};
+                                     cmocka_unit_test(test_decoders_and_scales), cmocka_unit_test(test_nvfp4_block_path)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
