@@ -38,7 +38,8 @@ return recipe {
         return v.tile_m * v.tile_n * v.stages <= 256 * 256 * 5
       end,
     },
-    quant = { rows = { 16, 32, 64 }, cols = { 256, 512 }, threads = { 128, 256 } },
-    requant = { rows = { 32, 64 }, cols = { 32, 64 } },
+    -- rows: rows per CTA (row-wise quantizers) or tile height (column-wise); cols: tile width
+    quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 } },
+    requant = { rows = { 32, 64 }, cols = { 32, 64, 128 } },
   },
 }

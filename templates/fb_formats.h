@@ -157,9 +157,13 @@ FBF_FN float fbf_e8m0_dec(unsigned c) {
  * NaN and Inf give code 7 (6), as the RN/SR rules do. */
 FBF_FN float fbf_nvfp4_cand(const float av[16], unsigned sfc, float s_dec, int sr, const unsigned r[4], unsigned packed[2]) {
   float sf = fbf_e4m3_dec(sfc);
-  float enc = fminf(1.0f / (sf * s_dec), FBF_FLT_MAX);
   float err = 0.0f;
   packed[0] = packed[1] = 0u;
+  if (sfc == 0u) { /* the underflowing block: +0 codes, x^ = 0, d = -|x| */
+    for (int j = 0; j < 16; ++j) err = fmaf(av[j], av[j], err);
+    return err;
+  }
+  float enc = fminf(1.0f / (sf * s_dec), FBF_FLT_MAX);
   for (int j = 0; j < 16; ++j) {
     float a = av[j] * enc;
     int lo = a < 2.0f, mid = a < 4.0f;
@@ -173,13 +177,34 @@ FBF_FN float fbf_nvfp4_cand(const float av[16], unsigned sfc, float s_dec, int s
     } else {
       n = rintf(m);
     }
-    float v = sfc == 0u ? 0.0f : fminf(n * step, 6.0f);
-    unsigned c = sfc == 0u ? 0u : (unsigned)fminf(n + off, 7.0f);
-    packed[j >> 3] |= c << (4 * (j & 7));
+    float v = fminf(n * step, 6.0f);
+    packed[j >> 3] |= (unsigned)fminf(n + off, 7.0f) << (4 * (j & 7));
     float d = (v * sf) * s_dec - av[j];
     err = fmaf(d, d, err);
   }
   return err;
+}
+
+/* The codes alone, for scales chosen without 4/6 (no error to compute). */
+FBF_FN void fbf_nvfp4_codes(const float av[16], unsigned sfc, float s_dec, int sr, const unsigned r[4], unsigned packed[2]) {
+  packed[0] = packed[1] = 0u;
+  if (sfc == 0u) return;
+  float enc = fminf(1.0f / (fbf_e4m3_dec(sfc) * s_dec), FBF_FLT_MAX);
+  for (int j = 0; j < 16; ++j) {
+    float a = av[j] * enc;
+    int lo = a < 2.0f, mid = a < 4.0f;
+    float inv = lo ? 2.0f : (mid ? 1.0f : 0.5f), off = lo ? 0.0f : (mid ? 2.0f : 4.0f);
+    float m = a * inv, n;
+    if (sr) {
+      float fl = floorf(m);
+      float fr = (m - fl) * 256.0f;
+      unsigned t = fr == fr ? (unsigned)fr : 0u;
+      n = fl + (float)(t + ((r[j >> 2] >> (8 * (j & 3))) & 255u) >= 256u);
+    } else {
+      n = rintf(m);
+    }
+    packed[j >> 3] |= (unsigned)fminf(n + off, 7.0f) << (4 * (j & 7));
+  }
 }
 
 /* The sign nibble-bits of a block's 16 inputs (bit 3 of each nibble): set for negative values, clear for

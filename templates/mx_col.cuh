@@ -73,7 +73,10 @@ static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long 
 }
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
-  __shared__ float tile[TR][FB_COLS];
+  /* odd row stride: in the load phase a warp's lanes hold consecutive rows of one column span, so each
+   * shared-memory store touches 32 different banks; in the column phase lanes read one row, consecutive
+   * columns */
+  __shared__ float tile[TR][FB_COLS + 1];
   __shared__ float sdec[TR];
   const long long tiles_r = p.rows / TR + (p.rows % TR != 0), tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
   for (long long t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
@@ -81,17 +84,20 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     __syncthreads();
     for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[k] = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
     __syncthreads();
-    /* rows of the tile, a chunk at a time: coalesced, vector loads */
-    for (int k = threadIdx.x; k < TR * (FB_COLS / CHUNK); k += FB_THREADS) {
-      int rr = k / (FB_COLS / CHUNK), cc = (k % (FB_COLS / CHUNK)) * CHUNK;
+    /* a span of 32 columns of one row per item: 16-64 contiguous bytes of the source per lane */
+    for (int k = threadIdx.x; k < TR * (FB_COLS / 32); k += FB_THREADS) {
+      int rr = k % TR, cc = (k / TR) * 32;
       long long row = r0 + rr, col = c0 + cc;
-      float v[CHUNK];
-      if (row < p.rows && col < p.cols) load_chunk(p, row * p.cols + col, sdec[rr], v);
-      else
 #pragma unroll
-        for (int j = 0; j < CHUNK; ++j) v[j] = 0.0f;
+      for (int h = 0; h < 32 / CHUNK; ++h) {
+        float v[CHUNK];
+        if (row < p.rows && col + h * CHUNK < p.cols) load_chunk(p, row * p.cols + col + h * CHUNK, sdec[rr], v);
+        else
 #pragma unroll
-      for (int j = 0; j < CHUNK; ++j) tile[rr][cc + j] = v[j];
+          for (int j = 0; j < CHUNK; ++j) v[j] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < CHUNK; ++j) tile[rr][cc + h * CHUNK + j] = v[j];
+      }
     }
     __syncthreads();
     for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {

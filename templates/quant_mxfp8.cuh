@@ -5,27 +5,42 @@
 #include "fb_kparams.h"
 #include "fb_philox.h"
 
-extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
-  const long long nblk = p.rows * p.cols / 32;
-  for (long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x; b < nblk; b += (long long)gridDim.x * FB_THREADS) {
-    float v[32];
+/* Block b's 32 inputs as raw words (BF16 pairs, or FP32), then as floats: the raw words of the next
+ * block are what stays in flight while one is quantized. */
 #if FB_IN_F32
-    const float4 *s = reinterpret_cast<const float4 *>(p.in) + b * 8;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      float4 t = s[k];
-      v[4 * k] = t.x, v[4 * k + 1] = t.y, v[4 * k + 2] = t.z, v[4 * k + 3] = t.w;
-    }
+#define NRAW 8
+typedef float4 raw_t;
 #else
-    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + b * 4;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint4 t = s[k];
-      unsigned w[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[8 * k + 2 * j] = __uint_as_float(w[j] << 16), v[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
-    }
+#define NRAW 4
+typedef uint4 raw_t;
 #endif
+static __device__ __forceinline__ void load_raw(const fb_kp_mem &p, long long b, raw_t t[NRAW]) {
+  const raw_t *s = reinterpret_cast<const raw_t *>(p.in) + b * NRAW;
+#pragma unroll
+  for (int k = 0; k < NRAW; ++k) t[k] = s[k];
+}
+static __device__ __forceinline__ void unpack(const raw_t t[NRAW], float v[32]) {
+#pragma unroll
+  for (int k = 0; k < NRAW; ++k) {
+#if FB_IN_F32
+    v[4 * k] = t[k].x, v[4 * k + 1] = t[k].y, v[4 * k + 2] = t[k].z, v[4 * k + 3] = t[k].w;
+#else
+    unsigned w[4] = {t[k].x, t[k].y, t[k].z, t[k].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[8 * k + 2 * j] = __uint_as_float(w[j] << 16), v[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+#endif
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  const long long nblk = p.rows * p.cols / 32, stride = (long long)gridDim.x * FB_THREADS;
+  long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x;
+  raw_t nxt[NRAW];
+  if (b < nblk) load_raw(p, b, nxt);
+  for (; b < nblk; b += stride) {
+    float v[32];
+    unpack(nxt, v);
+    if (b + stride < nblk) load_raw(p, b + stride, nxt); /* in flight while this block is quantized */
     float a = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {

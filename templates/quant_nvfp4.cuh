@@ -57,13 +57,13 @@ static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long l
   for (int j = 0; j < 16; ++j) av[j] = fabsf(v[j]);
   float base = ab * k;
   unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f)), pk[2], sg[2];
-  float e6 = fbf_nvfp4_cand(av, sfc, s_dec, FB_SR, r, pk);
 #if FB_FOUR_OVER_SIX
+  float e6 = fbf_nvfp4_cand(av, sfc, s_dec, FB_SR, r, pk);
   unsigned p4[2], sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
   float e4 = fbf_nvfp4_cand(av, sf4, s_dec, FB_SR, r, p4);
   if (e4 < e6) sfc = sf4, pk[0] = p4[0], pk[1] = p4[1];
 #else
-  (void)e6;
+  fbf_nvfp4_codes(av, sfc, s_dec, FB_SR, r, pk);
 #endif
   fbf_nvfp4_signs(v, sg);
   uint2 packed;

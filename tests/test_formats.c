@@ -136,7 +136,9 @@ static void emulate_nvfp4(const float *x, size_t R, size_t C, int row_outer, int
       }
       float base = ab * k;
       unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f));
-      float e6 = fbf_nvfp4_cand(av, sfc, s_dec, sr, r, p6);
+      float e6 = 0.0f;
+      if (fos) e6 = fbf_nvfp4_cand(av, sfc, s_dec, sr, r, p6);
+      else fbf_nvfp4_codes(av, sfc, s_dec, sr, r, p6);
       const unsigned *pk = p6;
       if (fos) {
         unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
