@@ -55,8 +55,32 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
   case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
     *why = "GEMM templates arrive with the Hopper GEMM issue";
     return 0;
+  case FB_OP_ROUTER:
+    *c = (choice){"router.cuh", {"threads", NULL}};
+    return 1;
+  case FB_OP_PERMUTE: /* the payload is moved as bytes: only its planes matter */
+    if (q->format == FB_FMT_S2F6) { *why = "permute of an S2F6 payload: no template (S2F6 is the combine's format)"; return 0; }
+    if (q->format == FB_FMT_NVFP4 && q->outer == FB_GRAN_EXPERT) { *why = "permute of NVFP4 rows with per-expert outer scales: not a dispatch payload"; return 0; }
+    *c = (choice){"permute.cuh", {"threads", "vec", NULL}};
+    return 1;
+  case FB_OP_UNPERMUTE:
+    if (q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6) { *why = "unpermute of a payload other than BF16 or S2F6: no template"; return 0; }
+    if (q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) { *why = "unpermute: the S2F6 combine inverts RHT-32 only"; return 0; }
+    *c = (choice){"unpermute.cuh", {"rows", "threads", NULL}};
+    return 1;
+  case FB_OP_SWIGLU_FWD:
+  case FB_OP_SWIGLU_BWD:
+    *c = (choice){"swiglu.cuh", {"rows", "cols", "threads", NULL}};
+    return 1;
+  case FB_OP_ADAMW:
+    if (q->rht || q->format == FB_FMT_S2F6) { *why = "AdamW: next-step weights in this format: no template"; return 0; }
+    if (q->format == FB_FMT_MXFP8 && q->e5m2) { *why = "AdamW: MXFP8 weights with E5M2 elements: no template yet"; return 0; }
+    if (q->format == FB_FMT_NVFP4 && q->outer == FB_GRAN_TOKEN) { *why = "AdamW: NVFP4 weights take tensor or expert outer scales"; return 0; }
+    if (q->format == FB_FMT_MXFP8) { *c = (choice){"adamw.cuh", {"threads", NULL}}; return 1; } /* a thread per block of 32 */
+    *c = (choice){"adamw.cuh", {"threads", "vec", NULL}};
+    return 1;
   default:
-    *why = "no template yet (router, permute, unpermute, AdamW)";
+    *why = "no template yet (router backward)";
     return 0;
   }
 }
@@ -76,10 +100,11 @@ static const char *variant_illegal(const choice *c, const fb_variant *v) {
   }
   if (!strcmp(c->tmpl, "mx_col.cuh")) {
     if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
-    if ((size_t)rows * (cols + 1) * 4 > 48 * 1024) return "mx_col: the tile exceeds 48 KiB of static shared memory";
+    if ((size_t)rows * (cols + 1) * 4 + (size_t)cols * 32 > 48 * 1024) return "mx_col: the tile exceeds 48 KiB of static shared memory";
     if (cols % 32) return "mx_col: cols must be a multiple of 32 (a 32-column span per load)";
   }
   if (!strcmp(c->tmpl, "quant_nvfp4.cuh") && rows * 32 < threads) return "quant_nvfp4: fewer rows than warps leaves warps idle";
+  if (!strcmp(c->tmpl, "swiglu.cuh") && rows * (cols / 8) < threads) return "swiglu: fewer 8-column vectors in the tile than threads";
   return NULL;
 }
 
@@ -146,6 +171,17 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
     fb_str_printf(d, "FB_IN_F32 %d\nFB_SR %d\nFB_SRC %d\nFB_SRC_OUTER %d\n", k->in_f32, sr, src, src == 1 ? so : 0);
   } else if (!strcmp(tmpl, "s2f6.cuh")) {
     fb_str_printf(d, "FB_DIR %d\nFB_IN_F32 %d\nFB_RHT %d\n", k->op == FB_OP_S2F6_DQ, k->in_f32, q->rht ? 1 : 0);
+  } else if (!strcmp(tmpl, "permute.cuh")) {
+    fb_str_printf(d, "FB_OUTER_TOK %d\nFB_PAYLOAD %d\n", q->format == FB_FMT_NVFP4 && q->outer == FB_GRAN_TOKEN,
+                  q->format == FB_FMT_NVFP4 ? 1 : q->format == FB_FMT_MXFP8 ? 2 : 0);
+  } else if (!strcmp(tmpl, "unpermute.cuh")) {
+    int s2f6 = q->format == FB_FMT_S2F6;
+    fb_str_printf(d, "FB_OUT_BF16 %d\nFB_RHT %d\nFB_S2F6 %d\n", k->out_bf16 ? 1 : 0, s2f6 && q->rht ? 1 : 0, s2f6);
+  } else if (!strcmp(tmpl, "swiglu.cuh")) {
+    fb_str_printf(d, "FB_BWD %d\n", k->op == FB_OP_SWIGLU_BWD);
+  } else if (!strcmp(tmpl, "adamw.cuh")) {
+    fb_str_printf(d, "FB_AMAX %d\nFB_SR %d\nFB_WFMT %d\n", q->outer == FB_GRAN_EXPERT, q->format == FB_FMT_MXFP8 && sr,
+                  q->format == FB_FMT_NVFP4 ? 1 : q->format == FB_FMT_MXFP8 ? 2 : 0);
   }
 }
 

@@ -78,9 +78,15 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
    * columns */
   __shared__ float tile[TR][FB_COLS + 1];
   __shared__ float sdec[TR];
-  const long long tiles_r = p.rows / TR + (p.rows % TR != 0), tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
-  for (long long t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
-    const long long r0 = (t / tiles_c) * TR, c0 = (t % tiles_c) * FB_COLS;
+  /* a CTA owns a band of FB_COLS columns and SB = 1024 rows (tiles of TR rows, one after another), so that
+   * it writes each output row's 32 scale bytes of the band as one whole sector at the end, rather than
+   * bytes scattered over sectors that other CTAs fill (partial-sector writes cost a read of the sector) */
+  __shared__ unsigned char sc[FB_COLS][32];
+  const long long SB = 1024;
+  const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
+    const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
+  for (long long r0 = b0; r0 < b1; r0 += TR) {
     __syncthreads();
     for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[k] = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
     __syncthreads();
@@ -139,7 +145,16 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
       dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
       dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-      reinterpret_cast<unsigned char *>(p.scales)[o >> 5] = (unsigned char)e;
+      sc[cc][(row - b0) >> 5] = (unsigned char)e;
+    }
+  }
+    __syncthreads();
+    /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32 */
+    const int nsb = (int)((b1 - b0) >> 5);
+    for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+      int cc = k / nsb, j = k % nsb;
+      long long col = c0 + cc;
+      if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = sc[cc][j];
     }
   }
 }

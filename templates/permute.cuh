@@ -24,27 +24,27 @@
 #define FB_FULL 0xFFFFFFFFu
 
 /* the expert of entry i, or -1 (past the end, or dropped) */
-static __device__ __forceinline__ int expert_of(const fb_kp_moe &p, long long i, long long n) {
-  int e = i < n ? reinterpret_cast<const int *>(p.topk_idx)[i] : -1;
+static __device__ __forceinline__ int expert_of(const fb_kp_moe &p, int i, int end) {
+  int e = i < end ? reinterpret_cast<const int *>(p.topk_idx)[i] : -1;
   return e >= 0 && e < p.experts ? e : -1;
 }
 
-/* pass 0 and 2: a warp per chunk */
+/* pass 0 and 2: a warp per chunk. Entries and rows fit in int32 (the host checks rows*top_k + E*(tile-1) <
+ * 2^31): 32-bit indices keep 64-bit division (a subroutine call, and spills) out of the kernel. */
 static __device__ __forceinline__ void chunks(const fb_kp_moe &p, int place) {
-  const int lane = threadIdx.x & 31, E = p.experts;
-  const long long n = p.rows * p.top_k, nch = (n + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
+  const int lane = threadIdx.x & 31, E = p.experts, K = p.top_k;
+  const int n = (int)(p.rows * p.top_k), nch = (n + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
   const unsigned below = (1u << lane) - 1u;
-  for (long long c = ((long long)blockIdx.x * FB_THREADS + threadIdx.x) >> 5; c < nch;
-       c += (long long)gridDim.x * (FB_THREADS / 32)) {
-    int *tab = reinterpret_cast<int *>(p.chunk_counts) + c * E;
+  int *row_of = reinterpret_cast<int *>(p.row_of), *token_of = reinterpret_cast<int *>(p.token_of);
+  for (int c = (int)((blockIdx.x * FB_THREADS + threadIdx.x) >> 5); c < nch; c += (int)(gridDim.x * (FB_THREADS / 32))) {
+    int *tab = reinterpret_cast<int *>(p.chunk_counts) + (long long)c * E;
     if (!place) {
       for (int e = lane; e < E; e += 32) tab[e] = 0;
       __syncwarp();
     }
-    const long long end = (c + 1) * FB_PERMUTE_CHUNK < n ? (c + 1) * FB_PERMUTE_CHUNK : n;
-    for (long long i0 = c * FB_PERMUTE_CHUNK; i0 < end; i0 += 32) { /* warp-uniform trip count */
-      const long long i = i0 + lane;
-      const int e = expert_of(p, i, end);
+    const int end = n - c * FB_PERMUTE_CHUNK > FB_PERMUTE_CHUNK ? (c + 1) * FB_PERMUTE_CHUNK : n;
+    for (int i0 = c * FB_PERMUTE_CHUNK; i0 < end; i0 += 32) { /* warp-uniform trip count */
+      const int i = i0 + lane, e = expert_of(p, i, end);
       const unsigned grp = __match_any_sync(FB_FULL, e);
       const int leader = lane == __ffs(grp) - 1, cnt = __popc(grp);
       if (!place) {
@@ -54,11 +54,11 @@ static __device__ __forceinline__ void chunks(const fb_kp_moe &p, int place) {
         __syncwarp(); /* every lane of the group has read tab[e] before its leader moves it on */
         if (e >= 0) {
           const int row = base + __popc(grp & below);
-          reinterpret_cast<int *>(p.row_of)[i] = row;
-          reinterpret_cast<int *>(p.token_of)[row] = (int)(i / p.top_k);
+          row_of[i] = row;
+          token_of[row] = i / K;
           if (leader) tab[e] = base + cnt;
         } else if (i < end) {
-          reinterpret_cast<int *>(p.row_of)[i] = -1;
+          row_of[i] = -1;
         }
       }
       __syncwarp(); /* orders this round's table updates before the next round's reads */
@@ -66,84 +66,91 @@ static __device__ __forceinline__ void chunks(const fb_kp_moe &p, int place) {
   }
 }
 
-/* pass 1: CTA 0; thread t owns the experts [t*ept, (t+1)*ept), so one block scan orders them all */
+/* pass 1: CTA 0; thread t owns the experts [t*ept, (t+1)*ept), so one block scan orders them all. Rows fit
+ * in int32 (the host checks rows*top_k + E*(tile-1) < 2^31), so the scan is in int. */
 static __device__ __forceinline__ void scan(const fb_kp_moe &p) {
-  __shared__ long long warp_sum[FB_THREADS / 32];
+  __shared__ int warp_sum[FB_THREADS / 32];
   if (blockIdx.x != 0) return;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = p.experts;
-  const long long n = p.rows * p.top_k, nch = (n + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK, tile = p.tile;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = p.experts, tile = p.tile;
+  const int nch = (int)((p.rows * p.top_k + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK);
   const int ept = (E + FB_THREADS - 1) / FB_THREADS, e0 = threadIdx.x * ept, e1 = e0 + ept < E ? e0 + ept : E;
   int *tab = reinterpret_cast<int *>(p.chunk_counts), *counts = reinterpret_cast<int *>(p.counts);
-  long long mine = 0;
+  int mine = 0;
   for (int e = e0; e < e1; ++e) {
     int tot = 0;
-    for (long long c = 0; c < nch; ++c) tot += tab[c * E + e];
+    for (int c = 0; c < nch; ++c) tot += tab[c * E + e];
     counts[e] = tot;
     mine += (tot + tile - 1) / tile * tile;
   }
-  long long x = mine; /* inclusive scan over the warp, then over the warps */
+  int x = mine; /* inclusive scan over the warp, then over the warps */
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    long long y = __shfl_up_sync(FB_FULL, x, o);
+    int y = __shfl_up_sync(FB_FULL, x, o);
     if (lane >= o) x += y;
   }
   if (lane == 31) warp_sum[warp] = x;
   __syncthreads();
   if (warp == 0) {
-    long long w = lane < FB_THREADS / 32 ? warp_sum[lane] : 0;
+    int w = lane < FB_THREADS / 32 ? warp_sum[lane] : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      long long y = __shfl_up_sync(FB_FULL, w, o);
+      int y = __shfl_up_sync(FB_FULL, w, o);
       if (lane >= o) w += y;
     }
     if (lane < FB_THREADS / 32) warp_sum[lane] = w;
   }
   __syncthreads();
-  long long base = x - mine + (warp ? warp_sum[warp - 1] : 0);
+  int base = x - mine + (warp ? warp_sum[warp - 1] : 0);
   long long *off = reinterpret_cast<long long *>(p.offsets);
   int *token_of = reinterpret_cast<int *>(p.token_of);
   for (int e = e0; e < e1; ++e) {
-    const int cnt = counts[e];
-    const long long pad = ((long long)cnt + tile - 1) / tile * tile;
+    const int cnt = counts[e], pad = (cnt + tile - 1) / tile * tile;
     off[e] = base;
-    long long run = base;
-    for (long long c = 0; c < nch; ++c) {
+    int run = base;
+    for (int c = 0; c < nch; ++c) {
       int k = tab[c * E + e];
-      tab[c * E + e] = (int)run;
+      tab[c * E + e] = run;
       run += k;
     }
-    for (long long r = base + cnt; r < base + pad; ++r) token_of[r] = -1;
+    for (int r = base + cnt; r < base + pad; ++r) token_of[r] = -1;
     base += pad;
   }
   if (threadIdx.x == FB_THREADS - 1) off[E] = warp_sum[FB_THREADS / 32 - 1];
 }
 
-/* one plane's row: nb bytes at row r of dst from row tok of src, or zeros when tok < 0 */
+/* one plane's row: nb bytes at row r of dst from row tok of src (tok >= 0), or zeros (src == 0). The lane
+ * moves FB_VEC 32-bit words per step where nb allows, else words, else bytes. */
+template <int W> struct fb_vec_t;
+template <> struct fb_vec_t<1> { typedef unsigned T; };
+template <> struct fb_vec_t<2> { typedef uint2 T; };
+template <> struct fb_vec_t<4> { typedef uint4 T; };
+
+template <int W, int N> /* N units of W words per lane per step */
+static __device__ __forceinline__ void move(unsigned char *d, const unsigned char *s, long long nb, int lane) {
+  typedef typename fb_vec_t<W>::T T;
+  T *dv = reinterpret_cast<T *>(d);
+  const T *sv = reinterpret_cast<const T *>(s);
+  const long long nu = nb / (4 * W);
+  for (long long u = (long long)lane * N; u < nu; u += 32 * N) {
+    T x[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (s) x[k] = sv[u + k];
+      else memset(&x[k], 0, sizeof(T));
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) dv[u + k] = x[k];
+  }
+}
+
 static __device__ __forceinline__ void copy_row(unsigned long long dst, unsigned long long src, long long nb, long long r,
                                                 long long tok, int lane) {
   unsigned char *d = reinterpret_cast<unsigned char *>(dst) + r * nb;
-  const unsigned char *s = reinterpret_cast<const unsigned char *>(src) + (tok < 0 ? 0 : tok * nb);
-  if (nb % (4 * FB_VEC) == 0) {
-#if FB_VEC >= 4
-    const long long nu = nb / 16; /* uint4 units; a lane takes FB_VEC / 4 consecutive ones per step */
-    for (long long u = (long long)lane * (FB_VEC / 4); u < nu; u += 32 * (FB_VEC / 4)) {
-#pragma unroll
-      for (int k = 0; k < FB_VEC / 4; ++k)
-        reinterpret_cast<uint4 *>(d)[u + k] = tok < 0 ? make_uint4(0u, 0u, 0u, 0u) : reinterpret_cast<const uint4 *>(s)[u + k];
-    }
-#elif FB_VEC == 2
-    for (long long u = lane; u < nb / 8; u += 32)
-      reinterpret_cast<uint2 *>(d)[u] = tok < 0 ? make_uint2(0u, 0u) : reinterpret_cast<const uint2 *>(s)[u];
-#else
-    for (long long u = lane; u < nb / 4; u += 32)
-      reinterpret_cast<unsigned *>(d)[u] = tok < 0 ? 0u : reinterpret_cast<const unsigned *>(s)[u];
-#endif
-  } else if (nb % 4 == 0) {
-    for (long long u = lane; u < nb / 4; u += 32)
-      reinterpret_cast<unsigned *>(d)[u] = tok < 0 ? 0u : reinterpret_cast<const unsigned *>(s)[u];
-  } else {
-    for (long long u = lane; u < nb; u += 32) d[u] = tok < 0 ? (unsigned char)0 : s[u];
-  }
+  const unsigned char *s = tok < 0 ? nullptr : reinterpret_cast<const unsigned char *>(src) + tok * nb;
+  if (nb % (4 * FB_VEC) == 0) move<FB_VEC >= 4 ? 4 : FB_VEC, FB_VEC >= 4 ? FB_VEC / 4 : 1>(d, s, nb, lane);
+  else if (nb % 4 == 0) move<1, 1>(d, s, nb, lane);
+  else
+    for (long long u = lane; u < nb; u += 32) d[u] = s ? s[u] : (unsigned char)0;
 }
 
 /* pass 3 */
@@ -168,11 +175,9 @@ static __device__ __forceinline__ void gather(const fb_kp_moe &p) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_moe p) {
-  switch (p.pass) {
-  case 0: chunks(p, 0); break;
-  case 1: scan(p); break;
-  case 2: chunks(p, 1); break;
-  default: gather(p); break;
-  }
+/* (minBlocks 1: with the maximum only, ptxas squeezes the four passes into 32 registers and spills) */
+extern "C" __global__ void __launch_bounds__(FB_THREADS, 1) FB_KERNEL(const fb_kp_moe p) {
+  if (p.pass == 3) { gather(p); return; }
+  if (p.pass == 1) { scan(p); return; }
+  chunks(p, p.pass == 2);
 }

@@ -66,11 +66,12 @@ typedef struct {
 } bench_row;
 
 int main(int argc, char **argv) {
-  const char *peer_file = NULL, *csv_file = NULL;
+  const char *peer_file = NULL, *csv_file = NULL, *only = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_file = argv[++i];
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_file = argv[++i];
-    else { fprintf(stderr, "usage: bench [--peer FILE] [--csv FILE]\n"); return 2; }
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i]; /* rows whose spec name holds this */
+    else { fprintf(stderr, "usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR]\n"); return 2; }
   }
   if (fb_cuda_use_device(0) != FB_OK) {
     printf("bench: SKIPPED (not passed): %s\n", fb_errmsg());
@@ -108,6 +109,7 @@ int main(int argc, char **argv) {
       {"amax per tensor (BF16 X)", "amax_ten_bf16", R, C, 1, 2 * n, 0},
       {"NVFP4 quant, token 4/6 (dispatch X)", "quant_nvfp4_4o6_tok_row", R, C, 1, 2 * n + n / 2 + n / 16 + 4.0 * R, 1},
       {"NVFP4 quant, tensor (NVIDIA X)", "quant_nvfp4_ten_row", R, C, 1, 2 * n + n / 2 + n / 16, 1},
+      {"MXFP8 quant rows, RN (last-1/6 forward X)", "quant_mxfp8_row", R, C, 1, 2 * n + n + n / 32, 1},
       {"MXFP8 quant rows, SR (dY)", "quant_mxfp8_sr_row", R, C, 1, 2 * n + n + n / 32, 1},
       {"MXFP8 quant columns, SR (dY for wgrad)", "quant_mxfp8_sr_col", R, C, 1, 2 * n + n + n / 32, 1},
       {"requant NVFP4 tok -> MXFP8^T SR (saved X)", "requant_nvfp4_tok_mxfp8_sr_t", R, C, 1, n / 2 + n / 16 + 4.0 * R + n + n / 32, 0},
@@ -120,9 +122,10 @@ int main(int argc, char **argv) {
   CK(fb_recipe_load("recipes/inkling2_small.lua", &rec));
   build_specs();
   units = calloc(2048, sizeof *units);
-  int first[16], count[16];
+  int first[32], count[32];
   for (int i = 0; i < nrows; ++i) {
     first[i] = nunits, count[i] = 0;
+    if (only && !strstr(rows[i].match, only)) continue;
     for (int s = 0; s < nspecs; ++s) {
       if (strncmp(specs[s].k.name, rows[i].match, strlen(rows[i].match)) || strcmp(specs[s].k.name + strlen(rows[i].match), "_sm90a")) continue;
       const fb_tune_family *fam = NULL;
@@ -140,7 +143,7 @@ int main(int argc, char **argv) {
       }
       free(vs);
     }
-    if (!count[i]) { fprintf(stderr, "bench: no spec named %s\n", rows[i].match); return 1; }
+    if (!count[i] && !only) { fprintf(stderr, "bench: no spec named %s\n", rows[i].match); return 1; }
   }
   pthread_t th[16];
   for (int i = 0; i < 16; ++i) pthread_create(&th[i], NULL, compile_worker, NULL);
@@ -187,6 +190,7 @@ int main(int argc, char **argv) {
   printf("\n%-52s %-44s %8s %8s %7s %8s %6s\n", "kernel (S1)", "best variant", "ms", "GB/s", "%copy", "x peer", "#wrong");
   int failed = 0;
   for (int i = 0; i < nrows; ++i) {
+    if (!count[i]) continue;
     float best = 1e30f;
     int bu = -1;
     long wrong_total = 0;
