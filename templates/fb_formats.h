@@ -128,6 +128,39 @@ FBF_FN unsigned fbf_e4m3_sr_fast(float x, unsigned r) {
   return ((b >> 24) & 0x80u) | (fbf_e4m3_rn(fbf_u2f(q)) & 0x7Fu);
 }
 
+/* Two E4M3 RN conversions in one instruction where there is one: low byte from lo, high byte from hi. */
+FBF_FN unsigned fbf_e4m3x2_rn(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short h;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
+  return (unsigned)h;
+#else
+  return fbf_e4m3_rn_sw(lo) | fbf_e4m3_rn_sw(hi) << 8;
+#endif
+}
+
+/* The rare pair with a value below E4M3's normal range, out of line: the fast path stays small. */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+__host__ __device__ static __noinline__
+#else
+static
+#endif
+unsigned fbf_e4m3x2_sr_slow(float x0, float x1, unsigned r0, unsigned r1) {
+  return fbf_e4m3_sr(x0, r0) | fbf_e4m3_sr(x1, r1) << 8;
+}
+
+/* SR of a pair (fbf_e4m3_sr_fast's rule on the signed bits: NaN kept as it is, +-Inf stays Inf and the
+ * satfinite conversion makes it +-448), converted by one x2 instruction; a value below 2^-6 takes the
+ * general path. */
+FBF_FN unsigned fbf_e4m3x2_sr(float x0, float x1, unsigned r0, unsigned r1) {
+  unsigned b0 = fbf_f2u(x0), b1 = fbf_f2u(x1);
+  unsigned a0 = b0 & 0x7FFFFFFFu, a1 = b1 & 0x7FFFFFFFu;
+  if (a0 < 0x3C800000u || a1 < 0x3C800000u) return fbf_e4m3x2_sr_slow(x0, x1, r0, r1);
+  unsigned q0 = a0 > 0x7F800000u ? b0 : ((b0 & 0xFFFFF000u) + (r0 << 12)) & 0xFFF00000u;
+  unsigned q1 = a1 > 0x7F800000u ? b1 : ((b1 & 0xFFFFF000u) + (r1 << 12)) & 0xFFF00000u;
+  return fbf_e4m3x2_rn(fbf_u2f(q0), fbf_u2f(q1));
+}
+
 FBF_FN float fbf_e4m3_dec(unsigned c) {
   unsigned e = (c >> 3) & 15u, m = c & 7u;
   if ((c & 0x7Fu) == 0x7Fu) return fbf_u2f(0x7FC00000u);

@@ -129,18 +129,14 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #endif
       unsigned w[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        unsigned word = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float x = tile[32 * rb + 4 * q + j][cc] * inv;
+      for (int q = 0; q < 8; ++q) { /* four codes a word, two per conversion */
+        float x0 = tile[32 * rb + 4 * q + 0][cc] * inv, x1 = tile[32 * rb + 4 * q + 1][cc] * inv, x2 = tile[32 * rb + 4 * q + 2][cc] * inv, x3 = tile[32 * rb + 4 * q + 3][cc] * inv;
 #if FB_SR
-          word |= fbf_e4m3_sr_fast(x, (r[q] >> (8 * j)) & 255u) << (8 * j);
+        unsigned rw = r[q];
+        w[q] = fbf_e4m3x2_sr(x0, x1, rw & 255u, (rw >> 8) & 255u) | fbf_e4m3x2_sr(x2, x3, (rw >> 16) & 255u, rw >> 24) << 16;
 #else
-          word |= fbf_e4m3_rn(x) << (8 * j);
+        w[q] = fbf_e4m3x2_rn(x0, x1) | fbf_e4m3x2_rn(x2, x3) << 16;
 #endif
-        }
-        w[q] = word;
       }
       uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
       dst[0] = make_uint4(w[0], w[1], w[2], w[3]);

@@ -59,19 +59,14 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #endif
     unsigned w[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      unsigned word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float x = v[4 * k + j] * inv;
+    for (int k = 0; k < 8; ++k) { /* four codes a word, two per conversion */
+      float x0 = v[4 * k + 0] * inv, x1 = v[4 * k + 1] * inv, x2 = v[4 * k + 2] * inv, x3 = v[4 * k + 3] * inv;
 #if FB_SR
-        unsigned c = fbf_e4m3_sr_fast(x, (r[k] >> (8 * j)) & 255u);
+      unsigned rw = r[k];
+      w[k] = fbf_e4m3x2_sr(x0, x1, rw & 255u, (rw >> 8) & 255u) | fbf_e4m3x2_sr(x2, x3, (rw >> 16) & 255u, rw >> 24) << 16;
 #else
-        unsigned c = fbf_e4m3_rn(x);
+      w[k] = fbf_e4m3x2_rn(x0, x1) | fbf_e4m3x2_rn(x2, x3) << 16;
 #endif
-        word |= c << (8 * j);
-      }
-      w[k] = word;
     }
     uint4 *o = reinterpret_cast<uint4 *>(p.out) + b * 2;
     o[0] = make_uint4(w[0], w[1], w[2], w[3]);

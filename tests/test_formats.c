@@ -60,6 +60,9 @@ static void e4m3_sr(uint32_t u) {
   unsigned r = rnd() & 255;
   check("e4m3 sr", u, fbf_e4m3_sr(u2f(u), r), fb_e4m3_encode_sr(u2f(u), (uint8_t)r));
   check("e4m3 sr fast", u, fbf_e4m3_sr_fast(u2f(u), r), fb_e4m3_encode_sr(u2f(u), (uint8_t)r));
+  unsigned pair = fbf_e4m3x2_sr(u2f(u), u2f(u ^ 0x80000000u), r, 255 - r);
+  check("e4m3x2 sr lo", u, pair & 255, fb_e4m3_encode_sr(u2f(u), (uint8_t)r));
+  check("e4m3x2 sr hi", u, pair >> 8, fb_e4m3_encode_sr(u2f(u ^ 0x80000000u), (uint8_t)(255 - r)));
 }
 
 static void run(const char *name, void (*f)(uint32_t)) {
