@@ -100,6 +100,8 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_golden.sh"; bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
+	$(Q)echo "== tests/test_gen.sh"; bash tests/test_gen.sh $(BUILD)/fourbit
+	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 
@@ -120,6 +122,8 @@ demo: all $(BUILD)/tests/tools/f32tool
 golden: all
 	$(Q)for r in $(GOLDEN); do $(BUILD)/fourbit plan recipes/$$r.lua > tests/golden/plan_$$r.txt && \
 	  $(BUILD)/fourbit plan --json recipes/$$r.lua > tests/golden/plan_$$r.json && echo "  golden  $$r"; done
+	$(Q)rm -rf $(BUILD)/golden-gen && $(BUILD)/fourbit gen recipes/tiny.lua --only quant_nvfp4_4o6_tok_row --out $(BUILD)/golden-gen > /dev/null && \
+	  cp $(BUILD)/golden-gen/quant_nvfp4_4o6_tok_row_sm90a_r16_t256.cu tests/golden/gen_quant_nvfp4_4o6_tok_row_sm90a_r16_t256.cu && echo "  golden  gen_quant_nvfp4_4o6_tok_row_sm90a_r16_t256.cu"
 
 # libFuzzer on the recipe loader and the plan (clang, ASan + UBSan), FUZZSECS seconds over a corpus of
 # the shipped recipes and the bad-recipe fixtures. A crash, leak or sanitizer report fails the run.

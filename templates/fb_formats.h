@@ -170,6 +170,14 @@ FBF_FN float fbf_e4m3_dec(unsigned c) {
 
 /* ---- E8M0 ---- */
 FBF_FN unsigned fbf_e8m0_up(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  /* sm_100a/sm_103a: the rounded-up conversion in one instruction. The CUDA headers' host emulation of it
+   * (__nv_cvt_float_to_e8m0, cudaRoundPosInf, satfinite) equals the rule below on every value
+   * tests/test_xcheck_cuda.cpp tries; the instruction itself has not run here (no Blackwell GPU). */
+  unsigned short h;
+  asm("cvt.rp.satfinite.ue8m0x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.0f), "f"(fabsf(x)));
+  return (unsigned)h & 0xFFu;
+#endif
   unsigned b = fbf_f2u(x) & 0x7FFFFFFFu, ex = b >> 23, man = b & 0x7FFFFFu;
   if (ex == 255u) return man ? 0xFFu : 0xFEu;
   if (ex == 0u) return b <= 0x00400000u ? 0u : 1u;
