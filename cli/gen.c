@@ -2,6 +2,7 @@
  * cubins for each arch, compiled in parallel by NVRTC. */
 #include "cli.h"
 #include "fb_str.h"
+#include <stdint.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -25,7 +26,8 @@ static void gen_usage(FILE *f) {
           "  --out DIR      output folder (default build/kernels); created if missing\n"
           "  --jobs N       parallel compiles (default: the number of cores)\n"
           "  --only SUBSTR  only kernels whose name contains SUBSTR\n"
-          "  --cache DIR    store the cubins in the LMDB kernel cache: not available yet (the cache issue)\n"
+          "  --cache DIR    the LMDB kernel cache: cubins found there (same source, arch, NVRTC version and\n"
+          "                 options) are not compiled again, new ones are stored; DIR on a local disk\n"
           "  -h, --help     this text\n");
 }
 
@@ -36,6 +38,8 @@ typedef struct {
   char *src;
   fb_cubin cubin;
   fb_status st;
+  int cached;
+  uint8_t key[32];
   char err[2048];
 } job;
 
@@ -44,6 +48,7 @@ typedef struct {
   int n, next, done;
   pthread_mutex_t mu;
   const char *out;
+  fb_cache *cache;
   int tty;
 } pool;
 
@@ -55,6 +60,18 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&p->mu);
     if (i >= p->n) return NULL;
     job *j = &p->jobs[i];
+    if (p->cache) {
+      fb_cache_kernel_key(j->src, j->arch, j->key);
+      void *cub;
+      size_t n;
+      if (fb_cache_get_kernel(p->cache, j->key, &cub, &n) == FB_OK) {
+        j->cubin.cubin = cub, j->cubin.size = n, j->cached = 1, j->st = FB_OK;
+        pthread_mutex_lock(&p->mu);
+        ++p->done;
+        pthread_mutex_unlock(&p->mu);
+        continue;
+      }
+    }
     j->st = fb_nvrtc_compile(j->var.name, j->src, j->arch, &j->cubin);
     if (j->st != FB_OK) snprintf(j->err, sizeof j->err, "%s", fb_errmsg());
     pthread_mutex_lock(&p->mu);
@@ -96,7 +113,7 @@ int fb_cli_gen(int argc, char **argv) {
                                        {"jobs", required_argument, 0, 'j'}, {"only", required_argument, 0, 'O'},
                                        {"cache", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  const char *archs = "sm_90a", *out = "build/kernels", *only = NULL;
+  const char *archs = "sm_90a", *out = "build/kernels", *only = NULL, *cache_dir = NULL;
   unsigned long long jobs = (unsigned long long)sysconf(_SC_NPROCESSORS_ONLN);
   int c;
   optind = 0;
@@ -109,10 +126,7 @@ int fb_cli_gen(int argc, char **argv) {
     case 'j':
       if (fb_cli_parse_u64("gen", "--jobs", optarg, 1, 1024, &jobs)) return 2;
       break;
-    case 'c':
-      fprintf(stderr, "fourbit gen: --cache: the LMDB kernel cache is not built yet (the tuner/cache issue); "
-                      "use --out\n");
-      return 2;
+    case 'c': cache_dir = optarg; break;
     case 'h': gen_usage(stdout); return 0;
     default:
       fprintf(stderr, "fourbit gen: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
@@ -209,6 +223,13 @@ int fb_cli_gen(int argc, char **argv) {
     return 1;
   }
   pool pl = {.jobs = jobs_v, .n = n, .out = out, .tty = isatty(2)};
+  if (cache_dir && fb_cache_open(cache_dir, &pl.cache) != FB_OK) {
+    fprintf(stderr, "fourbit gen: --cache: %s\n", fb_errmsg());
+    for (int i = 0; i < n; ++i) free(jobs_v[i].src);
+    free(jobs_v);
+    fb_recipe_free(r);
+    return 2;
+  }
   pthread_mutex_init(&pl.mu, NULL);
   int nt = (int)(jobs < (unsigned long long)n ? jobs : (unsigned long long)(n ? n : 1));
   pthread_t th[1024];
@@ -216,7 +237,7 @@ int fb_cli_gen(int argc, char **argv) {
   for (int t = 0; t < nt; ++t) pthread_join(th[t], NULL);
   if (pl.tty) fprintf(stderr, "\r%40s\r", "");
   double *ms = calloc((size_t)(n ? n : 1), sizeof *ms);
-  int ok = 0, spilled = 0;
+  int ok = 0, spilled = 0, hits = 0, stored = 0;
   printf("%-64s %-8s %8s %5s %6s\n", "kernel", "arch", "compile", "regs", "spill");
   for (int i = 0; i < n; ++i) {
     job *j = &jobs_v[i];
@@ -225,6 +246,15 @@ int fb_cli_gen(int argc, char **argv) {
       rc = 1;
       continue;
     }
+    if (pl.cache && !j->cached) {
+      if (fb_cache_put_kernel(pl.cache, j->key, j->src, j->cubin.cubin, j->cubin.size) != FB_OK) {
+        fprintf(stderr, "fourbit gen: --cache: %s\n", fb_errmsg());
+        rc = 1;
+      } else {
+        ++stored;
+      }
+    }
+    hits += j->cached;
     int regs, spill;
     resources(j->cubin.log, &regs, &spill);
     spilled += spill > 0;
@@ -235,12 +265,21 @@ int fb_cli_gen(int argc, char **argv) {
       rc = 1;
       continue;
     }
+    if (j->cached) {
+      printf("%-64s %-8s %9s %5s %6s\n", j->var.name, j->arch, "cached", "-", "-");
+      ++ok;
+      continue;
+    }
     ms[ok++] = j->cubin.ms;
     printf("%-64s %-8s %6.0f ms %5d %6d\n", j->var.name, j->arch, j->cubin.ms, regs, spill);
   }
-  qsort(ms, (size_t)ok, sizeof *ms, cmp_double);
-  printf("\n%d of %d variants compiled into %s; compile time median %.0f ms, max %.0f ms (%d threads)%s\n", ok, n, out,
-         ok ? ms[ok / 2] : 0.0, ok ? ms[ok - 1] : 0.0, nt, pruned_total ? "; illegal variants pruned as listed" : "");
+  int nc = ok - hits;
+  qsort(ms, (size_t)nc, sizeof *ms, cmp_double);
+  printf("\n%d of %d variants written to %s: %d compiled (median %.0f ms, max %.0f ms, %d threads), %d from the cache%s\n",
+         ok, n, out, nc, nc ? ms[nc / 2] : 0.0, nc ? ms[nc - 1] : 0.0, nt, hits,
+         pruned_total ? "; illegal variants pruned as listed" : "");
+  if (pl.cache) printf("cache %s: %d kernels stored\n", cache_dir, stored);
+  fb_cache_close(pl.cache);
   if (spilled) printf("warning: %d variants spill registers to local memory (see the spill column)\n", spilled);
   if (skipped) printf("%d kernels have no template yet and were not generated:\n%s", skipped, notice.buf);
   for (int i = 0; i < n; ++i) free(jobs_v[i].src), fb_cubin_free(&jobs_v[i].cubin);

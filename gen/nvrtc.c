@@ -12,6 +12,12 @@
 #include <string.h>
 #include <time.h>
 
+/* The options besides --gpu-architecture, in one place: they are part of a cubin's cache key. */
+static const char *const OPTIONS[] = {"--std=c++17", "--fmad=false", "--ptxas-options=-v", "-lineinfo"};
+#define NOPT (int)(sizeof OPTIONS / sizeof OPTIONS[0])
+
+const char *fb_nvrtc_options(void) { return "--std=c++17 --fmad=false --ptxas-options=-v -lineinfo"; }
+
 fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, fb_cubin *out) {
   memset(out, 0, sizeof *out);
   if (strcmp(arch, "sm_90a") && strcmp(arch, "sm_100a") && strcmp(arch, "sm_103a"))
@@ -22,7 +28,8 @@ fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, 
   for (int i = 0; i < nh && i < 64; ++i) hdr[i] = fb_embedded[i].text, hname[i] = fb_embedded[i].name;
   char archopt[64];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-  const char *opts[] = {archopt, "--std=c++17", "--fmad=false", "--ptxas-options=-v", "-lineinfo"};
+  const char *opts[1 + NOPT] = {archopt};
+  for (int i = 0; i < NOPT; ++i) opts[1 + i] = OPTIONS[i];
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   nvrtcProgram prog = NULL;

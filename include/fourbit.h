@@ -6,6 +6,8 @@
  *             encode/decode (E2M1, E4M3, E5M2, E8M0, S2F6), NVFP4 and MXFP8 block quantizers,
  *             the backward's requantize-transpose, RHT-32, S2F6 blocks. This is the CPU reference
  *             that every GPU kernel is checked against.
+ *   ops       (runtime/ops.c) CPU references of the router, permute, unpermute, SwiGLU and AdamW
+ *             kernels, and BF16 rounding.
  *   philox    templates/fb_philox.h (host C and NVRTC device code compile the same header)
  *   driver    (runtime/cuda_driver.c) libcuda.so.1 loaded with dlopen at first use.
  *
@@ -217,7 +219,8 @@ typedef enum {
   FB_OP_ROUTER = 0, FB_OP_ROUTER_BWD, FB_OP_AMAX, FB_OP_QUANT, FB_OP_PERMUTE, FB_OP_UNPERMUTE,
   FB_OP_GEMM_FWD13, FB_OP_GEMM_FWD2, FB_OP_GEMM_DGRAD2, FB_OP_GEMM_WGRAD, FB_OP_GEMM_DGRAD13,
   FB_OP_REQUANT, FB_OP_ADAMW,
-  FB_OP_S2F6_Q, FB_OP_S2F6_DQ /* the combine payload's kernels on their own (tests, unfused paths) */
+  FB_OP_S2F6_Q, FB_OP_S2F6_DQ, /* the combine payload's kernels on their own (tests, unfused paths) */
+  FB_OP_SWIGLU_FWD, FB_OP_SWIGLU_BWD /* SwiGLU on its own (tests, unfused paths; the GEMMs fuse it) */
 } fb_op;
 
 typedef struct {
@@ -233,6 +236,7 @@ typedef struct {
   char role[96];   /* what it computes, for people */
   int first_layer, last_layer, nlayers;
   int nvariants;   /* of its family after the recipe's keep() */
+  int out_bf16;    /* unpermute: BF16 (round to nearest even) output instead of FP32 */
 } fb_kernel_spec;
 
 typedef struct {
@@ -299,6 +303,19 @@ typedef struct {
  * FB_ENVRTC with the kernel name and NVRTC's log in fb_errmsg(). */
 fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, fb_cubin *out);
 void fb_cubin_free(fb_cubin *c);
+/* The NVRTC options every kernel is compiled with (besides the arch), as one string. */
+const char *fb_nvrtc_options(void);
+
+/* ---- the LMDB kernel cache (cache/cache.c) ------------------------------------------------------ */
+typedef struct fb_cache fb_cache;
+/* Open (creating) the cache environment in dir: a local disk, not a network file system. */
+fb_status fb_cache_open(const char *dir, fb_cache **out);
+void fb_cache_close(fb_cache *c);
+/* The content address of a compiled kernel: sha256 of its source, arch, NVRTC version and options. */
+void fb_cache_kernel_key(const char *src, const char *arch, uint8_t key[32]);
+fb_status fb_cache_put_kernel(fb_cache *c, const uint8_t key[32], const char *src, const void *cubin, size_t size);
+/* FB_ENOTFOUND when absent; an entry of another format or failing its checksum is reported, not loaded. */
+fb_status fb_cache_get_kernel(fb_cache *c, const uint8_t key[32], void **cubin, size_t *size);
 
 /* ---- hashing (runtime/sha256.c) -------------------------------------------------------------- */
 void fb_sha256(const void *data, size_t len, uint8_t out[32]);
@@ -307,6 +324,77 @@ void fb_sha256_hex(const void *data, size_t len, char out[65]);
 /* ---- CUDA driver, loaded with dlopen ---------------------------------------------------------- */
 /* FB_OK if libcuda.so.1 loaded and cuInit succeeded; otherwise FB_ECUDA with the reason. */
 fb_status fb_cuda_load(void);
+
+/* ---- other ops of the train step (runtime/ops.c) ---- */
+/* CPU references of the router, permute, unpermute (combine), SwiGLU and AdamW kernels; the GPU templates
+ * router.cuh, permute.cuh, unpermute.cuh, swiglu.cuh and adamw.cuh match them bit for bit. BF16 values are
+ * uint16_t bit patterns. */
+uint16_t fb_bf16_from_f32(float x);   /* round to nearest even; NaN stays NaN (quiet bit set) */
+float fb_bf16_to_f32(uint16_t h);
+
+/* Router, per token t (logits tokens x experts, row-major):
+ *   m = max_j l_j (NaN ignored); e_j = fbm_expf(l_j - m);
+ *   s = the sum of a warp: partial_L = e_L + e_{L+32} + ... (L = 0..31, increasing j, from 0.0f), then
+ *       partial_L = partial_L + partial_{L^o} for o = 16, 8, 4, 2, 1; s = partial_0;
+ *   p_j = e_j / s; top-k by p descending, ties to the lower index (NaN ranks last);
+ *   w_i = p_{sel_i} / S, S = p_{sel_0} + p_{sel_1} + ... in rank order from 0.0f.
+ * 1 <= top_k <= min(experts, 64). probs (tokens x experts) may be NULL; topk_idx, topk_w: tokens x top_k. */
+fb_status fb_router_ref(const float *logits, size_t tokens, int experts, int top_k, float *probs,
+                        int32_t *topk_idx, float *topk_w);
+
+/* Permute (dispatch). Entry i = t*top_k + slot with expert e = topk_idx[i] goes to row
+ * offsets[e] + (entries of expert e before i), offsets[0] = 0, offsets[e+1] = offsets[e] + roundup(counts[e],
+ * tile). topk_idx -1 drops the entry (row_of -1); other values outside [0, experts) are FB_EINVAL.
+ * token_of must hold fb_permute_max_rows() entries: token of each row < *rows_total, -1 on padding rows. */
+size_t fb_permute_max_rows(size_t tokens, int top_k, int experts, int tile);
+fb_status fb_permute_ref(const int32_t *topk_idx, size_t tokens, int top_k, int experts, int tile, int32_t *counts,
+                         long long *offsets, int32_t *row_of, int32_t *token_of, size_t *rows_total);
+/* Bytes per row of a payload's planes: [0] BF16 values or codes, [1] block scales, [2] the per-row FP32
+ * outer scale. BF16: 2*cols; NVFP4: cols/2, cols/16 E4M3, 4 if per_token_outer; MXFP8: cols, cols/32 E8M0. */
+fb_status fb_payload_planes(fb_format f, int per_token_outer, size_t cols, size_t bytes[3]);
+/* out plane p, row r = in plane p, row token_of[r] (tokens rows), or zero bytes where token_of[r] < 0.
+ * Planes with bytes[p] == 0 are skipped (their pointers may be NULL). */
+fb_status fb_permute_gather_ref(const void *const in[3], const size_t bytes[3], size_t tokens, const int32_t *token_of,
+                                size_t rows, void *const out[3]);
+
+/* Unpermute (combine): out[t][j] = acc, acc = fmaf(w[t,slot], y[row_of[t,slot]][j], acc) over slot = 0..k-1
+ * in order from 0.0f; w = 1 where topk_w is NULL; entries with row_of < 0 are skipped. y (y_rows x cols):
+ * FB_FMT_BF16 (uint16_t), or FB_FMT_S2F6 (int8 codes, y_e8m0 per 32: y = (q / 64.0f) * e8m0) summed in the
+ * rotated domain, then, with rht, fb_rht32_inverse(signs) once per 32-block. out (FP32) and out_bf16
+ * (RNE of the same value) may each be NULL, not both. */
+fb_status fb_unpermute_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows, fb_format f, int rht, uint32_t signs,
+                           const int32_t *row_of, const float *topk_w, size_t tokens, int top_k, size_t cols,
+                           float *out, uint16_t *out_bf16);
+
+/* SwiGLU, H rows x 2f BF16 with g = H[:, :f], u = H[:, f:]. Forward: A = bf16(fbm_siluf(g) * u).
+ * Backward with dA (rows x f): s = fbm_sigmoidf(g); du = dA * (g * s); ds = s * (1 + g * (1 - s));
+ * dg = (dA * u) * ds; dH = [bf16(dg) | bf16(du)] (rows x 2f). */
+fb_status fb_swiglu_fwd_ref(const uint16_t *h, size_t rows, size_t f, uint16_t *a);
+fb_status fb_swiglu_bwd_ref(const uint16_t *h, const uint16_t *da, size_t rows, size_t f, uint16_t *dh);
+
+/* AdamW, per element in this fp32 order: g = grad * gscale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*(g*g);
+ * mhat = m / bc1; vhat = v / bc2; w = w - lr * (mhat / (sqrtf(vhat) + eps) + wd * w). */
+typedef struct {
+  float lr, b1, b2, eps, wd;
+  float bc1, bc2; /* bias corrections 1 - b1^t, 1 - b2^t */
+  float gscale;   /* gradient scale (loss scale, clipping) */
+} fb_adamw_hparams;
+
+/* The next step's forward weights, written from the new masters (rows = experts x N, cols = K). */
+typedef struct {
+  fb_qspec q;                  /* bf16; mxfp8 (row-wise, E4M3); nvfp4 with tensor or expert outer (two_d) */
+  int experts;                 /* divides rows; nvfp4 expert outer: one S_dec per expert */
+  uint32_t seed, stream, step; /* q.rounding == FB_ROUND_SR */
+  void *codes;                 /* bf16: rows*cols uint16_t; mxfp8: rows*cols E4M3; nvfp4: rows*cols/2 */
+  uint8_t *scales;             /* mxfp8: rows*cols/32 E8M0; nvfp4: rows*cols/16 E4M3 */
+  float *s_dec;                /* nvfp4: 1 (tensor) or experts */
+  float *amax;                 /* nvfp4, may be NULL: max |w| (NaN ignored) per tensor [1] or expert
+                                  [experts], what the GPU's AdamW pass leaves for the quantizer */
+} fb_adamw_next;
+
+/* w, m, v updated in place (rows x cols); next may be NULL (masters only). */
+fb_status fb_adamw_ref(float *w, float *m, float *v, const float *grad, size_t rows, size_t cols,
+                       const fb_adamw_hparams *h, const fb_adamw_next *next);
 
 #ifdef __cplusplus
 }
