@@ -2,6 +2,7 @@
 #   make            build build/fourbit and build/libfourbit.a (installs missing Debian deps as root)
 #   make test       CPU test tiers: what CI runs on every stop (no GPU needed)
 #   make test-gpu   GPU tests on the device machine (say plainly when skipped)
+#   build/emu/test_kernels --quick --only SUBSTR   the same GPU tests on the CPU, under a warp emulator (slow)
 #   make bench      benchmarks on the device machine
 #   make demo       the main job on the default recipe
 #   make clean      remove build/
@@ -40,13 +41,24 @@ FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench
-all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS)
+all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.
 $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+
+# The GPU test harness on the CPU: test_kernels linked against tests/emu/driver.cpp, which compiles each generated
+# kernel with the host C++ compiler and runs it under the warp emulator (tests/emu/emu_core.h). Where no GPU is at
+# hand; slow, so: build/emu/test_kernels --quick --only SUBSTR (from the repository root).
+$(BUILD)/emu/test_kernels: tests/gpu/test_kernels.c tests/gpu/harness.c tests/gpu/harness.h tests/emu/driver.cpp \
+                           tests/emu/emu_core.h tests/emu/fb_emu.h $(BUILD)/libfourbit.a
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CXX     tests/emu/driver.cpp"
+	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver.o
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tests/gpu/test_kernels.c tests/gpu/harness.c $(BUILD)/emu/driver.o \
+	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 deps: $(DEPSOK)
 $(DEPSOK): mk/deps.sh

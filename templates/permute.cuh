@@ -18,7 +18,8 @@
  * (tokens), p.cols (payload values per row), p.experts, p.top_k, p.tile, p.in / p.in_scales / p.in_outer.
  * Writes p.chunk_counts (ceil(rows*top_k / FB_PERMUTE_CHUNK) x experts int32, workspace), p.counts (int32
  * [E]), p.offsets (long long [E+1]), p.row_of (int32 [rows*top_k]), p.token_of (int32, rows below
- * offsets[E], at most rows*top_k + E*(tile-1)), p.out / p.out_scales / p.out_outer (rows below offsets[E]). */
+ * offsets[E], at most rows*top_k + E*(tile-1)), p.out / p.out_scales / p.out_outer (rows below offsets[E]).
+ * Limit: rows*top_k + E*(tile-1) < 2^31 (entries and rows are int32; fb_permute_ref rejects more). */
 #include "fb_kparams.h"
 
 #define FB_FULL 0xFFFFFFFFu

@@ -1,5 +1,5 @@
 /* harness.c (from test_kernels.c) — every generated memory-bound kernel and every tile variant against the CPU reference
- * (runtime/numerics.c), on the GPU: fresh random inputs (Gaussian, wide dynamic range) and the edge
+ * (runtime/numerics.c; runtime/ops.c for the router, permute, unpermute, SwiGLU and AdamW kernels), on the GPU: fresh random inputs (Gaussian, wide dynamic range) and the edge
  * cases of NUMERICS.md (zeros, -0, NaN, Inf, subnormals, saturating values, underflowing blocks), output
  * buffers poisoned first, bit-exact comparison, the count of wrong elements printed per kernel.
  *   test_kernels [--quick]      all specs and variants (quick: one variant of each template, one case:
@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static void build_moe_specs(void); /* the MoE and optimizer kernels: at the end of this file */
+static int is_moe(const fb_kernel_spec *k);
+static long run_moe_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C);
 
 static uint64_t rs = 88172645463325252ull;
 uint64_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
@@ -107,6 +111,7 @@ void build_specs(void) {
     snprintf(n, sizeof n, "s2f6_dequant%s_sm90a", rht ? "_rht32" : "");
     add(FB_OP_S2F6_DQ, FB_FMT_S2F6, 0, 0, 0, 0, 0, NULL, rht ? 32 : 0, 1, "combine", n);
   }
+  build_moe_specs();
 }
 
 /* ---- compile in parallel ---- */
@@ -166,6 +171,7 @@ fb_kernel amax_kernel[3]; /* by mode, compiled from the first variant of each am
 /* Run one unit on one input case; returns wrong elements. */
 long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
   const fb_kernel_spec *k = &u->t->k;
+  if (is_moe(k)) return run_moe_case(u, kern, kind, seed, R, C);
   long long n = R * C;
   long long offs[5] = {0, R * 5 / 32, R * 5 / 32, R / 2 + 2, R}; /* an empty group; boundaries off the 16-row grid */
   unsigned ng = 4;
@@ -310,3 +316,448 @@ long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, lon
   return wrong;
 }
 
+/* ---- the MoE and optimizer kernels: router, permute, unpermute, SwiGLU, AdamW (runtime/ops.c) ---------------- */
+/* One spec per distinct program (experts and top-k are run-time parameters, not #defines): each case runs the
+ * spec over several configurations, listed in run_moe_case's helpers (so the table's element column counts the
+ * first only). AdamW: R = 4 experts x N rows of C; its NVFP4 case runs the pipeline of the train step: AdamW (amax
+ * per expert / tensor), then quant_nvfp4 with FB_IN_F32 on the new masters. */
+static void moe_add(fb_op op, fb_qspec q, int top_k, int experts, int in_f32, int out_bf16, const char *family, const char *name) {
+  tspec *t = &specs[nspecs++];
+  memset(t, 0, sizeof *t);
+  t->k.op = op, t->k.q = q, t->k.top_k = top_k, t->k.experts = experts, t->k.in_f32 = in_f32, t->k.out_bf16 = out_bf16;
+  t->family = family, t->shape = 0;
+  snprintf(t->k.family, sizeof t->k.family, "%s", family);
+  snprintf(t->k.name, sizeof t->k.name, "%s", name);
+}
+
+static void build_moe_specs(void) {
+  char n[128];
+  moe_add(FB_OP_ROUTER, (fb_qspec){0}, 8, 384, 0, 0, "router", "router_sm90a");
+  static const struct { fb_format f; fb_gran o; const char *tag; } pm[] = {
+      {FB_FMT_BF16, 0, "bf16"}, {FB_FMT_NVFP4, FB_GRAN_TOKEN, "nvfp4_tok"}, {FB_FMT_NVFP4, FB_GRAN_TENSOR, "nvfp4_ten"}, {FB_FMT_MXFP8, 0, "mxfp8"}};
+  for (size_t i = 0; i < sizeof pm / sizeof pm[0]; ++i) {
+    snprintf(n, sizeof n, "permute_%s_sm90a", pm[i].tag);
+    moe_add(FB_OP_PERMUTE, (fb_qspec){.format = pm[i].f, .outer = pm[i].o}, 8, 64, 0, 0, "permute", n);
+  }
+  static const struct { fb_format f; int rht, obf; } um[] = {
+      {FB_FMT_BF16, 0, 0}, {FB_FMT_BF16, 0, 1}, {FB_FMT_S2F6, 0, 0}, {FB_FMT_S2F6, 32, 0}, {FB_FMT_S2F6, 32, 1}};
+  for (size_t i = 0; i < sizeof um / sizeof um[0]; ++i) {
+    snprintf(n, sizeof n, "unpermute_%s%s_%s_sm90a", um[i].f == FB_FMT_BF16 ? "bf16" : "s2f6", um[i].rht ? "_rht32" : "", um[i].obf ? "bf16" : "f32");
+    moe_add(FB_OP_UNPERMUTE, (fb_qspec){.format = um[i].f, .rht = um[i].rht}, 8, 64, 0, um[i].obf, "combine", n);
+  }
+  moe_add(FB_OP_SWIGLU_FWD, (fb_qspec){0}, 0, 0, 0, 0, "swiglu", "swiglu_fwd_bf16_sm90a");
+  moe_add(FB_OP_SWIGLU_BWD, (fb_qspec){0}, 0, 0, 0, 0, "swiglu", "swiglu_bwd_bf16_sm90a");
+  static const struct { fb_format f; fb_gran o; int two_d; fb_rounding r; const char *tag; } aw[] = {
+      {FB_FMT_BF16, 0, 0, FB_ROUND_RN, "bf16"},           {FB_FMT_MXFP8, 0, 0, FB_ROUND_RN, "mxfp8"},
+      {FB_FMT_MXFP8, 0, 0, FB_ROUND_SR, "mxfp8_sr"},      {FB_FMT_NVFP4, FB_GRAN_EXPERT, 0, FB_ROUND_RN, "nvfp4_exp"},
+      {FB_FMT_NVFP4, FB_GRAN_EXPERT, 1, FB_ROUND_RN, "nvfp4_2d_exp"}, {FB_FMT_NVFP4, FB_GRAN_TENSOR, 0, FB_ROUND_RN, "nvfp4_ten"}};
+  for (size_t i = 0; i < sizeof aw / sizeof aw[0]; ++i) {
+    snprintf(n, sizeof n, "adamw_f32_%s_sm90a", aw[i].tag);
+    moe_add(FB_OP_ADAMW, (fb_qspec){.format = aw[i].f, .outer = aw[i].o, .two_d = aw[i].two_d, .rounding = aw[i].r}, 0, 4, 1, 0, "adamw", n);
+  }
+  /* the second launch of the NVFP4 weight pipeline, also on its own: quant_nvfp4 reading FP32 masters */
+  for (size_t i = 3; i < sizeof aw / sizeof aw[0]; ++i) {
+    snprintf(n, sizeof n, "quant_%s_f32_row_sm90a", aw[i].tag);
+    moe_add(FB_OP_QUANT, (fb_qspec){.format = FB_FMT_NVFP4, .outer = aw[i].o, .two_d = aw[i].two_d, .rounding = aw[i].r}, 0, 4, 1, 0,
+            "quant", n);
+  }
+}
+
+static int is_moe(const fb_kernel_spec *k) {
+  return k->op == FB_OP_ROUTER || k->op == FB_OP_PERMUTE || k->op == FB_OP_UNPERMUTE || k->op == FB_OP_SWIGLU_FWD ||
+         k->op == FB_OP_SWIGLU_BWD || k->op == FB_OP_ADAMW || (k->op == FB_OP_QUANT && k->in_f32);
+}
+
+static CUdeviceptr dput(const void *h, size_t n) { /* poisoned, then the host data */
+  CUdeviceptr p = dalloc(n);
+  if (h && n) CU(fb_cu.MemcpyHtoD(p, h, n));
+  return p;
+}
+static void *dget(CUdeviceptr p, size_t n) {
+  void *h = malloc(n ? n : 1);
+  if (n) CU(fb_cu.MemcpyDtoH(h, p, n));
+  return h;
+}
+static long count_diff16(const uint16_t *a, const uint16_t *b, size_t n, const char *what, const char *name, int *shown) {
+  long w = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int na = (a[i] & 0x7FFF) > 0x7F80, nb = (b[i] & 0x7FFF) > 0x7F80; /* NaN == NaN */
+    if (a[i] != b[i] && !(na && nb)) {
+      if ((*shown)++ < 3) fprintf(stderr, "    %s: %s[%zu]: gpu 0x%04x, reference 0x%04x\n", name, what, i, a[i], b[i]);
+      ++w;
+    }
+  }
+  return w;
+}
+static long count_diff_i32(const int32_t *a, const int32_t *b, size_t n, const char *what, const char *name, int *shown) {
+  long w = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) {
+      if ((*shown)++ < 3) fprintf(stderr, "    %s: %s[%zu]: gpu %d, reference %d\n", name, what, i, a[i], b[i]);
+      ++w;
+    }
+  return w;
+}
+static void free_dev(CUdeviceptr *d, int n) {
+  for (int i = 0; i < n; ++i)
+    if (d[i]) fb_cu.MemFree(d[i]);
+}
+
+/* top-k expert indices: gauss uniform (repeats allowed), wide skewed (most experts empty), edge all to one expert
+ * with dropped entries: -1, and indices out of range, which the kernel drops alike (ref: idx_ref, -1) */
+static void make_topk(int kind, long long T, int K, int E, int32_t *idx, int32_t *idx_ref) {
+  for (long long i = 0; i < T * K; ++i) {
+    int32_t e = kind == CASE_GAUSS ? (int32_t)(rnd() % (unsigned)E)
+                : kind == CASE_WIDE ? (int32_t)(E * pow(unif(), 4))
+                                    : (rnd() % 9 == 0 ? (rnd() & 1 ? -1 : (rnd() & 1 ? E + (int)(rnd() % 7) : -5)) : E / 2);
+    idx[i] = e;
+    idx_ref[i] = e >= 0 && e < E ? e : -1;
+  }
+}
+
+static long moe_router(const unit *u, const fb_kernel *kern, int kind, long long T, int E, int K) {
+  fb_kernel_spec ks = u->t->k, *k = &ks;
+  ks.experts = E, ks.top_k = K;
+  const char *nm = u->v.name;
+  int shown = 0;
+  size_t nl = (size_t)T * E, nk = (size_t)T * K;
+  float *l = malloc(nl * 4), *rp = malloc(nl * 4), *rw = malloc(nk * 4);
+  int32_t *ri = malloc(nk * 4);
+  for (size_t i = 0; i < nl; ++i)
+    l[i] = kind == CASE_GAUSS ? 2.0f * gauss() : kind == CASE_WIDE ? 30.0f * gauss() : (float)(rnd() % 4); /* edge: ties */
+  if (kind == CASE_EDGE && T > 8) {
+    static const float sp[] = {NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-45f};
+    for (int j = 0; j < E; ++j) l[0 * E + j] = 0.5f, l[3 * E + j] = -INFINITY, l[6 * E + j] = -1e30f; /* equal rows, all -Inf */
+    l[1 * E + E / 2] = NAN, l[2 * E + E - 1] = INFINITY, l[4 * E] = 3e38f, l[4 * E + E - 1] = -3e38f;
+    for (long long t = 8; t < T; t += 5) l[t * E + rnd() % (unsigned)E] = sp[rnd() % 6];
+  }
+  fb_kp_moe p;
+  memset(&p, 0, sizeof p);
+  CUdeviceptr d[4] = {dput(l, nl * 4), dalloc(nl * 4), dalloc(nk * 4), dalloc(nk * 4)};
+  p.in = d[0], p.probs = d[1], p.topk_idx = d[2], p.topk_w = d[3], p.rows = T, p.experts = E, p.top_k = K;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(k, &u->v, T, E, 0, &gx, &gy, &th));
+  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  CU(fb_cu.CtxSynchronize());
+  CK(fb_router_ref(l, (size_t)T, E, K, rp, ri, rw));
+  float *gp = dget(d[1], nl * 4), *gw = dget(d[3], nk * 4);
+  int32_t *gi = dget(d[2], nk * 4);
+  long wrong = count_diff32(gp, rp, nl, "probs", nm, &shown) + count_diff_i32(gi, ri, nk, "topk_idx", nm, &shown) +
+               count_diff32(gw, rw, nk, "topk_w", nm, &shown);
+  free_dev(d, 4);
+  free(l), free(rp), free(rw), free(ri), free(gp), free(gw), free(gi);
+  return wrong;
+}
+
+static long moe_permute(const unit *u, const fb_kernel *kern, int kind, long long T, long long C, int E, int K) {
+  fb_kernel_spec ks = u->t->k, *k = &ks;
+  ks.experts = E, ks.top_k = K;
+  const char *nm = u->v.name;
+  int shown = 0, tile = kind == CASE_WIDE ? (rnd() & 1 ? 1 : 48) : 128;
+  size_t n = (size_t)T * K, maxr = fb_permute_max_rows((size_t)T, K, E, tile), nch = (n + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK, b[3],
+         total = 0;
+  CK(fb_payload_planes(k->q.format, k->q.format == FB_FMT_NVFP4 && k->q.outer == FB_GRAN_TOKEN, (size_t)C, b));
+  int32_t *idx = malloc(n * 4), *idx_ref = malloc(n * 4), *rc = malloc((size_t)E * 4), *rrow = malloc(n * 4), *rtok = malloc(maxr * 4);
+  long long *roff = malloc((size_t)(E + 1) * 8);
+  make_topk(kind, T, K, E, idx, idx_ref);
+  CK(fb_permute_ref(idx_ref, (size_t)T, K, E, tile, rc, roff, rrow, rtok, &total));
+  void *in[3] = {0}, *rout[3] = {0};
+  for (int q = 0; q < 3; ++q) {
+    in[q] = malloc((size_t)T * b[q] + 1), rout[q] = malloc(total * b[q] + 1);
+    for (size_t i = 0; i < (size_t)T * b[q]; ++i) ((uint8_t *)in[q])[i] = (uint8_t)rnd();
+  }
+  CK(fb_permute_gather_ref((const void *const *)in, b, (size_t)T, rtok, total, rout));
+  CUdeviceptr d[12] = {dput(idx, n * 4), dalloc(nch * E * 4), dalloc((size_t)E * 4), dalloc((size_t)(E + 1) * 8), dalloc(n * 4), dalloc(maxr * 4)};
+  for (int q = 0; q < 3; ++q) d[6 + q] = dput(in[q], (size_t)T * b[q]), d[9 + q] = dalloc(maxr * b[q]);
+  fb_kp_moe p;
+  memset(&p, 0, sizeof p);
+  p.topk_idx = d[0], p.chunk_counts = d[1], p.counts = d[2], p.offsets = d[3], p.row_of = d[4], p.token_of = d[5];
+  p.in = d[6], p.in_scales = d[7], p.in_outer = d[8], p.out = d[9], p.out_scales = d[10], p.out_outer = d[11];
+  p.rows = T, p.cols = C, p.experts = E, p.top_k = K, p.tile = tile;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(k, &u->v, T, C, 0, &gx, &gy, &th));
+  for (p.pass = 0; p.pass < 4; ++p.pass) CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p)); /* one stream, in order */
+  CU(fb_cu.CtxSynchronize());
+  int32_t *gc = dget(d[2], (size_t)E * 4), *grow = dget(d[4], n * 4);
+  long long *goff = dget(d[3], (size_t)(E + 1) * 8);
+  long wrong = count_diff_i32(gc, rc, (size_t)E, "counts", nm, &shown) +
+               count_diff_i32((int32_t *)goff, (int32_t *)roff, 2 * (size_t)(E + 1), "offsets (32-bit halves)", nm, &shown) +
+               count_diff_i32(grow, rrow, n, "row_of", nm, &shown);
+  if (goff[E] == roff[E]) { /* the rows exist on both sides */
+    int32_t *gtok = dget(d[5], total * 4);
+    wrong += count_diff_i32(gtok, rtok, total, "token_of", nm, &shown);
+    static const char *pn[3] = {"rows", "scales", "outer"};
+    for (int q = 0; q < 3; ++q) {
+      uint8_t *go = dget(d[9 + q], total * b[q]);
+      wrong += count_diff8(go, rout[q], total * b[q], pn[q], nm, &shown);
+      free(go);
+    }
+    free(gtok);
+  }
+  free_dev(d, 12);
+  for (int q = 0; q < 3; ++q) free(in[q]), free(rout[q]);
+  free(idx), free(idx_ref), free(rc), free(rrow), free(rtok), free(roff), free(gc), free(grow), free(goff);
+  return wrong;
+}
+
+static long moe_unpermute(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long T, long long C, int E, int K) {
+  fb_kernel_spec ks = u->t->k, *k = &ks;
+  ks.experts = E, ks.top_k = K;
+  const char *nm = u->v.name;
+  int shown = 0, s2f6 = k->q.format == FB_FMT_S2F6, weighted = kind != CASE_WIDE;
+  size_t n = (size_t)T * K, maxr = fb_permute_max_rows((size_t)T, K, E, 16), total = 0, nout = (size_t)T * C;
+  int32_t *idx = malloc(n * 4), *idx_ref = malloc(n * 4), *rc = malloc((size_t)E * 4), *row_of = malloc(n * 4), *tok = malloc(maxr * 4);
+  long long *off = malloc((size_t)(E + 1) * 8);
+  make_topk(kind, T, K, E, idx, idx_ref);
+  CK(fb_permute_ref(idx_ref, (size_t)T, K, E, 16, rc, off, row_of, tok, &total));
+  size_t ny = total * C;
+  void *y = malloc(ny * 2 + 1);
+  uint8_t *e8 = malloc(ny / 32 + 1);
+  if (s2f6) {
+    for (size_t i = 0; i < ny; ++i) ((uint8_t *)y)[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < ny / 32; ++i) e8[i] = (uint8_t)(kind == CASE_EDGE && i % 11 == 0 ? (i % 3 ? 254 + i % 2 : 0) : 100 + rnd() % 40);
+  } else {
+    float *yf = malloc(ny * 4 + 4);
+    make_input(kind, (long long)total, C, yf);
+    for (size_t i = 0; i < ny; ++i) ((uint16_t *)y)[i] = to_bf16(yf[i]);
+    free(yf);
+  }
+  float *w = malloc(n * 4);
+  for (size_t i = 0; i < n; ++i) w[i] = (float)unif();
+  if (kind == CASE_EDGE)
+    for (size_t i = 0; i < n; i += 13) w[i] = i % 2 ? 0.0f : -w[i];
+  uint32_t signs = fb_rht_signs(seed, 0);
+  float *rf = malloc(nout * 4);
+  uint16_t *rb = malloc(nout * 2);
+  CK(fb_unpermute_ref(y, s2f6 ? e8 : NULL, total, k->q.format, s2f6 && k->q.rht, signs, row_of, weighted ? w : NULL, (size_t)T, K,
+                      (size_t)C, rf, rb));
+  CUdeviceptr d[5] = {dput(y, s2f6 ? ny : ny * 2), s2f6 ? dput(e8, ny / 32) : 0, dput(row_of, n * 4), dput(w, n * 4), dalloc(nout * 4)};
+  fb_kp_moe p;
+  memset(&p, 0, sizeof p);
+  p.in = d[0], p.in_scales = d[1], p.row_of = d[2], p.topk_w = weighted ? d[3] : 0, p.out = d[4];
+  p.rows = T, p.cols = C, p.experts = E, p.top_k = K, p.signs = signs;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(k, &u->v, T, C, 0, &gx, &gy, &th));
+  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  CU(fb_cu.CtxSynchronize());
+  void *g = dget(d[4], nout * (k->out_bf16 ? 2 : 4));
+  long wrong = k->out_bf16 ? count_diff16(g, rb, nout, "out (bf16)", nm, &shown) : count_diff32(g, rf, nout, "out", nm, &shown);
+  free_dev(d, 5);
+  free(idx), free(idx_ref), free(rc), free(row_of), free(tok), free(off), free(y), free(e8), free(w), free(rf), free(rb), free(g);
+  return wrong;
+}
+
+static long moe_swiglu(const unit *u, const fb_kernel *kern, int kind, long long R, long long F) {
+  const fb_kernel_spec *k = &u->t->k;
+  const char *nm = u->v.name;
+  int bwd = k->op == FB_OP_SWIGLU_BWD, shown = 0;
+  size_t nh = (size_t)R * 2 * F, na = (size_t)R * F, no = bwd ? nh : na;
+  float *x = malloc(nh * 4);
+  uint16_t *h = malloc(nh * 2), *da = malloc(na * 2), *ref = malloc(no * 2);
+  make_input(kind, R, 2 * F, x);
+  for (size_t i = 0; i < nh; ++i) h[i] = to_bf16(kind == CASE_GAUSS ? 3.0f * x[i] : x[i]);
+  make_input(kind == CASE_EDGE ? CASE_EDGE : CASE_GAUSS, R, F, x);
+  for (size_t i = 0; i < na; ++i) da[i] = to_bf16(x[i]);
+  if (bwd) CK(fb_swiglu_bwd_ref(h, da, (size_t)R, (size_t)F, ref));
+  else CK(fb_swiglu_fwd_ref(h, (size_t)R, (size_t)F, ref));
+  CUdeviceptr d[3] = {dput(h, nh * 2), dput(da, na * 2), dalloc(no * 2)};
+  fb_kp_moe p;
+  memset(&p, 0, sizeof p);
+  p.in = d[0], p.in2 = d[1], p.out = d[2], p.rows = R, p.cols = F;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(k, &u->v, R, F, 0, &gx, &gy, &th));
+  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  CU(fb_cu.CtxSynchronize());
+  uint16_t *g = dget(d[2], no * 2);
+  long wrong = count_diff16(g, ref, no, bwd ? "dH" : "A", nm, &shown);
+  free_dev(d, 3);
+  free(x), free(h), free(da), free(ref), free(g);
+  return wrong;
+}
+
+/* quant_nvfp4 with FB_IN_F32 for spec k (NVFP4, tensor or expert outer), from units[] or compiled here once */
+static int quant_f32_for(const fb_kernel_spec *k, fb_kernel *out, const unit **qu) {
+  for (int i = 0; i < nunits; ++i) {
+    const fb_kernel_spec *q = &units[i].t->k;
+    if (q->op == FB_OP_QUANT && q->in_f32 && q->q.format == FB_FMT_NVFP4 && q->q.outer == k->q.outer && q->q.two_d == k->q.two_d &&
+        q->q.four_over_six == k->q.four_over_six && q->q.rounding == k->q.rounding && units[i].st == FB_OK) {
+      CK(fb_kernel_load(units[i].cubin.cubin, units[i].v.name, out));
+      *qu = &units[i];
+      return 1;
+    }
+  }
+  static unit own[8];
+  static tspec own_t[8];
+  static int nown;
+  pthread_mutex_lock(&mu);
+  int hit = -1;
+  for (int i = 0; i < nown && hit < 0; ++i)
+    if (own_t[i].k.q.outer == k->q.outer && own_t[i].k.q.two_d == k->q.two_d && own_t[i].k.q.four_over_six == k->q.four_over_six &&
+        own_t[i].k.q.rounding == k->q.rounding)
+      hit = i;
+  if (hit < 0 && nown < 8) {
+    hit = nown++;
+    tspec *t = &own_t[hit];
+    memset(t, 0, sizeof *t);
+    t->k.op = FB_OP_QUANT, t->k.q = k->q, t->k.in_f32 = 1, t->family = "quant";
+    snprintf(t->k.name, sizeof t->k.name, "quant_nvfp4_f32_for_%s", k->name);
+    unit *q = &own[hit];
+    q->t = t;
+    q->v = (fb_variant){.tmpl = "quant_nvfp4.cuh", .nparams = 2, .param = {"rows", "threads"}, .value = {16, 256}};
+    snprintf(q->v.name, sizeof q->v.name, "%.160s_r16_t256", t->k.name);
+    CK(fb_gen_source(&t->k, &q->v, "tests/gpu/harness.c", "-", &q->src));
+    CK(fb_nvrtc_compile(q->v.name, q->src, "sm_90a", &q->cubin));
+  }
+  pthread_mutex_unlock(&mu);
+  if (hit < 0) return 0;
+  CK(fb_kernel_load(own[hit].cubin.cubin, own[hit].v.name, out));
+  *qu = &own[hit];
+  return 1;
+}
+
+/* launch quant_nvfp4 (FB_IN_F32) over the FP32 rows x cols at din, with the amax already in damax */
+static void run_quant_f32(const fb_kernel *qk, const unit *qu, CUdeviceptr din, CUdeviceptr damax, CUdeviceptr doff, unsigned ng,
+                          long long R, long long C, unsigned seed, CUdeviceptr dcodes, CUdeviceptr dsc, CUdeviceptr dsd) {
+  fb_kp_mem q;
+  memset(&q, 0, sizeof q);
+  q.in = din, q.out = dcodes, q.scales = dsc, q.s_dec = dsd, q.amax = damax, q.group_offsets = doff, q.rows = R, q.cols = C;
+  q.ngroups = ng, q.seed = seed, q.stream = 2, q.step = seed * 7 + 1;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(&qu->t->k, &qu->v, R, C, ng, &gx, &gy, &th));
+  CK(fb_kernel_launch(qk, gx, gy, th, &q, sizeof q));
+}
+
+/* The standalone FB_IN_F32 quantizer: full-precision FP32 input (not BF16 values), the amax from the host. */
+static long moe_quant_f32(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
+  const fb_kernel_spec *k = &u->t->k;
+  const char *nm = u->v.name;
+  int grp = k->q.outer == FB_GRAN_EXPERT, shown = 0;
+  unsigned ng = grp ? 4 : 1;
+  long long offs[5] = {0, R * 5 / 32, R * 5 / 32, R / 2 + 2, R}; /* an empty group; boundaries off the 16-row grid */
+  size_t goff[5], n = (size_t)R * C;
+  for (int i = 0; i < 5; ++i) goff[i] = (size_t)offs[i];
+  float *x = malloc(n * 4), amax[4] = {0};
+  make_input(kind, R, C, x);
+  for (size_t i = 0; i < n; ++i) { /* below-BF16 mantissa bits, as FP32 masters have */
+    uint32_t b;
+    memcpy(&b, &x[i], 4);
+    if ((b & 0x7F800000u) != 0x7F800000u) b |= (uint32_t)(rnd() & 0xFFFF);
+    memcpy(&x[i], &b, 4);
+  }
+  for (long long r = 0; r < R; ++r) {
+    int g = 0;
+    if (grp) while (g + 1 < (int)ng && offs[g + 1] <= r) ++g;
+    for (long long c = 0; c < C; ++c) amax[g] = fmaxf(amax[g], fabsf(x[r * C + c]));
+  }
+  fb_nvfp4_opts o = {.outer = grp ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = goff, .ngroups = ng, .two_d = k->q.two_d,
+                     .four_over_six = k->q.four_over_six, .rounding = k->q.rounding, .seed = seed, .stream = 2, .step = seed * 7 + 1};
+  uint8_t *rc = malloc(n / 2), *rs_ = malloc(n / 16);
+  float rsd[4];
+  CK(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &o, rc, rs_, rsd, NULL));
+  CUdeviceptr d[6] = {dput(x, n * 4), dput(amax, sizeof amax), dput(offs, sizeof offs), dalloc(n / 2), dalloc(n / 16), dalloc(16)};
+  run_quant_f32(kern, u, d[0], d[1], d[2], ng, R, C, seed, d[3], d[4], d[5]);
+  CU(fb_cu.CtxSynchronize());
+  uint8_t *gc = dget(d[3], n / 2), *gs = dget(d[4], n / 16);
+  float *gsd = dget(d[5], ng * 4);
+  long wrong = count_diff8(gc, rc, n / 2, "codes", nm, &shown) + count_diff8(gs, rs_, n / 16, "scales", nm, &shown) +
+               count_diff32(gsd, rsd, ng, "s_dec", nm, &shown);
+  free_dev(d, 6);
+  free(x), free(rc), free(rs_), free(gc), free(gs), free(gsd);
+  return wrong;
+}
+
+static long moe_adamw(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
+  const fb_kernel_spec *k = &u->t->k;
+  const char *nm = u->v.name;
+  int E = k->experts, shown = 0, fmt = k->q.format, grp = k->q.outer == FB_GRAN_EXPERT;
+  if (E < 1 || R % E) { fprintf(stderr, "    %s: %lld rows are not %d experts\n", nm, R, E); return 1; }
+  size_t n = (size_t)R * C;
+  float *w = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4), *g = malloc(n * 4), *x = malloc(n * 4);
+  make_input(kind, R, C, x); /* the gradient: gauss, wide, or the edge values (NaN, Inf, ...) */
+  for (size_t i = 0; i < n; ++i) {
+    float s = kind == CASE_WIDE ? ldexpf(1.0f, (int)((i / 64) % 41) - 20) : 1.0f;
+    w[i] = 0.02f * gauss() * s * (float)(1 + (i / (n / E)) * 2), m[i] = 1e-3f * gauss(), v[i] = 1e-6f * fabsf(gauss());
+    g[i] = 1e-2f * x[i];
+  }
+  if (kind == CASE_EDGE)
+    for (size_t i = 0; i < n; i += 17) w[i] = 0.0f, m[i] = 0.0f, v[i] = i % 2 ? 0.0f : v[i];
+  fb_adamw_hparams hp = {.lr = 3e-4f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .gscale = 0.5f};
+  float t = (float)(1 + seed % 100);
+  hp.bc1 = 1.0f - powf(hp.b1, t), hp.bc2 = 1.0f - powf(hp.b2, t);
+  long long offs[65];
+  for (int e = 0; e <= E && e < 65; ++e) offs[e] = (long long)e * (R / E);
+  CUdeviceptr d[12] = {dput(w, n * 4), dput(m, n * 4), dput(v, n * 4), dput(g, n * 4), dalloc(n * 2), dalloc(n / 16), dalloc((size_t)E * 4),
+                       dalloc(4), dput(offs, (size_t)(E + 1) * 8), dalloc((size_t)E * 4)};
+  CU(fb_cu.MemsetD8(d[6], 0, (size_t)E * 4)); /* amax starts at zero */
+  CU(fb_cu.MemsetD8(d[7], 0, 4));
+  fb_kp_moe p;
+  memset(&p, 0, sizeof p);
+  p.master = d[0], p.m = d[1], p.v = d[2], p.in = d[3], p.out = d[4], p.out_scales = d[5], p.amax = d[6], p.flags = d[7];
+  p.rows = R, p.cols = C, p.experts = E, p.seed = seed, p.stream = 2, p.step = seed * 7 + 1;
+  p.lr = hp.lr, p.b1 = hp.b1, p.b2 = hp.b2, p.eps = hp.eps, p.wd = hp.wd, p.bc1 = hp.bc1, p.bc2 = hp.bc2, p.gscale = hp.gscale;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(k, &u->v, R, C, (unsigned)E, &gx, &gy, &th));
+  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  fb_kernel qk = {0};
+  const unit *qu = NULL;
+  if (fmt == FB_FMT_NVFP4) { /* the second launch of the pipeline, on the new masters */
+    d[10] = dalloc(n / 2);
+    if (!quant_f32_for(k, &qk, &qu)) { fprintf(stderr, "    %s: no FB_IN_F32 quantizer\n", nm); return 1; }
+    run_quant_f32(&qk, qu, d[0], d[6], d[8], grp ? (unsigned)E : 1u, R, C, seed, d[10], d[5], d[9]);
+  }
+  CU(fb_cu.CtxSynchronize());
+  /* the reference: fb_adamw_ref with the next step's weights */
+  uint8_t *rc = malloc(n * 2), *rsc = malloc(n / 16 + 1);
+  float rsd[64], ram[64];
+  fb_adamw_next nx = {.q = k->q, .experts = E, .seed = seed, .stream = 2, .step = seed * 7 + 1, .codes = rc, .scales = rsc, .s_dec = rsd,
+                      .amax = ram};
+  CK(fb_adamw_ref(w, m, v, g, (size_t)R, (size_t)C, &hp, &nx));
+  float *gw = dget(d[0], n * 4), *gm = dget(d[1], n * 4), *gv = dget(d[2], n * 4);
+  long wrong = count_diff32(gw, w, n, "master", nm, &shown) + count_diff32(gm, m, n, "m", nm, &shown) + count_diff32(gv, v, n, "v", nm, &shown);
+  if (fmt == FB_FMT_BF16) {
+    uint16_t *gb = dget(d[4], n * 2);
+    wrong += count_diff16(gb, (uint16_t *)rc, n, "bf16 copy", nm, &shown);
+    free(gb);
+  } else if (fmt == FB_FMT_MXFP8) {
+    uint8_t *gc = dget(d[4], n), *gs = dget(d[5], n / 32);
+    wrong += count_diff8(gc, rc, n, "codes", nm, &shown) + count_diff8(gs, rsc, n / 32, "scales", nm, &shown);
+    free(gc), free(gs);
+  } else {
+    unsigned ng = grp ? (unsigned)E : 1u;
+    float *ga = dget(d[6], ng * 4), *gsd = dget(d[9], ng * 4);
+    uint8_t *gc = dget(d[10], n / 2), *gs = dget(d[5], n / 16);
+    wrong += count_diff32(ga, ram, ng, "amax", nm, &shown) + count_diff8(gc, rc, n / 2, "codes", nm, &shown) +
+             count_diff8(gs, rsc, n / 16, "scales", nm, &shown) + count_diff32(gsd, rsd, ng, "s_dec", nm, &shown);
+    free(ga), free(gsd), free(gc), free(gs);
+    fb_kernel_unload(&qk);
+  }
+  unsigned flags, bad = 0;
+  CU(fb_cu.MemcpyDtoH(&flags, d[7], 4));
+  for (size_t i = 0; i < n; ++i) bad |= !(fabsf(w[i]) <= 3.4028235e38f);
+  if ((flags & 1) != bad) {
+    fprintf(stderr, "    %s: non-finite flag %u, expected %u\n", nm, flags & 1, bad);
+    ++wrong;
+  }
+  free_dev(d, 12);
+  free(w), free(m), free(v), free(g), free(x), free(rc), free(rsc), free(gw), free(gm), free(gv);
+  return wrong;
+}
+
+/* R x C is the spec's shape (256 x 1024); each op adds configurations of its own: odd token counts (a partial
+ * last CTA), few and many experts, top-1 to top-64 */
+static long run_moe_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
+  long w = 0;
+  switch (u->t->k.op) {
+  case FB_OP_ROUTER:
+    w += moe_router(u, kern, kind, R, 8, 2) + moe_router(u, kern, kind, 77, 384, 8) + moe_router(u, kern, kind, R, 33, 1);
+    return w + moe_router(u, kern, kind, 64, 4096, 64);
+  case FB_OP_PERMUTE:
+    w += moe_permute(u, kern, kind, 77, 320, 8, 2) + moe_permute(u, kern, kind, R, C, 64, 8);
+    return w + moe_permute(u, kern, kind, 300, 96, 384, 4); /* more experts than entries: most are empty */
+  case FB_OP_UNPERMUTE: return moe_unpermute(u, kern, kind, seed, 77, 320, 8, 2) + moe_unpermute(u, kern, kind, seed, R, C, 64, 8);
+  case FB_OP_SWIGLU_FWD:
+  case FB_OP_SWIGLU_BWD: return moe_swiglu(u, kern, kind, R, C) + moe_swiglu(u, kern, kind, 77, 320);
+  case FB_OP_ADAMW: return moe_adamw(u, kern, kind, seed, R, C);
+  default: return moe_quant_f32(u, kern, kind, seed, R, C);
+  }
+}
