@@ -100,10 +100,9 @@ static const char *variant_illegal(const choice *c, const fb_variant *v) {
   }
   if (!strcmp(c->tmpl, "mx_col.cuh")) {
     if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
-    size_t sb = cols >= 128 ? 256 : (size_t)32768 / (size_t)(cols ? cols : 1);
-    if ((size_t)rows * (cols + 1) * 4 + (size_t)rows * 4 + (size_t)cols * (sb + sb / 32) > 48 * 1024)
-      return "mx_col: the tile and the staged band exceed 48 KiB of static shared memory";
     if (cols % 32) return "mx_col: cols must be a multiple of 32 (a 32-column span per load)";
+    if ((size_t)rows * (cols + 1) * 4 + (size_t)cols * 32 > 48 * 1024) return "mx_col: the tile exceeds 48 KiB of static shared memory";
+    if (rows * cols / 32 < threads || rows / 32 * cols < threads) return "mx_col: fewer tile items than threads leaves threads idle";
   }
   if (!strcmp(c->tmpl, "quant_nvfp4.cuh") && rows * 32 < threads) return "quant_nvfp4: fewer rows than warps leaves warps idle";
   if (!strcmp(c->tmpl, "swiglu.cuh") && rows * (cols / 8) < threads) return "swiglu: fewer 8-column vectors in the tile than threads";

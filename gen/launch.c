@@ -23,8 +23,8 @@ fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long
   } else if (!strcmp(tm, "quant_mxfp8.cuh") || !strcmp(tm, "s2f6.cuh")) {
     *gx = cap((rows * cols / 32 + t - 1) / t, 16384);
   } else if (!strcmp(tm, "mx_col.cuh")) {
-    long long tc = param(v, "cols", 64), sb = tc >= 128 ? 256 : 32768 / tc; /* a CTA per sb-row band */
-    *gx = cap(((rows + sb - 1) / sb) * ((cols + tc - 1) / tc), 1ll << 20);
+    long long tc = param(v, "cols", 64); /* a CTA per 1024-row band of tc columns */
+    *gx = cap(((rows + 1023) / 1024) * ((cols + tc - 1) / tc), 1ll << 20);
   } else if (!strcmp(tm, "amax.cuh")) {
     if (k->q.outer == FB_GRAN_TOKEN) *gx = cap((rows * 32 + t - 1) / t, 1ll << 20);
     else if (k->q.outer == FB_GRAN_EXPERT) *gx = 64, *gy = ngroups ? ngroups : 1;

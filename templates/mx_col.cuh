@@ -78,13 +78,11 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
    * columns */
   __shared__ float tile[TR][FB_COLS + 1];
   __shared__ float sdec[TR];
-  /* a CTA owns a band of FB_COLS columns and SB rows (tiles of TR rows, one after another) and stages the
-   * band's output in shared memory: each output row (a source column) then gets SB contiguous code bytes
-   * and SB/32 scale bytes written at once, coalesced, instead of 32-byte pieces 'rows' bytes apart that
-   * scatter over DRAM pages (and scale bytes that leave sectors partly written) */
-#define SB (FB_COLS >= 128 ? 256 : 32768 / FB_COLS)
-  __shared__ uint4 oc[FB_COLS][SB / 16];
-  __shared__ unsigned char sc[FB_COLS][SB / 32];
+  /* a CTA owns a band of FB_COLS columns and SB = 1024 rows (tiles of TR rows, one after another), so that
+   * it writes each output row's 32 scale bytes of the band as one whole sector at the end, rather than
+   * bytes scattered over sectors that other CTAs fill (partial-sector writes cost a read of the sector) */
+  __shared__ unsigned char sc[FB_COLS][32];
+  const long long SB = 1024;
   const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
   for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
     const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
@@ -140,21 +138,15 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
         w[q] = fbf_e4m3x2_rn(x0, x1) | fbf_e4m3x2_rn(x2, x3) << 16;
 #endif
       }
-      const int ob = (int)((row - b0) >> 4); /* uint4 index in the band's run of this output row */
-      oc[cc][ob] = make_uint4(w[0], w[1], w[2], w[3]);
-      oc[cc][ob + 1] = make_uint4(w[4], w[5], w[6], w[7]);
+      uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
       sc[cc][(row - b0) >> 5] = (unsigned char)e;
     }
   }
     __syncthreads();
-    /* the band: output row col holds (b1 - b0) consecutive code bytes at col * rows + b0, and (b1 - b0) / 32
-     * scale bytes at (col * rows + b0) / 32; lanes take consecutive 16-byte pieces of one row's run */
-    const int n16 = (int)((b1 - b0) >> 4), nsb = (int)((b1 - b0) >> 5);
-    for (int k = threadIdx.x; k < FB_COLS * n16; k += FB_THREADS) {
-      int cc = k / n16, j = k % n16;
-      long long col = c0 + cc;
-      if (col < p.cols) reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + col * p.rows + b0)[j] = oc[cc][j];
-    }
+    /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32 */
+    const int nsb = (int)((b1 - b0) >> 5);
     for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
       int cc = k / nsb, j = k % nsb;
       long long col = c0 + cc;
