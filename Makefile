@@ -5,6 +5,7 @@
 #   build/emu/test_kernels --quick --only SUBSTR   the same GPU tests on the CPU, under a warp emulator (slow)
 #   make bench      benchmarks on the device machine
 #   make demo       the main job on the default recipe
+#   make inspect    read the SASS of every generated kernel for every arch (needs cuobjdump)
 #   make clean      remove build/
 #   V=1             show full commands
 CUDA_HOME ?= /usr/local/cuda
@@ -39,7 +40,7 @@ DEPSOK := $(BUILD)/.deps-ok
 GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
-.PHONY: all test test-gpu bench demo clean deps golden fuzz
+.PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels
 
@@ -122,6 +123,10 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 test-gpu:
 	$(Q)test -x $(BUILD)/fourbit || { echo "test-gpu: build first (make), then carry build/"; exit 1; }
 	$(Q)bash tests/gpu/run.sh $(BUILD)/fourbit
+
+# The machine code of every generated kernel for every arch (cuobjdump; SKIPPED without one).
+inspect: all
+	$(Q)bash tests/inspect_sass.sh $(BUILD)/fourbit
 
 bench:
 	$(Q)test -x $(BUILD)/fourbit || { echo "bench: build first (make), then carry build/"; exit 1; }
