@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mk/deps.sh — find fourbit's build and test dependencies; install the missing Debian packages.
+# mk/deps.sh — find fourbit's build and test dependencies (Lua, LMDB, Random123, cmocka, clang with
+# libFuzzer, the CUDA toolkit); install the missing Debian packages.
 # Called by the Makefile before anything is built. As root it runs apt-get itself; otherwise it
 # prints the exact command to run and fails. Prints what it found, one line per dependency.
 set -u
@@ -15,6 +16,15 @@ probe() {
   check "LMDB (static)"         liblmdb-dev      test -f /usr/lib/x86_64-linux-gnu/liblmdb.a -a -f /usr/include/lmdb.h
   check "Random123 (tests)"     librandom123-dev test -f /usr/include/Random123/philox.h
   check "cmocka (tests)"        libcmocka-dev    test -f /usr/include/cmocka.h
+  check "clang (fuzzer)"        clang            command -v clang
+  check "libFuzzer runtime"     libclang-rt-dev  fuzzer_links
+}
+fuzzer_links() { # clang can build a libFuzzer target
+  local d; d=$(mktemp -d)
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' > "$d/f.c"
+  clang -fsanitize=fuzzer "$d/f.c" -o "$d/f" >/dev/null 2>&1; local rc=$?
+  rm -rf "$d"
+  return $rc
 }
 echo "fourbit: dependencies"
 probe

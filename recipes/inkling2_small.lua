@@ -1,7 +1,10 @@
 -- inkling2_small.lua — the end-to-end 4-bit recipe that trained Inkling 2 Small (DESIGN.md).
 -- 594B total / 17B active parameters, 48 layers, 384 experts, top-8.
--- The widths are not published: d_model 5120 and d_ff 2048 are a pair that matches 594B total and
--- 17B active with this layer count, expert count and routing (not the model's confirmed shape).
+-- The widths are not published: d_model 5120 and d_ff 2048 are the pair chosen for 594B total / 17B active
+-- (not the model's confirmed shape). Counted for this model as written here: experts 48 x 384 x 3 x 5120 x
+-- 2048 = 579.8B, untied embedding and LM head 2 x 200064 x 5120 = 2.05B, routers 0.09B: about 582B total,
+-- and per token 48 x 8 x 31.5M + 2.05B + 0.09B = about 14.2B active. The rest of the published figures
+-- sits in parts this model does not have (its token mixer is a short convolution, not attention).
 return recipe {
   name = "inkling2_small",
   description = "NVFP4 expert forward (4/6 per-token activations, per-expert weights), last 1/6 in MXFP8, MXFP8 backward with SR requantization, NVFP4 dispatch, RHT-32 + S2F6 combine",
