@@ -198,6 +198,23 @@ static void memory(fb_plan *p) {
 }
 
 /* ---- output ---------------------------------------------------------------------------------- */
+/* The first layer (0-based) of each distinct wire configuration (dispatch format and whether it carries a
+ * per-token outer scale, combine format), in layer order; returns how many (at most 16). */
+static int wire_configs(const fb_plan *p, int first[16]) {
+  int n = 0;
+  for (int l = 0; l < p->nlayers && n < 16; ++l) {
+    const fb_layer_prec *L = &p->layers[l];
+    int dup = 0;
+    for (int j = 0; j < n && !dup; ++j) {
+      const fb_layer_prec *M = &p->layers[first[j]];
+      dup = M->dispatch == L->dispatch && M->combine.format == L->combine.format &&
+            (M->fwd_act.outer == FB_GRAN_TOKEN) == (L->fwd_act.outer == FB_GRAN_TOKEN);
+    }
+    if (!dup) first[n++] = l;
+  }
+  return n;
+}
+
 static void json_qspec(fb_str *s, const char *key, const fb_qspec *q) {
   fb_str_printf(s, "\"%s\": {\"format\": \"%s\"", key, fb_format_name(q->format));
   if (q->format == FB_FMT_NVFP4)
@@ -264,20 +281,14 @@ static void json_body(const fb_plan *p, fb_str *s) {
   for (int f = 0; f < 4; ++f)
     if (M->by_format[f] > 0) fb_str_printf(s, "%s\"%s\": %.0f", first ? "" : ", ", fb_format_name((fb_format)f), M->by_format[f]), first = 0;
   fb_str_printf(s, "}},\n  \"wire_bits_per_token_expert\": [");
-  /* one entry per distinct (dispatch, combine) pair, in layer order */
-  int seen[16][2], ns = 0;
-  for (int l = 0; l < p->nlayers; ++l) {
-    const fb_layer_prec *L = &p->layers[l];
-    int d = L->dispatch, c = L->combine.format, dup = 0;
-    for (int j = 0; j < ns; ++j) dup |= seen[j][0] == d && seen[j][1] == c;
-    if (dup || ns == 16) continue;
-    seen[ns][0] = d, seen[ns][1] = c;
+  int wfirst[16], nw = wire_configs(p, wfirst);
+  for (int i = 0; i < nw; ++i) {
+    const fb_layer_prec *L = &p->layers[wfirst[i]];
     double bf = 16.0 * m->d_model, db = fb_plan_wire_bits(L->dispatch, m->d_model, L->fwd_act.outer == FB_GRAN_TOKEN);
     double cb = fb_plan_wire_bits(L->combine.format, m->d_model, 0);
     fb_str_printf(s, "%s\n    {\"dispatch\": \"%s\", \"dispatch_bits\": %.0f, \"dispatch_vs_bf16\": %.6f, \"combine\": \"%s\", "
-                     "\"combine_bits\": %.0f, \"combine_vs_bf16\": %.6f, \"bf16_bits\": %.0f}", ns ? "," : "",
+                     "\"combine_bits\": %.0f, \"combine_vs_bf16\": %.6f, \"bf16_bits\": %.0f}", i ? "," : "",
                   fb_format_name(L->dispatch), db, db / bf, fb_format_name(L->combine.format), cb, cb / bf, bf);
-    ns++;
   }
   fb_str_printf(s, "\n  ]\n");
 }
@@ -380,13 +391,10 @@ fb_status fb_plan_text(const fb_plan *p, char **out) {
   for (int f = 0; f < 4; ++f)
     if (M->by_format[f] > 0) fb_str_printf(&s, " %s %s", fb_format_name((fb_format)f), gib(M->by_format[f], b1));
   fb_str_printf(&s, "\n\nbits one token moves per expert copy (x%d copies), against BF16 (%d bits):\n", m->top_k, 16 * m->d_model);
-  int seen[16][2], ns = 0;
-  for (int l = 0; l < p->nlayers; ++l) {
-    const fb_layer_prec *L = &p->layers[l];
-    int d = L->dispatch, c = L->combine.format, dup = 0;
-    for (int j = 0; j < ns; ++j) dup |= seen[j][0] == d && seen[j][1] == c;
-    if (dup || ns == 16) continue;
-    seen[ns][0] = d, seen[ns][1] = c, ns++;
+  int first[16], nw = wire_configs(p, first);
+  for (int i = 0; i < nw; ++i) {
+    const fb_layer_prec *L = &p->layers[first[i]];
+    int l = first[i];
     double bf = 16.0 * m->d_model, db = fb_plan_wire_bits(L->dispatch, m->d_model, L->fwd_act.outer == FB_GRAN_TOKEN);
     double cbits = fb_plan_wire_bits(L->combine.format, m->d_model, 0);
     fb_str_printf(&s, "  layer %d on: dispatch %s %.0f bits (%.4f = %.2f/16), combine %s %.0f bits (%.4f = %.2f/16)\n", l + 1,

@@ -6,23 +6,16 @@
 #ifndef FB_MATH_H
 #define FB_MATH_H
 
+#include "fb_formats.h"
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define FBM_FN __host__ __device__ static __forceinline__
 #else
 #define FBM_FN static inline
 #include <math.h>
-#include <string.h>
 #endif
 
-FBM_FN float fbm_u2f(unsigned u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+FBM_FN float fbm_u2f(unsigned u) { return fbf_u2f(u); }
 
 /* e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by a degree-7 Taylor polynomial in
  * Horner form with fmaf, then scaled by 2^n in two exact steps (so that subnormal results round once). */

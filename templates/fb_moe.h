@@ -11,6 +11,7 @@
  *   fbo_adamw(&w, &m, &v, grad, ...)     one AdamW step of one element */
 #ifndef FB_MOE_H
 #define FB_MOE_H
+#include "fb_formats.h"
 #include "fb_math.h"
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -19,15 +20,7 @@
 #define FBO_FN static inline
 #endif
 
-FBO_FN unsigned fbo_f2u(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  unsigned u;
-  memcpy(&u, &f, 4);
-  return u;
-#endif
-}
+FBO_FN unsigned fbo_f2u(float f) { return fbf_f2u(f); }
 
 FBO_FN unsigned short fbo_bf16_rne(float x) {
   unsigned u = fbo_f2u(x);
