@@ -24,6 +24,16 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #if FB_DIR == 1
   __shared__ float stage[FB_THREADS / 32][32][33];
 #endif
+#if FB_DIR == 0 && !FB_IN_F32
+  /* the next block's 64 input bytes are in flight while this one is transformed and quantized */
+  uint4 nxt[4];
+  {
+    const long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x;
+    if (b < nblk)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) nxt[k] = reinterpret_cast<const uint4 *>(p.in)[b * 4 + k];
+  }
+#endif
   /* warp-uniform trip count: the dequantizer's warps store cooperatively */
   for (long long bw = (long long)blockIdx.x * FB_THREADS + (threadIdx.x & ~31); bw < nblk; bw += (long long)gridDim.x * FB_THREADS) {
     const long long b = bw + (threadIdx.x & 31);
@@ -39,10 +49,16 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       t[4 * k] = x.x, t[4 * k + 1] = x.y, t[4 * k + 2] = x.z, t[4 * k + 3] = x.w;
     }
 #else
-    const uint4 *s = reinterpret_cast<const uint4 *>(p.in) + b * 4;
+    uint4 cur[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) cur[k] = nxt[k];
+    const long long bn = b + (long long)gridDim.x * FB_THREADS;
+    if (bn < nblk)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) nxt[k] = reinterpret_cast<const uint4 *>(p.in)[bn * 4 + k];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      uint4 x = s[k];
+      uint4 x = cur[k];
       unsigned w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) t[8 * k + 2 * j] = __uint_as_float(w[j] << 16), t[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
