@@ -74,10 +74,11 @@ FBF_FN unsigned fbf_e2m1_sr(float x, unsigned r) {
   return s | fbf_e2m1_rn(q);
 }
 
+/* Branch-free: twice the E2M1 magnitudes are the integers 0 1 2 3 4 6 8 12, packed a nibble each (a select
+ * chain compiled to a divergent branch per element in the requantizer's load loop). */
 FBF_FN float fbf_e2m1_dec(unsigned c) {
-  unsigned m = c & 7u;
-  float v = m == 0u ? 0.0f : (m == 1u ? 0.5f : fbf_u2f(((m >> 1) + 126u) << 23 | (m & 1u) << 22));
-  return (c & 8u) ? -v : v;
+  float v = (float)((0xC8643210u >> (4u * (c & 7u))) & 15u) * 0.5f;
+  return fbf_u2f(fbf_f2u(v) | ((c & 8u) << 28));
 }
 
 /* ---- E4M3 ---- */
