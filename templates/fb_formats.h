@@ -259,6 +259,26 @@ FBF_FN void fbf_nvfp4_signs(const float x[16], unsigned s[2]) {
   }
 }
 
+/* ---- RHT-32 ---- */
+/* The unnormalized 32-point fast Walsh-Hadamard transform of NUMERICS.md: stages k = 0..4 in that order,
+ * each pair (i, i + 2^k) with bit k of i clear becomes (u + v, u - v), in fp32. */
+FBF_FN void fbf_wht32(float t[32]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int k = 0; k < 5; ++k) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < 32; ++i) {
+      if (i & (1 << k)) continue;
+      float u = t[i], v = t[i + (1 << k)];
+      t[i] = u + v;
+      t[i + (1 << k)] = u - v;
+    }
+  }
+}
+
 /* ---- scales ---- */
 FBF_FN float fbf_nvfp4_s_enc(float amax, int four_over_six) {
   float s = fminf((four_over_six ? 6.0f * 256.0f : 6.0f * 448.0f) / amax, FBF_FLT_MAX);

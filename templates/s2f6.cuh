@@ -6,18 +6,6 @@
 #include "fb_formats.h"
 #include "fb_kparams.h"
 
-static __device__ __forceinline__ void wht32(float t[32]) {
-#pragma unroll
-  for (int k = 0; k < 5; ++k) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      if (i & (1 << k)) continue;
-      float u = t[i], v = t[i + (1 << k)];
-      t[i] = u + v;
-      t[i + (1 << k)] = u - v;
-    }
-  }
-}
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
   const long long nblk = p.rows * p.cols / 32;
@@ -67,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #if FB_RHT
 #pragma unroll
     for (int i = 0; i < 32; ++i) t[i] = (p.signs >> i) & 1u ? -t[i] : t[i];
-    wht32(t);
+    fbf_wht32(t);
 #endif
     float a = 0.0f;
 #pragma unroll
@@ -105,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       for (int j = 0; j < 16; ++j) t[16 * k + j] = ((float)(signed char)(w[j >> 2] >> (8 * (j & 3))) / 64.0f) * sc;
     }
 #if FB_RHT
-    wht32(t);
+    fbf_wht32(t);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       float v = t[i] / 32.0f;

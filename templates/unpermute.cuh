@@ -20,21 +20,6 @@
 #define FB_W 8
 #endif
 
-#if FB_RHT
-static __device__ __forceinline__ void wht32(float t[32]) { /* stages k = 0..4, as runtime/numerics.c */
-#pragma unroll
-  for (int k = 0; k < 5; ++k) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      if (i & (1 << k)) continue;
-      float u = t[i], v = t[i + (1 << k)];
-      t[i] = u + v;
-      t[i + (1 << k)] = u - v;
-    }
-  }
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_moe p) {
   const long long nv = p.cols / FB_W;
   const int K = p.top_k;
@@ -74,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #endif
     }
 #if FB_RHT
-    wht32(acc);
+    fbf_wht32(acc);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       float v = acc[i] / 32.0f;
