@@ -1,48 +1,102 @@
-/* cache.c — the LMDB kernel cache, first part: the content-addressed `kernels` database that
- * `fourbit gen --cache DIR` fills (winners, trials, export/import and verify arrive with the tuner/cache
- * issue). One LMDB environment per directory (local disk only: LMDB's locks do not work on network file
- * systems); writers take short transactions, readers never block them; a killed process leaves the last
- * committed state. The map grows on MDB_MAP_FULL.
+/* cache.c — the LMDB kernel cache: one LMDB environment per directory (local disk only: LMDB's locks and
+ * its memory map do not work on network file systems; see cache/README.md), three named databases.
  *
  * kernels: key   = sha256(source || NUL || arch || NUL || NVRTC version || NUL || compile options)
  *          value = "FBK1" | u32 format version | u64 cubin size | sha256(source) | sha256(cubin) | cubin
- * Entry points: fb_cache_open(), fb_cache_close(), fb_cache_kernel_key(), fb_cache_put_kernel(),
- * fb_cache_get_kernel(). */
+ * winners: key   = "<fingerprint id>/<kernel spec>/b<bucket, 12 digits>"
+ *          value = "FBW1" | u32 format version | u32 n | n bytes of "field=value\n" lines | sha256(all before)
+ * trials:  key   = "<fingerprint id>/<kernel spec>/b<bucket>/<variant>"
+ *          value = "FBT1" | ... as winners
+ * The fingerprint id is the first 16 hex digits of sha256 of the device fingerprint and toolchain
+ * (fb_fingerprint_text); the value repeats the whole fingerprint, and an entry whose value names another
+ * fingerprint than its key is reported and never loaded, as is one of another format or failing its checksum.
+ *
+ * Transactions are short; readers never block writers; many processes may write at once (LMDB serializes
+ * writers with a robust mutex, so a killed writer's lock is recovered and its open transaction simply never
+ * happened). The map grows on MDB_MAP_FULL (doubling) and adopts another process's growth on MDB_MAP_RESIZED.
+ *
+ * Entry points: fb_cache_open(), fb_cache_kernel_key(), fb_cache_put_kernel()/get_kernel(), fb_fingerprint_*(),
+ * fb_cache_put_winner()/get_winner(), fb_cache_put_trial()/get_trial(), fb_cache_iterate(), fb_cache_verify(),
+ * fb_cache_export()/import(), fb_cache_gc(), fb_cache_default_dir(). */
 #include "fb_error.h"
+#include "fb_str.h"
 
+#include <errno.h>
 #include <lmdb.h>
+#include <math.h>
 #include <nvrtc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define KERNEL_FORMAT 1u
+#define RECORD_FORMAT 1u
 #define HDR (4 + 4 + 8 + 32 + 32)
+#define EXPORT_FORMAT 1u
 
 struct fb_cache {
   MDB_env *env;
-  MDB_dbi kernels;
+  MDB_dbi dbi[3]; /* FB_DB_KERNELS, FB_DB_WINNERS, FB_DB_TRIALS */
+  pthread_rwlock_t grow; /* transactions hold it shared; a map resize holds it exclusively (LMDB's rule) */
   char dir[512];
 };
 
-fb_status fb_cache_open(const char *dir, fb_cache **out) {
+static const char *const DBNAME[3] = {"kernels", "winners", "trials"};
+const char *fb_cache_db_name(fb_cache_db db) { return (unsigned)db < 3 ? DBNAME[db] : "?"; }
+
+/* ---- environment ------------------------------------------------------------------------------------------ */
+static int mkdir_p(const char *dir) {
+  char tmp[512];
+  snprintf(tmp, sizeof tmp, "%s", dir);
+  for (char *p = tmp + 1; *p; ++p)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+const char *fb_cache_default_dir(char *buf, size_t n) {
+  const char *e = getenv("FOURBIT_CACHE"), *h = getenv("HOME");
+  if (e && *e) snprintf(buf, n, "%s", e);
+  else snprintf(buf, n, "%s/.cache/fourbit", h && *h ? h : ".");
+  return buf;
+}
+
+fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) {
   *out = NULL;
-  if (mkdir(dir, 0755) != 0) {
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return FB_USERERR(FB_EIO, "%s: cannot create the cache directory", dir);
-  }
+  struct stat st;
+  if (mkdir_p(dir) != 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    return FB_USERERR(FB_EIO, "%s: cannot create the cache directory", dir);
   fb_cache *c = calloc(1, sizeof *c);
   if (!c) return FB_ERR(FB_ENOMEM, "cache");
   snprintf(c->dir, sizeof c->dir, "%s", dir);
+  pthread_rwlock_init(&c->grow, NULL);
   fb_status rc = FB_OK;
   MDB_txn *txn = NULL;
+  int dead = 0;
   LMDB_CHECK_GOTO(mdb_env_create(&c->env), fail);
   LMDB_CHECK_GOTO(mdb_env_set_maxdbs(c->env, 8), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_mapsize(c->env, (size_t)256 << 20), fail);
-  LMDB_CHECK_GOTO(mdb_env_open(c->env, dir, 0, 0644), fail);
-  LMDB_CHECK_GOTO(mdb_txn_begin(c->env, NULL, 0, &txn), fail);
-  LMDB_CHECK_GOTO(mdb_dbi_open(txn, "kernels", MDB_CREATE, &c->kernels), fail);
+  LMDB_CHECK_GOTO(mdb_env_set_mapsize(c->env, mapsize ? mapsize : (size_t)256 << 20), fail);
+  LMDB_CHECK_GOTO(mdb_env_set_maxreaders(c->env, 512), fail);
+  /* MDB_NOTLS: read transactions are not tied to a thread slot (the tuner's compile pool reads from threads) */
+  LMDB_CHECK_GOTO(mdb_env_open(c->env, dir, MDB_NOTLS, 0644), fail);
+  mdb_reader_check(c->env, &dead); /* reader slots of killed processes */
+  for (int attempt = 0;; ++attempt) {
+    int r = mdb_txn_begin(c->env, NULL, 0, &txn);
+    if (r == MDB_MAP_RESIZED && attempt < 4) {
+      mdb_env_set_mapsize(c->env, 0);
+      continue;
+    }
+    LMDB_CHECK_GOTO(r, fail);
+    break;
+  }
+  for (int d = 0; d < 3; ++d) LMDB_CHECK_GOTO(mdb_dbi_open(txn, DBNAME[d], MDB_CREATE, &c->dbi[d]), fail);
   LMDB_CHECK_GOTO(mdb_txn_commit(txn), fail);
   txn = NULL;
   *out = c;
@@ -50,16 +104,85 @@ fb_status fb_cache_open(const char *dir, fb_cache **out) {
 fail:
   if (txn) mdb_txn_abort(txn);
   if (c->env) mdb_env_close(c->env);
+  pthread_rwlock_destroy(&c->grow);
   free(c);
   return rc;
 }
 
+fb_status fb_cache_open(const char *dir, fb_cache **out) { return fb_cache_open_ex(dir, 0, out); }
+
 void fb_cache_close(fb_cache *c) {
   if (!c) return;
   mdb_env_close(c->env);
+  pthread_rwlock_destroy(&c->grow);
   free(c);
 }
 
+const char *fb_cache_dir(const fb_cache *c) { return c->dir; }
+
+size_t fb_cache_mapsize(fb_cache *c) {
+  MDB_envinfo info;
+  mdb_env_info(c->env, &info);
+  return info.me_mapsize;
+}
+
+/* Begin a transaction, adopting a map another process grew. Holds c->grow shared until end_txn(). */
+static int begin_txn(fb_cache *c, unsigned flags, MDB_txn **txn) {
+  for (int attempt = 0;; ++attempt) {
+    pthread_rwlock_rdlock(&c->grow);
+    int r = mdb_txn_begin(c->env, NULL, flags, txn);
+    if (r != MDB_MAP_RESIZED || attempt >= 4) {
+      if (r) pthread_rwlock_unlock(&c->grow);
+      return r;
+    }
+    pthread_rwlock_unlock(&c->grow);
+    pthread_rwlock_wrlock(&c->grow);
+    mdb_env_set_mapsize(c->env, 0);
+    pthread_rwlock_unlock(&c->grow);
+  }
+}
+static void end_txn(fb_cache *c, MDB_txn *txn, int commit, int *r) {
+  if (commit) *r = mdb_txn_commit(txn);
+  else mdb_txn_abort(txn);
+  pthread_rwlock_unlock(&c->grow);
+}
+static int grow_map(fb_cache *c) {
+  pthread_rwlock_wrlock(&c->grow);
+  MDB_envinfo info;
+  mdb_env_info(c->env, &info);
+  int r = mdb_env_set_mapsize(c->env, info.me_mapsize * 2);
+  pthread_rwlock_unlock(&c->grow);
+  return r;
+}
+
+/* One write transaction of n puts (skip_existing: MDB_NOOVERWRITE, an existing key is left as it is). Retries
+ * with a doubled map on MDB_MAP_FULL. */
+typedef struct {
+  int db;
+  MDB_val k, v;
+} put_op;
+static fb_status put_many(fb_cache *c, const put_op *ops, int n, int skip_existing, const char *what) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    MDB_txn *txn = NULL;
+    int r = begin_txn(c, 0, &txn);
+    if (r) return FB_ERR(FB_ELMDB, "%s: %s: mdb_txn_begin: %s", c->dir, what, mdb_strerror(r));
+    for (int i = 0; i < n && r == 0; ++i) {
+      MDB_val k = ops[i].k, v = ops[i].v;
+      r = mdb_put(txn, c->dbi[ops[i].db], &k, &v, skip_existing ? MDB_NOOVERWRITE : 0);
+      if (r == MDB_KEYEXIST) r = 0;
+    }
+    if (r == 0) end_txn(c, txn, 1, &r);
+    else end_txn(c, txn, 0, NULL);
+    if (r == MDB_MAP_FULL) {
+      if (grow_map(c) == 0) continue;
+    }
+    if (r) return FB_ERR(FB_ELMDB, "%s: %s: %s", c->dir, what, mdb_strerror(r));
+    return FB_OK;
+  }
+  return FB_ERR(FB_ELMDB, "%s: %s: the map would not grow enough", c->dir, what);
+}
+
+/* ---- kernels ---------------------------------------------------------------------------------------------- */
 void fb_cache_kernel_key(const char *src, const char *arch, uint8_t key[32]) {
   int maj = 0, min = 0;
   nvrtcVersion(&maj, &min);
@@ -90,58 +213,737 @@ fb_status fb_cache_put_kernel(fb_cache *c, const uint8_t key[32], const char *sr
   fb_sha256(src, strlen(src), v + 16);
   fb_sha256(cubin, size, v + 48);
   memcpy(v + HDR, cubin, size);
-  fb_status rc = FB_OK;
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    MDB_txn *txn = NULL;
-    MDB_val k = {32, (void *)key}, val = {vn, v};
-    int r = mdb_txn_begin(c->env, NULL, 0, &txn);
-    if (r == MDB_MAP_RESIZED) r = mdb_env_set_mapsize(c->env, 0) ? r : mdb_txn_begin(c->env, NULL, 0, &txn);
-    if (r == 0) r = mdb_put(txn, c->kernels, &k, &val, 0);
-    if (r == 0) {
-      r = mdb_txn_commit(txn);
-      txn = NULL;
-    }
-    if (txn) mdb_txn_abort(txn);
-    if (r == MDB_MAP_FULL) { /* grow the map and try again */
-      MDB_envinfo info;
-      mdb_env_info(c->env, &info);
-      if (mdb_env_set_mapsize(c->env, info.me_mapsize * 2) == 0) continue;
-    }
-    if (r != 0) rc = FB_ERR(FB_ELMDB, "%s: storing a kernel: %s", c->dir, mdb_strerror(r));
-    break;
-  }
+  put_op op = {FB_DB_KERNELS, {32, (void *)key}, {vn, v}};
+  fb_status rc = put_many(c, &op, 1, 0, "storing a kernel");
   free(v);
   return rc;
+}
+
+/* Check a kernels value; NULL when good, else why not. */
+static const char *kernel_bad(const uint8_t *p, size_t n) {
+  uint32_t ver;
+  uint64_t sz;
+  uint8_t sum[32];
+  if (n < HDR) return "truncated";
+  memcpy(&ver, p + 4, 4);
+  memcpy(&sz, p + 8, 8);
+  if (memcmp(p, "FBK1", 4) || ver != KERNEL_FORMAT) return "another format";
+  if (sz != n - HDR) return "wrong length";
+  fb_sha256(p + HDR, sz, sum);
+  if (memcmp(sum, p + 48, 32)) return "fails its checksum";
+  return NULL;
 }
 
 fb_status fb_cache_get_kernel(fb_cache *c, const uint8_t key[32], void **cubin, size_t *size) {
   *cubin = NULL, *size = 0;
   MDB_txn *txn = NULL;
   fb_status rc = FB_OK;
-  LMDB_CHECK(mdb_txn_begin(c->env, NULL, MDB_RDONLY, &txn));
+  int r = begin_txn(c, MDB_RDONLY, &txn);
+  if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
   MDB_val k = {32, (void *)key}, v;
-  int r = mdb_get(txn, c->kernels, &k, &v);
+  r = mdb_get(txn, c->dbi[FB_DB_KERNELS], &k, &v);
   if (r == MDB_NOTFOUND) {
     rc = FB_ENOTFOUND;
   } else if (r != 0) {
     rc = FB_ERR(FB_ELMDB, "%s: reading a kernel: %s", c->dir, mdb_strerror(r));
   } else {
-    const uint8_t *p = v.mv_data;
-    uint32_t ver;
-    uint64_t sz;
-    uint8_t sum[32];
-    if (v.mv_size < HDR) return mdb_txn_abort(txn), FB_ERR(FB_ELMDB, "%s: a kernel entry is truncated", c->dir);
-    memcpy(&ver, p + 4, 4);
-    memcpy(&sz, p + 8, 8);
-    if (memcmp(p, "FBK1", 4) || ver != KERNEL_FORMAT || sz != v.mv_size - HDR) {
-      rc = FB_ERR(FB_ELMDB, "%s: a kernel entry has another format (version %u): not loaded", c->dir, ver);
+    const char *bad = kernel_bad(v.mv_data, v.mv_size);
+    char hex[65];
+    if (bad) {
+      for (int i = 0; i < 32; ++i) snprintf(hex + 2 * i, 3, "%02x", key[i]);
+      rc = FB_ERR(FB_ELMDB, "%s: kernels/%.16s: %s: not loaded", c->dir, hex, bad);
+    } else if (!(*cubin = malloc(v.mv_size - HDR ? v.mv_size - HDR : 1))) {
+      rc = FB_ERR(FB_ENOMEM, "cubin");
     } else {
-      fb_sha256(p + HDR, sz, sum);
-      if (memcmp(sum, p + 48, 32)) rc = FB_ERR(FB_ELMDB, "%s: a kernel entry fails its checksum: not loaded", c->dir);
-      else if (!(*cubin = malloc(sz ? sz : 1))) rc = FB_ERR(FB_ENOMEM, "cubin");
-      else memcpy(*cubin, p + HDR, sz), *size = sz;
+      memcpy(*cubin, (const uint8_t *)v.mv_data + HDR, v.mv_size - HDR), *size = v.mv_size - HDR;
     }
   }
-  mdb_txn_abort(txn);
+  end_txn(c, txn, 0, NULL);
   return rc;
+}
+
+/* ---- fingerprints ----------------------------------------------------------------------------------------- */
+void fb_fingerprint_text(const fb_fingerprint *fp, char *buf, size_t n) {
+  snprintf(buf, n, "%s sm_%d%d %dSM %lluMiB driver %d nvrtc %d.%d fourbit %s", fp->gpu, fp->cc_major, fp->cc_minor,
+           fp->sm_count, fp->mem_bytes >> 20, fp->driver_version, fp->nvrtc_major, fp->nvrtc_minor, fp->fourbit);
+}
+
+void fb_fingerprint_id(const fb_fingerprint *fp, char id[17]) {
+  char t[512], hex[65];
+  fb_fingerprint_text(fp, t, sizeof t);
+  fb_sha256_hex(t, strlen(t), hex);
+  memcpy(id, hex, 16);
+  id[16] = 0;
+}
+
+void fb_fingerprint_toolchain(fb_fingerprint *fp) {
+  nvrtcVersion(&fp->nvrtc_major, &fp->nvrtc_minor);
+  snprintf(fp->fourbit, sizeof fp->fourbit, "%s", FB_VERSION);
+}
+
+static int fp_equal(const fb_fingerprint *a, const fb_fingerprint *b) {
+  return !strcmp(a->gpu, b->gpu) && a->cc_major == b->cc_major && a->cc_minor == b->cc_minor && a->sm_count == b->sm_count &&
+         a->mem_bytes == b->mem_bytes && a->driver_version == b->driver_version && a->nvrtc_major == b->nvrtc_major &&
+         a->nvrtc_minor == b->nvrtc_minor && !strcmp(a->fourbit, b->fourbit);
+}
+
+long long fb_cache_bucket(long long shape) {
+  long long b = 1;
+  while (b < shape && b < (1ll << 40)) b <<= 1;
+  return b;
+}
+
+/* ---- records (winners, trials): "field=value" lines in a checksummed frame -------------------------------- */
+static void put_str(fb_str *s, const char *k, const char *v) {
+  fb_str_printf(s, "%s=", k);
+  for (const char *p = v; *p; ++p) fb_str_printf(s, "%c", *p == '\n' || *p == '\r' ? ' ' : *p);
+  fb_str_printf(s, "\n");
+}
+static void put_fp(fb_str *s, const fb_fingerprint *fp) {
+  put_str(s, "gpu", fp->gpu);
+  fb_str_printf(s, "cc=%d.%d\nsms=%d\nmem=%llu\ndriver=%d\nnvrtc=%d.%d\n", fp->cc_major, fp->cc_minor, fp->sm_count, fp->mem_bytes,
+                fp->driver_version, fp->nvrtc_major, fp->nvrtc_minor);
+  put_str(s, "fourbit", fp->fourbit);
+}
+static void hex32(const uint8_t *b, char *out) {
+  for (int i = 0; i < 32; ++i) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static void winner_text(const fb_winner *w, fb_str *s) {
+  char kh[65];
+  hex32(w->kernel, kh);
+  put_fp(s, &w->fp);
+  put_str(s, "spec", w->spec);
+  fb_str_printf(s, "bucket=%lld\nshape=%lld\n", w->bucket, w->shape);
+  put_str(s, "arch", w->arch);
+  put_str(s, "variant", w->variant);
+  fb_str_printf(s, "kernel=%s\nmedian_ms=%.9g\nspread_ms=%.9g\nruns=%d\n", kh, w->median_ms, w->spread_ms, w->runs);
+  put_str(s, "runner_up", w->runner_up);
+  fb_str_printf(s, "runner_up_ms=%.9g\n", w->runner_up_ms);
+  put_str(s, "default_variant", w->default_variant);
+  fb_str_printf(s, "default_ms=%.9g\ncandidates=%d\nfailed=%d\n", w->default_ms, w->candidates, w->failed);
+  put_str(s, "recipe", w->recipe);
+  put_str(s, "recipe_sha", w->recipe_sha);
+  fb_str_printf(s, "date=%lld\n", w->date);
+  put_str(s, "host", w->host);
+}
+
+static const char *const TRIAL_STATUS[] = {"ok", "compile-failed", "wrong", "fault", "timeout"};
+const char *fb_trial_status_name(fb_trial_status s) { return (unsigned)s < 5 ? TRIAL_STATUS[s] : "?"; }
+
+static void trial_text(const fb_trial *t, fb_str *s) {
+  put_fp(s, &t->fp);
+  put_str(s, "spec", t->spec);
+  fb_str_printf(s, "bucket=%lld\nshape=%lld\n", t->bucket, t->shape);
+  put_str(s, "variant", t->variant);
+  put_str(s, "status", fb_trial_status_name(t->status));
+  fb_str_printf(s, "median_ms=%.9g\nspread_ms=%.9g\nruns=%d\nwrong=%ld\n", t->median_ms, t->spread_ms, t->runs, t->wrong);
+  put_str(s, "message", t->message);
+  put_str(s, "recipe", t->recipe);
+  fb_str_printf(s, "date=%lld\n", t->date);
+}
+
+/* field lookup in a record's text: copies the value of `key` (up to n-1 bytes); 0 if absent */
+static int field(const char *txt, size_t len, const char *key, char *out, size_t n) {
+  size_t kl = strlen(key);
+  for (size_t i = 0; i < len;) {
+    const char *line = txt + i, *nl = memchr(line, '\n', len - i);
+    size_t ll = nl ? (size_t)(nl - line) : len - i;
+    if (ll > kl && !memcmp(line, key, kl) && line[kl] == '=') {
+      size_t vl = ll - kl - 1 < n - 1 ? ll - kl - 1 : n - 1;
+      memcpy(out, line + kl + 1, vl);
+      out[vl] = 0;
+      return 1;
+    }
+    i += ll + 1;
+  }
+  return 0;
+}
+#define FIELD(name, dst) (field(txt, len, name, dst, sizeof(dst)) ? 1 : (missing = name, 0))
+
+static const char *parse_fp(const char *txt, size_t len, fb_fingerprint *fp) {
+  char b[64];
+  const char *missing = NULL;
+  memset(fp, 0, sizeof *fp);
+  FIELD("gpu", fp->gpu);
+  if (FIELD("cc", b)) sscanf(b, "%d.%d", &fp->cc_major, &fp->cc_minor);
+  if (FIELD("sms", b)) fp->sm_count = atoi(b);
+  if (FIELD("mem", b)) fp->mem_bytes = strtoull(b, NULL, 10);
+  if (FIELD("driver", b)) fp->driver_version = atoi(b);
+  if (FIELD("nvrtc", b)) sscanf(b, "%d.%d", &fp->nvrtc_major, &fp->nvrtc_minor);
+  FIELD("fourbit", fp->fourbit);
+  return missing;
+}
+
+static const char *parse_winner(const char *txt, size_t len, fb_winner *w) {
+  char b[96], kh[80];
+  memset(w, 0, sizeof *w);
+  const char *missing = parse_fp(txt, len, &w->fp);
+  FIELD("spec", w->spec);
+  if (FIELD("bucket", b)) w->bucket = atoll(b);
+  if (FIELD("shape", b)) w->shape = atoll(b);
+  FIELD("arch", w->arch);
+  FIELD("variant", w->variant);
+  if (FIELD("kernel", kh)) {
+    if (strlen(kh) != 64) return "kernel";
+    for (int i = 0; i < 32; ++i) {
+      unsigned x;
+      if (sscanf(kh + 2 * i, "%2x", &x) != 1) return "kernel";
+      w->kernel[i] = (uint8_t)x;
+    }
+  }
+  if (FIELD("median_ms", b)) w->median_ms = atof(b);
+  if (FIELD("spread_ms", b)) w->spread_ms = atof(b);
+  if (FIELD("runs", b)) w->runs = atoi(b);
+  FIELD("runner_up", w->runner_up);
+  if (FIELD("runner_up_ms", b)) w->runner_up_ms = atof(b);
+  FIELD("default_variant", w->default_variant);
+  if (FIELD("default_ms", b)) w->default_ms = atof(b);
+  if (FIELD("candidates", b)) w->candidates = atoi(b);
+  if (FIELD("failed", b)) w->failed = atoi(b);
+  FIELD("recipe", w->recipe);
+  FIELD("recipe_sha", w->recipe_sha);
+  if (FIELD("date", b)) w->date = atoll(b);
+  FIELD("host", w->host);
+  return missing;
+}
+
+static const char *parse_trial(const char *txt, size_t len, fb_trial *t) {
+  char b[64];
+  memset(t, 0, sizeof *t);
+  const char *missing = parse_fp(txt, len, &t->fp);
+  FIELD("spec", t->spec);
+  if (FIELD("bucket", b)) t->bucket = atoll(b);
+  if (FIELD("shape", b)) t->shape = atoll(b);
+  FIELD("variant", t->variant);
+  if (FIELD("status", b)) {
+    t->status = (fb_trial_status)-1;
+    for (int i = 0; i < 5; ++i)
+      if (!strcmp(b, TRIAL_STATUS[i])) t->status = (fb_trial_status)i;
+    if ((int)t->status < 0) return "status";
+  }
+  if (FIELD("median_ms", b)) t->median_ms = atof(b);
+  if (FIELD("spread_ms", b)) t->spread_ms = atof(b);
+  if (FIELD("runs", b)) t->runs = atoi(b);
+  if (FIELD("wrong", b)) t->wrong = atol(b);
+  FIELD("message", t->message);
+  FIELD("recipe", t->recipe);
+  if (FIELD("date", b)) t->date = atoll(b);
+  return missing;
+}
+
+/* frame: magic | u32 version | u32 n | text | sha256(everything before) */
+static uint8_t *frame(const char *magic, const fb_str *s, size_t *vn) {
+  uint32_t ver = RECORD_FORMAT, n = (uint32_t)s->len;
+  *vn = 12 + (size_t)n + 32;
+  uint8_t *v = malloc(*vn);
+  if (!v) return NULL;
+  memcpy(v, magic, 4);
+  memcpy(v + 4, &ver, 4);
+  memcpy(v + 8, &n, 4);
+  memcpy(v + 12, s->buf, n);
+  fb_sha256(v, 12 + (size_t)n, v + 12 + n);
+  return v;
+}
+/* NULL when the frame is good (*txt, *len: its text), else why not */
+static const char *unframe(const char *magic, const uint8_t *p, size_t n, const char **txt, size_t *len) {
+  uint32_t ver, tn;
+  uint8_t sum[32];
+  if (n < 12 + 32) return "truncated";
+  memcpy(&ver, p + 4, 4);
+  memcpy(&tn, p + 8, 4);
+  if (memcmp(p, magic, 4) || ver != RECORD_FORMAT) return "another format";
+  if ((size_t)tn + 44 != n) return "wrong length";
+  fb_sha256(p, 12 + (size_t)tn, sum);
+  if (memcmp(sum, p + 12 + tn, 32)) return "fails its checksum";
+  *txt = (const char *)p + 12, *len = tn;
+  return NULL;
+}
+
+static void winner_key(const fb_fingerprint *fp, const char *spec, long long bucket, char *key, size_t n) {
+  char id[17];
+  fb_fingerprint_id(fp, id);
+  snprintf(key, n, "%s/%s/b%012lld", id, spec, bucket);
+}
+static void trial_key(const fb_fingerprint *fp, const char *spec, long long bucket, const char *variant, char *key, size_t n) {
+  char id[17];
+  fb_fingerprint_id(fp, id);
+  snprintf(key, n, "%s/%s/b%012lld/%s", id, spec, bucket, variant);
+}
+
+/* Decode and check one winners/trials value against its key. NULL when good. */
+static const char *record_bad(fb_cache_db db, const MDB_val *k, const MDB_val *v, fb_winner *w, fb_trial *t) {
+  const char *txt;
+  size_t len;
+  const char *bad = unframe(db == FB_DB_WINNERS ? "FBW1" : "FBT1", v->mv_data, v->mv_size, &txt, &len);
+  if (bad) return bad;
+  const char *missing = db == FB_DB_WINNERS ? parse_winner(txt, len, w) : parse_trial(txt, len, t);
+  if (missing) return "a field is missing or malformed";
+  char key[512];
+  if (db == FB_DB_WINNERS) winner_key(&w->fp, w->spec, w->bucket, key, sizeof key);
+  else trial_key(&t->fp, t->spec, t->bucket, t->variant, key, sizeof key);
+  if (strlen(key) != k->mv_size || memcmp(key, k->mv_data, k->mv_size)) return "its value belongs to another fingerprint or key";
+  return NULL;
+}
+
+fb_status fb_cache_put_winner(fb_cache *c, const fb_winner *w) {
+  fb_str s = {0};
+  winner_text(w, &s);
+  if (s.oom) return free(s.buf), FB_ERR(FB_ENOMEM, "winner");
+  char key[512];
+  winner_key(&w->fp, w->spec, w->bucket, key, sizeof key);
+  size_t vn;
+  uint8_t *v = frame("FBW1", &s, &vn);
+  free(s.buf);
+  if (!v) return FB_ERR(FB_ENOMEM, "winner");
+  put_op op = {FB_DB_WINNERS, {strlen(key), key}, {vn, v}};
+  fb_status rc = put_many(c, &op, 1, 0, "storing a winner");
+  free(v);
+  return rc;
+}
+
+fb_status fb_cache_put_trial(fb_cache *c, const fb_trial *t) {
+  fb_str s = {0};
+  trial_text(t, &s);
+  if (s.oom) return free(s.buf), FB_ERR(FB_ENOMEM, "trial");
+  char key[512];
+  trial_key(&t->fp, t->spec, t->bucket, t->variant, key, sizeof key);
+  size_t vn;
+  uint8_t *v = frame("FBT1", &s, &vn);
+  free(s.buf);
+  if (!v) return FB_ERR(FB_ENOMEM, "trial");
+  put_op op = {FB_DB_TRIALS, {strlen(key), key}, {vn, v}};
+  fb_status rc = put_many(c, &op, 1, 0, "storing a trial");
+  free(v);
+  return rc;
+}
+
+fb_status fb_cache_get_trial(fb_cache *c, const fb_fingerprint *fp, const char *spec, long long bucket, const char *variant,
+                             fb_trial *out) {
+  char key[512];
+  trial_key(fp, spec, bucket, variant, key, sizeof key);
+  MDB_txn *txn;
+  int r = begin_txn(c, MDB_RDONLY, &txn);
+  if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
+  MDB_val k = {strlen(key), key}, v;
+  fb_status rc = FB_OK;
+  r = mdb_get(txn, c->dbi[FB_DB_TRIALS], &k, &v);
+  if (r == MDB_NOTFOUND) rc = FB_ENOTFOUND;
+  else if (r) rc = FB_ERR(FB_ELMDB, "%s: reading a trial: %s", c->dir, mdb_strerror(r));
+  else {
+    fb_winner w;
+    const char *bad = record_bad(FB_DB_TRIALS, &k, &v, &w, out);
+    if (bad) rc = FB_ERR(FB_ELMDB, "%s: trials/%s: %s: not loaded", c->dir, key, bad);
+  }
+  end_txn(c, txn, 0, NULL);
+  return rc;
+}
+
+static double bucket_distance(long long a, long long b) { return fabs(log2((double)(a > 0 ? a : 1) / (double)(b > 0 ? b : 1))); }
+
+fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char *spec, long long shape, fb_winner *out,
+                              char *note, size_t notelen) {
+  if (note && notelen) note[0] = 0;
+  long long want = fb_cache_bucket(shape);
+  char prefix[512], id[17];
+  fb_fingerprint_id(fp, id);
+  snprintf(prefix, sizeof prefix, "%s/%s/b", id, spec);
+  size_t pl = strlen(prefix);
+  MDB_txn *txn;
+  MDB_cursor *cur = NULL;
+  int r = begin_txn(c, MDB_RDONLY, &txn);
+  if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
+  fb_status rc = FB_OK;
+  int found = 0, bad_n = 0, foreign = 0;
+  double best_d = 1e30;
+  char bad_msg[768] = "", foreign_fp[512] = "";
+  r = mdb_cursor_open(txn, c->dbi[FB_DB_WINNERS], &cur);
+  if (r) {
+    rc = FB_ERR(FB_ELMDB, "%s: mdb_cursor_open: %s", c->dir, mdb_strerror(r));
+    goto done;
+  }
+  /* our fingerprint's buckets of spec */
+  MDB_val k = {pl, prefix}, v;
+  for (r = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); r == 0 && k.mv_size >= pl && !memcmp(k.mv_data, prefix, pl);
+       r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    fb_winner w;
+    fb_trial t;
+    const char *bad = record_bad(FB_DB_WINNERS, &k, &v, &w, &t);
+    if (!bad && !fp_equal(&w.fp, fp)) bad = "its value belongs to another fingerprint";
+    if (bad) {
+      if (!bad_n++) snprintf(bad_msg, sizeof bad_msg, "winners/%.*s: %s: not loaded", (int)k.mv_size, (char *)k.mv_data, bad);
+      continue;
+    }
+    double d = bucket_distance(w.bucket, want);
+    if (d < best_d || (d == best_d && w.bucket > out->bucket)) best_d = d, *out = w, found = 1;
+  }
+  if (!found) { /* anything for spec under other fingerprints? */
+    r = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    for (; r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      const char *s = memchr(k.mv_data, '/', k.mv_size);
+      size_t sl = strlen(spec);
+      if (!s || (size_t)((const char *)k.mv_data + k.mv_size - s) < sl + 3 || memcmp(s + 1, spec, sl) || s[1 + sl] != '/') continue;
+      if (k.mv_size >= 16 && !memcmp(k.mv_data, id, 16)) continue;
+      fb_winner w;
+      fb_trial t;
+      if (record_bad(FB_DB_WINNERS, &k, &v, &w, &t)) continue;
+      if (!foreign++) fb_fingerprint_text(&w.fp, foreign_fp, sizeof foreign_fp);
+    }
+  }
+  if (found) {
+    if (note && notelen) {
+      if (out->bucket == want) snprintf(note, notelen, "tuned for bucket %lld", want);
+      else snprintf(note, notelen, "no winner for bucket %lld: the nearest bucket %lld", want, out->bucket);
+      if (bad_n) {
+        size_t u = strlen(note);
+        snprintf(note + u, notelen - u, "; %d bad entries skipped (%s)", bad_n, bad_msg);
+      }
+    }
+  } else {
+    rc = FB_ENOTFOUND;
+    if (note && notelen) {
+      if (bad_n) snprintf(note, notelen, "%s", bad_msg);
+      else if (foreign) snprintf(note, notelen, "%d winners of %s belong to other fingerprints (%s%s): ignored", foreign, spec, foreign_fp, foreign > 1 ? ", ..." : "");
+      else snprintf(note, notelen, "no winner of %s for this device and toolchain", spec);
+    }
+    if (bad_n || foreign) FB_ERR(FB_ENOTFOUND, "%s", note ? note : "no usable winner");
+  }
+done:
+  if (cur) mdb_cursor_close(cur);
+  end_txn(c, txn, 0, NULL);
+  return rc;
+}
+
+/* ---- iterate, verify ------------------------------------------------------------------------------------- */
+static void entry_of(fb_cache_db db, const MDB_val *k, const MDB_val *v, fb_cache_entry *e, fb_winner *w, fb_trial *t, char *keybuf,
+                     size_t kn) {
+  memset(e, 0, sizeof *e);
+  e->db = db;
+  e->size = v->mv_size;
+  if (db == FB_DB_KERNELS) {
+    if (k->mv_size == 32) hex32(k->mv_data, keybuf);
+    else snprintf(keybuf, kn, "(a %zu-byte key)", k->mv_size);
+    e->why = k->mv_size == 32 ? kernel_bad(v->mv_data, v->mv_size) : "key is not 32 bytes";
+    if (!e->why) e->cubin_size = v->mv_size - HDR;
+  } else {
+    snprintf(keybuf, kn, "%.*s", (int)(k->mv_size < kn - 1 ? k->mv_size : kn - 1), (const char *)k->mv_data);
+    e->why = record_bad(db, k, v, w, t);
+    if (!e->why) {
+      if (db == FB_DB_WINNERS) e->winner = w;
+      else e->trial = t;
+    }
+  }
+  e->key = keybuf;
+}
+
+fb_status fb_cache_iterate(fb_cache *c, fb_cache_db db, fb_cache_visit fn, void *arg) {
+  if ((unsigned)db > 2) return FB_ERR(FB_EINVAL, "no database %d", (int)db);
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  int r = begin_txn(c, MDB_RDONLY, &txn);
+  if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
+  if ((r = mdb_cursor_open(txn, c->dbi[db], &cur))) {
+    end_txn(c, txn, 0, NULL);
+    return FB_ERR(FB_ELMDB, "%s: mdb_cursor_open: %s", c->dir, mdb_strerror(r));
+  }
+  MDB_val k, v;
+  char keybuf[600];
+  fb_winner w;
+  fb_trial t;
+  for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    fb_cache_entry e;
+    entry_of(db, &k, &v, &e, &w, &t, keybuf, sizeof keybuf);
+    if (fn(&e, arg)) break;
+  }
+  mdb_cursor_close(cur);
+  end_txn(c, txn, 0, NULL);
+  return FB_OK;
+}
+
+typedef struct {
+  fb_cache *c;
+  fb_cache_counts *n;
+  fb_cache_visit bad;
+  void *arg;
+  int db;
+} verify_ctx;
+
+static int verify_one(const fb_cache_entry *e, void *arg) {
+  verify_ctx *x = arg;
+  fb_cache_entry ce = *e;
+  x->n->entries[x->db]++;
+  if (!ce.why && ce.winner) { /* a winner must be loadable: its cubin present and good */
+    void *cub;
+    size_t sz;
+    fb_status s = fb_cache_get_kernel(x->c, ce.winner->kernel, &cub, &sz);
+    if (s == FB_OK) free(cub);
+    else ce.why = s == FB_ENOTFOUND ? "its cubin is missing from kernels" : "its cubin is bad";
+  }
+  if (ce.why) {
+    x->n->bad[x->db]++;
+    if (x->bad) x->bad(&ce, x->arg);
+  }
+  return 0;
+}
+
+fb_status fb_cache_verify(fb_cache *c, fb_cache_counts *n, fb_cache_visit bad, void *arg) {
+  memset(n, 0, sizeof *n);
+  for (int d = 0; d < 3; ++d) {
+    verify_ctx x = {c, n, bad, arg, d};
+    FB_TRY(fb_cache_iterate(c, (fb_cache_db)d, verify_one, &x));
+  }
+  return FB_OK;
+}
+
+/* ---- export / import --------------------------------------------------------------------------------------
+ * file: "FBX1" | u32 format version | u64 entries | entries | sha256(everything before)
+ * entry: u8 database | u32 key bytes | u64 value bytes | key | value (the database's own value, unchanged) */
+typedef struct {
+  fb_str out;
+  const fb_cache_filter *f;
+  uint64_t count;
+  fb_cache_counts *n;
+  uint8_t (*keep)[32]; /* kernels the exported winners use */
+  int nkeep, capkeep;
+} export_ctx;
+
+static void emit(export_ctx *x, int db, const void *k, uint32_t kl, const void *v, uint64_t vl) {
+  uint8_t d = (uint8_t)db;
+  size_t need = x->out.len + 13 + kl + vl;
+  if (x->out.oom) return;
+  if (need > x->out.cap) {
+    size_t cap = x->out.cap ? x->out.cap : 4096;
+    while (cap < need) cap *= 2;
+    char *b = realloc(x->out.buf, cap);
+    if (!b) { x->out.oom = 1; return; }
+    x->out.buf = b, x->out.cap = cap;
+  }
+  char *p = x->out.buf + x->out.len;
+  memcpy(p, &d, 1), memcpy(p + 1, &kl, 4), memcpy(p + 5, &vl, 8), memcpy(p + 13, k, kl), memcpy(p + 13 + kl, v, vl);
+  x->out.len = need;
+  x->count++;
+  x->n->entries[db]++;
+}
+
+static int match(const fb_cache_filter *f, const fb_fingerprint *fp, const char *recipe, const char *recipe_sha) {
+  if (!f) return 1;
+  if (f->fingerprint && *f->fingerprint) {
+    char id[17], t[512];
+    fb_fingerprint_id(fp, id);
+    fb_fingerprint_text(fp, t, sizeof t);
+    if (strncmp(id, f->fingerprint, strlen(f->fingerprint)) && !strstr(t, f->fingerprint)) return 0;
+  }
+  if (f->recipe && *f->recipe && strcmp(recipe, f->recipe) && strncmp(recipe_sha, f->recipe, strlen(f->recipe))) return 0;
+  return 1;
+}
+
+fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, size_t *size, fb_cache_counts *n) {
+  *data = NULL, *size = 0;
+  memset(n, 0, sizeof *n);
+  export_ctx x = {.f = f, .n = n};
+  fb_str_printf(&x.out, "FBX1%c%c%c%c%c%c%c%c%c%c%c%c", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0); /* header, filled below */
+  x.out.len = 16;
+  MDB_txn *txn;
+  int r = begin_txn(c, MDB_RDONLY, &txn);
+  if (r) return free(x.out.buf), FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
+  fb_status rc = FB_OK;
+  int filtered = f && ((f->fingerprint && *f->fingerprint) || (f->recipe && *f->recipe));
+  for (int pass = 0; pass < 3 && rc == FB_OK; ++pass) { /* winners, trials, then kernels (the winners' when filtered) */
+    int db = pass == 0 ? FB_DB_WINNERS : pass == 1 ? FB_DB_TRIALS : FB_DB_KERNELS;
+    MDB_cursor *cur;
+    if ((r = mdb_cursor_open(txn, c->dbi[db], &cur))) {
+      rc = FB_ERR(FB_ELMDB, "%s: mdb_cursor_open: %s", c->dir, mdb_strerror(r));
+      break;
+    }
+    MDB_val k, v;
+    for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      fb_winner w;
+      fb_trial t;
+      if (db == FB_DB_KERNELS) {
+        if (k.mv_size != 32 || kernel_bad(v.mv_data, v.mv_size)) { n->bad[db]++; continue; }
+        if (filtered) {
+          int used = 0;
+          for (int i = 0; i < x.nkeep && !used; ++i) used = !memcmp(x.keep[i], k.mv_data, 32);
+          if (!used) continue;
+        }
+      } else {
+        if (record_bad((fb_cache_db)db, &k, &v, &w, &t)) { n->bad[db]++; continue; } /* bad entries stay behind */
+        if (db == FB_DB_WINNERS && !match(f, &w.fp, w.recipe, w.recipe_sha)) continue;
+        if (db == FB_DB_TRIALS && !match(f, &t.fp, t.recipe, "")) continue;
+        if (db == FB_DB_WINNERS) {
+          if (x.nkeep == x.capkeep) {
+            void *nk = realloc(x.keep, sizeof *x.keep * (size_t)(x.capkeep = x.capkeep ? 2 * x.capkeep : 64));
+            if (!nk) { rc = FB_ERR(FB_ENOMEM, "export"); break; }
+            x.keep = nk;
+          }
+          memcpy(x.keep[x.nkeep++], w.kernel, 32);
+        }
+      }
+      emit(&x, db, k.mv_data, (uint32_t)k.mv_size, v.mv_data, v.mv_size);
+    }
+    mdb_cursor_close(cur);
+  }
+  end_txn(c, txn, 0, NULL);
+  free(x.keep);
+  if (rc == FB_OK && x.out.oom) rc = FB_ERR(FB_ENOMEM, "export");
+  if (rc == FB_OK) {
+    char *b = realloc(x.out.buf, x.out.len + 32);
+    if (!b) rc = FB_ERR(FB_ENOMEM, "export");
+    else x.out.buf = b;
+  }
+  if (rc == FB_OK) {
+    uint32_t ver = EXPORT_FORMAT;
+    memcpy(x.out.buf + 4, &ver, 4);
+    memcpy(x.out.buf + 8, &x.count, 8);
+    fb_sha256(x.out.buf, x.out.len, (uint8_t *)x.out.buf + x.out.len);
+    *data = x.out.buf, *size = x.out.len + 32;
+    return FB_OK;
+  }
+  free(x.out.buf);
+  return rc;
+}
+
+fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
+                          fb_cache_counts *added, int *kept_local) {
+  memset(added, 0, sizeof *added);
+  *kept_local = 0;
+  const uint8_t *p = data;
+  uint32_t ver;
+  uint64_t count;
+  uint8_t sum[32];
+  if (size < 16 + 32 || memcmp(p, "FBX1", 4)) return FB_USERERR(FB_EINVAL, "%s: not a fourbit cache export (no FBX1 header)", name);
+  memcpy(&ver, p + 4, 4);
+  memcpy(&count, p + 8, 8);
+  if (ver != EXPORT_FORMAT) return FB_USERERR(FB_EINVAL, "%s: export format %u, this fourbit reads %u", name, ver, EXPORT_FORMAT);
+  fb_sha256(p, size - 32, sum);
+  if (memcmp(sum, p + size - 32, 32)) return FB_USERERR(FB_EINVAL, "%s: fails its checksum (truncated or corrupt): nothing imported", name);
+  /* every entry is parsed and checked before anything is written */
+  put_op *ops = calloc(count ? count : 1, sizeof *ops);
+  if (!ops || count > size) return free(ops), FB_USERERR(FB_EINVAL, "%s: bad entry count", name);
+  size_t off = 16;
+  fb_status rc = FB_OK;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint32_t kl;
+    uint64_t vl;
+    if (off + 13 > size - 32) { rc = FB_USERERR(FB_EINVAL, "%s: entry %llu: truncated", name, (unsigned long long)i); goto out; }
+    memcpy(&kl, p + off + 1, 4), memcpy(&vl, p + off + 5, 8);
+    int db = p[off];
+    if (db > 2 || kl > 4096 || vl > size || off + 13 + kl + vl > size - 32) {
+      rc = FB_USERERR(FB_EINVAL, "%s: entry %llu: bad header", name, (unsigned long long)i);
+      goto out;
+    }
+    MDB_val k = {kl, (void *)(p + off + 13)}, v = {vl, (void *)(p + off + 13 + kl)};
+    fb_winner w;
+    fb_trial t;
+    const char *bad = db == FB_DB_KERNELS ? (kl == 32 ? kernel_bad(v.mv_data, v.mv_size) : "key is not 32 bytes") : record_bad((fb_cache_db)db, &k, &v, &w, &t);
+    if (bad) {
+      rc = FB_USERERR(FB_EINVAL, "%s: entry %llu (%s): %s: nothing imported", name, (unsigned long long)i, DBNAME[db], bad);
+      goto out;
+    }
+    ops[i] = (put_op){db, k, v};
+    off += 13 + kl + vl;
+  }
+  if (off != size - 32) { rc = FB_USERERR(FB_EINVAL, "%s: %zu stray bytes after the entries", name, size - 32 - off); goto out; }
+  /* winners: on a conflict keep the faster measured one */
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    MDB_txn *txn;
+    int r = begin_txn(c, 0, &txn);
+    if (r) { rc = FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r)); goto out; }
+    fb_cache_counts a;
+    int kl_n = 0;
+    memset(&a, 0, sizeof a);
+    for (uint64_t i = 0; i < count && r == 0; ++i) {
+      MDB_val k = ops[i].k, v = ops[i].v, old;
+      int g = mdb_get(txn, c->dbi[ops[i].db], &k, &old);
+      if (g == 0 && old.mv_size == v.mv_size && !memcmp(old.mv_data, v.mv_data, v.mv_size)) continue; /* already here */
+      if (g == 0 && ops[i].db == FB_DB_WINNERS) {
+        fb_winner ow, nw;
+        fb_trial t;
+        int old_ok = !record_bad(FB_DB_WINNERS, &k, &old, &ow, &t);
+        record_bad(FB_DB_WINNERS, &k, &v, &nw, &t);
+        char msg[1024];
+        if (old_ok && ow.median_ms <= nw.median_ms) {
+          snprintf(msg, sizeof msg, "conflict on winners/%.*s: kept the local %s (%.4f ms) over the imported %s (%.4f ms)", (int)k.mv_size,
+                   (char *)k.mv_data, ow.variant, ow.median_ms, nw.variant, nw.median_ms);
+          ++kl_n;
+          if (note) note(msg, arg);
+          continue;
+        }
+        snprintf(msg, sizeof msg, "conflict on winners/%.*s: kept the imported %s (%.4f ms) over the local %s%s (%.4f ms)", (int)k.mv_size,
+                 (char *)k.mv_data, nw.variant, nw.median_ms, old_ok ? "" : "bad entry ", old_ok ? ow.variant : "", old_ok ? ow.median_ms : 0.0);
+        if (note) note(msg, arg);
+      } else if (g == 0 && ops[i].db == FB_DB_TRIALS) {
+        continue; /* a trial already recorded here stays */
+      } else if (g == 0 && ops[i].db == FB_DB_KERNELS && !kernel_bad(old.mv_data, old.mv_size)) {
+        continue;
+      }
+      r = mdb_put(txn, c->dbi[ops[i].db], &k, &v, 0);
+      if (r == 0) a.entries[ops[i].db]++;
+    }
+    if (r == 0) end_txn(c, txn, 1, &r);
+    else end_txn(c, txn, 0, NULL);
+    if (r == MDB_MAP_FULL && grow_map(c) == 0) {
+      note = NULL; /* the conflicts were said once */
+      continue;
+    }
+    if (r) { rc = FB_ERR(FB_ELMDB, "%s: import: %s", c->dir, mdb_strerror(r)); goto out; }
+    *added = a;
+    *kept_local = kl_n;
+    break;
+  }
+out:
+  free(ops);
+  return rc;
+}
+
+/* ---- gc: drop the cubins no winner uses ------------------------------------------------------------------- */
+fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run) {
+  *dropped = 0, *kept = 0;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    int r = begin_txn(c, 0, &txn);
+    if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
+    uint8_t (*use)[32] = NULL;
+    int nuse = 0, cap = 0;
+    long d = 0, k_ = 0;
+    MDB_val k, v;
+    r = mdb_cursor_open(txn, c->dbi[FB_DB_WINNERS], &cur);
+    for (int g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      fb_winner w;
+      fb_trial t;
+      if (record_bad(FB_DB_WINNERS, &k, &v, &w, &t)) continue;
+      if (nuse == cap) {
+        void *nu = realloc(use, sizeof *use * (size_t)(cap = cap ? 2 * cap : 64));
+        if (!nu) { r = ENOMEM; break; }
+        use = nu;
+      }
+      memcpy(use[nuse++], w.kernel, 32);
+    }
+    if (cur) mdb_cursor_close(cur), cur = NULL;
+    if (!r) r = mdb_cursor_open(txn, c->dbi[FB_DB_KERNELS], &cur);
+    for (int g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); !r && g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      int used = 0;
+      for (int i = 0; i < nuse && !used; ++i) used = k.mv_size == 32 && !memcmp(use[i], k.mv_data, 32);
+      if (used) { ++k_; continue; }
+      ++d;
+      if (!dry_run) r = mdb_cursor_del(cur, 0);
+    }
+    if (cur) mdb_cursor_close(cur);
+    free(use);
+    if (r == 0 && !dry_run) end_txn(c, txn, 1, &r);
+    else end_txn(c, txn, 0, NULL);
+    if (r == MDB_MAP_FULL && grow_map(c) == 0) continue;
+    if (r) return FB_ERR(FB_ELMDB, "%s: gc: %s", c->dir, r == ENOMEM ? "out of memory" : mdb_strerror(r));
+    *dropped = d, *kept = k_;
+    return FB_OK;
+  }
+  return FB_ERR(FB_ELMDB, "%s: gc: the map would not grow", c->dir);
+}
+
+/* The winner's provenance fields that are the same for every entry of a run: date and host. */
+void fb_winner_stamp(fb_winner *w) {
+  w->date = (long long)time(NULL);
+  if (gethostname(w->host, sizeof w->host) != 0) snprintf(w->host, sizeof w->host, "?");
+  w->host[sizeof w->host - 1] = 0;
 }
