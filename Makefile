@@ -114,6 +114,7 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_golden.sh"; bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
 	$(Q)echo "== tests/test_gen.sh"; bash tests/test_gen.sh $(BUILD)/fourbit
+	$(Q)echo "== tests/test_cache.sh"; bash tests/test_cache.sh $(BUILD)/fourbit $(BUILD)/tests/test_cache
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"

@@ -2,6 +2,7 @@
  *   fourbit plan RECIPE         a recipe's resolved plan (cli/plan.c)
  *   fourbit gen RECIPE          kernel sources and cubins (cli/gen.c)
  *   fourbit quant|dequant ...   the numerics library on files (cli/quant.c)
+ *   fourbit cache ...           the kernel cache: ls, show, verify, export, import, gc (cli/cache.c)
  *   fourbit info                what this build links and which GPU (if any) it sees
  * Exit status: 0 success, 1 failure while running, 2 bad usage or bad input. */
 #include "cli.h"
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
           "  gen       generate and compile (NVRTC) every kernel variant a recipe needs (see 'fourbit gen --help')\n"
           "  quant     quantize a float32 matrix file to NVFP4, MXFP8 or S2F6 (see 'fourbit quant --help')\n"
           "  dequant   the inverse of quant, to float32\n"
+          "  cache     the LMDB cache of cubins and tuned winners: ls, show, verify, export, import, gc (see 'fourbit cache --help')\n"
           "  info      versions of what this build links, and the GPUs the CUDA driver sees\n"
           "  help      this text\n"
           "\n"
@@ -77,6 +79,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "plan")) return fb_cli_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "gen")) return fb_cli_gen(argc - 1, argv + 1);
+  if (!strcmp(cmd, "cache")) return fb_cli_cache(argc - 1, argv + 1);
   if (!strcmp(cmd, "quant")) return fb_cli_quant(argc - 1, argv + 1, 0);
   if (!strcmp(cmd, "dequant")) return fb_cli_quant(argc - 1, argv + 1, 1);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
