@@ -1,0 +1,378 @@
+/* train.c — the train loop's step and state: AdamW (fb_adamw_ref) on the FP32 masters, global-norm gradient
+ * clipping, linear warm-up then cosine decay, checkpoints (versioned, sha256-checked, written atomically) from
+ * which a resumed run reproduces the uninterrupted one bit for bit.
+ *
+ * Entry points (include/fourbit_train.h): fb_train_opts_default, fb_train_create, fb_train_free, fb_train_step,
+ * fb_train_step_index, fb_train_floor, fb_train_plan, fb_train_param_count, fb_train_save, fb_train_load,
+ * fb_train_nparams, fb_train_param, fb_train_loss_grad.
+ *
+ * A step that meets a non-finite loss or gradient norm is skipped (no update; NUMERICS.md: never silently used)
+ * and reported in fb_step_stats.skipped; the step counter still advances, so the data and the random streams
+ * stay where the uninterrupted run has them. */
+#include "fb_error.h"
+#include "model_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+void fb_train_opts_default(fb_train_opts *o, int steps, int tokens, uint32_t seed) {
+  memset(o, 0, sizeof *o);
+  o->steps = steps, o->tokens = tokens, o->seed = seed, o->seq_len = 32;
+  o->lr = 3e-3f, o->min_lr = 3e-4f, o->b1 = 0.9f, o->b2 = 0.95f, o->eps = 1e-8f, o->wd = 0.1f, o->clip = 1.0f;
+  o->aux_coef = 0.01f;
+  o->warmup = steps / 10 < 100 ? steps / 10 : 100;
+  o->markov_succ = 4;
+}
+
+void fb_train_free(fb_trainer *t) {
+  if (!t) return;
+  fbr_model_free(t);
+  fb_markov_free(t->data);
+  fb_plan_free(t->plan);
+  free(t);
+}
+
+fb_status fb_train_create(const fb_recipe *r, const fb_train_opts *o, const fb_expert_ops *ops, fb_trainer **out) {
+  *out = NULL;
+  const fb_model *M = &r->model;
+  if (o->steps < 1) return FB_USERERR(FB_EINVAL, "steps: %d, need at least 1", o->steps);
+  if (o->seq_len < 1 || o->tokens < o->seq_len || o->tokens % o->seq_len)
+    return FB_USERERR(FB_EINVAL, "batch: %d tokens are not a positive multiple of the sequence length %d", o->tokens,
+                      o->seq_len);
+  if (M->d_model % 32 || M->d_ff % 32 || M->top_k > M->experts || M->top_k < 1 || M->vocab < 2)
+    return FB_USERERR(FB_EINVAL, "model: d_model %d and d_ff %d must be multiples of 32, 1 <= top_k %d <= experts %d",
+                      M->d_model, M->d_ff, M->top_k, M->experts);
+  if (o->warmup < 0 || o->warmup > o->steps)
+    return FB_USERERR(FB_EINVAL, "warmup: %d steps, need 0..%d", o->warmup, o->steps);
+  if (!(o->lr > 0) || !(o->min_lr >= 0) || !(o->clip > 0) || !(o->b1 >= 0 && o->b1 < 1) || !(o->b2 >= 0 && o->b2 < 1))
+    return FB_USERERR(FB_EINVAL, "optimizer: lr %g, min_lr %g, clip %g, betas (%g, %g) out of range", o->lr, o->min_lr,
+                      o->clip, o->b1, o->b2);
+  double bytes = 4.0 * 4.0 * ((double)M->layers * (double)M->experts * 3.0 * M->d_model * M->d_ff +
+                              2.0 * (double)M->vocab * M->d_model);
+  if (bytes > 64.0 * (1u << 30))
+    return FB_USERERR(FB_EINVAL, "model: %d layers x %d experts, d_model %d, d_ff %d, vocab %d needs %.0f GiB of FP32 "
+                      "masters and AdamW state: too large for the CPU path (shrink it: --model-override small, or "
+                      "--layers/--d-model/--d-ff/--experts/--vocab)", M->layers, M->experts, M->d_model, M->d_ff,
+                      M->vocab, bytes / (1u << 30));
+  fb_trainer *t = calloc(1, sizeof *t);
+  if (!t) return FB_ERR(FB_ENOMEM, "trainer");
+  t->M = *M, t->o = *o, t->ops = ops ? ops : fb_expert_ops_cpu();
+  t->T = o->tokens, t->nseq = o->tokens / o->seq_len;
+  snprintf(t->recipe_name, sizeof t->recipe_name, "%s", r->name);
+  fb_status rc = fb_plan_resolve(r, "sm_90a", &t->plan);
+  if (rc != FB_OK) goto fail;
+  if (t->plan->nlayers != M->layers) {
+    rc = FB_ERR(FB_EINVAL, "plan has %d layers, the model %d", t->plan->nlayers, M->layers);
+    goto fail;
+  }
+  snprintf(t->plan_sha, sizeof t->plan_sha, "%s", t->plan->sha256);
+  FB_TRY_GOTO(fb_markov_create(M->vocab, o->markov_succ, o->seed, &t->data), fail);
+  t->floor = fb_markov_entropy_rate(t->data);
+  FB_TRY_GOTO(fbr_model_init(t), fail);
+  *out = t;
+  return FB_OK;
+fail:
+  fb_train_free(t);
+  return rc;
+}
+
+int fb_train_step_index(const fb_trainer *t) { return t->step; }
+double fb_train_floor(const fb_trainer *t) { return t->floor; }
+const fb_plan *fb_train_plan(const fb_trainer *t) { return t->plan; }
+int fb_train_nparams(const fb_trainer *t) { return t->np; }
+size_t fb_train_param_count(const fb_trainer *t) {
+  size_t n = 0;
+  for (int i = 0; i < t->np; ++i) n += t->p[i].rows * t->p[i].cols;
+  return n;
+}
+fb_param_view fb_train_param(const fb_trainer *t, int i) {
+  fb_param_view v = {t->p[i].name, t->p[i].w, t->p[i].g, t->p[i].rows * t->p[i].cols};
+  return v;
+}
+
+fb_status fb_train_loss_grad(fb_trainer *t, uint32_t step, int grad, double *loss) {
+  double ce, aux;
+  FB_TRY(fbr_model_run(t, step, grad, &ce, &aux));
+  *loss = ce + (double)t->o.aux_coef * aux;
+  return FB_OK;
+}
+
+static double lr_at(const fb_train_opts *o, int s) {
+  if (s < o->warmup) return (double)o->lr * (double)(s + 1) / (double)o->warmup;
+  double prog = o->steps > o->warmup ? (double)(s - o->warmup) / (double)(o->steps - o->warmup) : 1.0;
+  if (prog > 1) prog = 1;
+  return (double)o->min_lr + 0.5 * ((double)o->lr - (double)o->min_lr) * (1.0 + cos(3.141592653589793 * prog));
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+fb_status fb_train_step(fb_trainer *t, fb_step_stats *st) {
+  double t0 = now_ms();
+  memset(st, 0, sizeof *st);
+  int s = t->step;
+  double ce, aux;
+  FB_TRY(fbr_model_run(t, (uint32_t)s, 1, &ce, &aux));
+  double n2 = 0;
+  for (int i = 0; i < t->np; ++i) {
+    const fbr_param *p = &t->p[i];
+    for (size_t k = 0; k < p->rows * p->cols; ++k) n2 += (double)p->g[k] * (double)p->g[k];
+  }
+  double gn = sqrt(n2), lr = lr_at(&t->o, s);
+  st->step = s + 1, st->loss = ce, st->aux = aux, st->grad_norm = gn, st->lr = lr;
+  if (!isfinite(ce) || !isfinite(gn) || !isfinite(aux)) {
+    st->skipped = 1;
+  } else {
+    fb_adamw_hparams h = {0};
+    h.lr = (float)lr, h.b1 = t->o.b1, h.b2 = t->o.b2, h.eps = t->o.eps;
+    h.bc1 = (float)(1.0 - pow((double)t->o.b1, (double)(s + 1)));
+    h.bc2 = (float)(1.0 - pow((double)t->o.b2, (double)(s + 1)));
+    h.gscale = gn > (double)t->o.clip ? (float)((double)t->o.clip / gn) : 1.0f;
+    for (int i = 0; i < t->np; ++i) {
+      fbr_param *p = &t->p[i];
+      h.wd = p->decay ? t->o.wd : 0.0f;
+      FB_TRY(fb_adamw_ref(p->w, p->m, p->v, p->g, p->rows, p->cols, &h, NULL));
+    }
+  }
+  t->step = s + 1;
+  st->ms = now_ms() - t0;
+  return FB_OK;
+}
+
+/* ---- checkpoints ----------------------------------------------------------------------------------- */
+#define CKPT_MAGIC "FBCKPT\r\n"
+#define CKPT_VERSION 1u
+
+typedef struct {
+  uint8_t *b;
+  size_t n, cap;
+  int oom;
+} buf_t;
+
+static void put(buf_t *b, const void *p, size_t n) {
+  if (b->oom) return;
+  if (b->n + n > b->cap) {
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < b->n + n) nc *= 2;
+    uint8_t *nb = realloc(b->b, nc);
+    if (!nb) { b->oom = 1; return; }
+    b->b = nb, b->cap = nc;
+  }
+  memcpy(b->b + b->n, p, n);
+  b->n += n;
+}
+static void put_u32(buf_t *b, uint32_t v) { put(b, &v, 4); }
+
+/* The run's identity, in a fixed order: what a resumed run must share. */
+typedef struct {
+  const char *name;
+  uint32_t v;
+} ident_t;
+static int identity(const fb_trainer *t, ident_t *id) {
+  const fb_model *M = &t->M;
+  const fb_train_opts *o = &t->o;
+  float f[8] = {o->lr, o->min_lr, o->b1, o->b2, o->eps, o->wd, o->clip, o->aux_coef};
+  uint32_t u[8];
+  memcpy(u, f, sizeof u);
+  int n = 0;
+  id[n++] = (ident_t){"model.layers", (uint32_t)M->layers};
+  id[n++] = (ident_t){"model.d_model", (uint32_t)M->d_model};
+  id[n++] = (ident_t){"model.d_ff", (uint32_t)M->d_ff};
+  id[n++] = (ident_t){"model.experts", (uint32_t)M->experts};
+  id[n++] = (ident_t){"model.top_k", (uint32_t)M->top_k};
+  id[n++] = (ident_t){"model.vocab", (uint32_t)M->vocab};
+  id[n++] = (ident_t){"model.conv_width", (uint32_t)M->conv_width};
+  id[n++] = (ident_t){"steps", (uint32_t)o->steps};
+  id[n++] = (ident_t){"batch (tokens)", (uint32_t)o->tokens};
+  id[n++] = (ident_t){"seq_len", (uint32_t)o->seq_len};
+  id[n++] = (ident_t){"seed", o->seed};
+  id[n++] = (ident_t){"warmup", (uint32_t)o->warmup};
+  id[n++] = (ident_t){"markov successors", (uint32_t)o->markov_succ};
+  id[n++] = (ident_t){"exact", (uint32_t)o->exact};
+  const char *fn[8] = {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "clip", "aux_coef"};
+  for (int i = 0; i < 8; ++i) id[n++] = (ident_t){fn[i], u[i]};
+  return n;
+}
+
+fb_status fb_train_save(const fb_trainer *t, const char *path) {
+  buf_t b = {0};
+  put(&b, CKPT_MAGIC, 8);
+  put_u32(&b, CKPT_VERSION);
+  char name[64] = {0}, sha[72] = {0};
+  snprintf(name, sizeof name, "%s", t->recipe_name);
+  snprintf(sha, sizeof sha, "%s", t->plan_sha);
+  put(&b, name, sizeof name);
+  put(&b, sha, sizeof sha);
+  ident_t id[32];
+  int nid = identity(t, id);
+  put_u32(&b, (uint32_t)nid);
+  for (int i = 0; i < nid; ++i) put_u32(&b, id[i].v);
+  put_u32(&b, (uint32_t)t->step);     /* the step ... */
+  put_u32(&b, t->o.seed);             /* ... and the RNG state: every stream is counter-based on (seed, step) */
+  put_u32(&b, (uint32_t)t->step);
+  put_u32(&b, (uint32_t)t->np);
+  for (int i = 0; i < t->np; ++i) {
+    const fbr_param *p = &t->p[i];
+    size_t n = p->rows * p->cols;
+    put_u32(&b, (uint32_t)n);
+    put(&b, p->w, n * 4), put(&b, p->m, n * 4), put(&b, p->v, n * 4);
+  }
+  uint8_t h[32];
+  if (!b.oom) fb_sha256(b.b, b.n, h), put(&b, h, 32);
+  if (b.oom) { free(b.b); return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", b.n); }
+
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 16);
+  if (!tmp) { free(b.b); return FB_ERR(FB_ENOMEM, "checkpoint path"); }
+  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
+  fb_status rc = FB_OK;
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    rc = FB_USERERR(FB_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+    goto out;
+  }
+  for (size_t off = 0; off < b.n;) {
+    ssize_t w = write(fd, b.b + off, b.n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) { rc = FB_USERERR(FB_EIO, "%s: write failed: %s", path, strerror(errno)); break; }
+    off += (size_t)w;
+  }
+  if (rc == FB_OK && (fchmod(fd, 0644) != 0 || fsync(fd) != 0))
+    rc = FB_USERERR(FB_EIO, "%s: fsync failed: %s", path, strerror(errno));
+  if (close(fd) != 0 && rc == FB_OK) rc = FB_USERERR(FB_EIO, "%s: close failed: %s", path, strerror(errno));
+  if (rc == FB_OK && rename(tmp, path) != 0) rc = FB_USERERR(FB_EIO, "%s: rename failed: %s", path, strerror(errno));
+  if (rc != FB_OK) unlink(tmp);
+out:
+  free(tmp);
+  free(b.b);
+  return rc;
+}
+
+typedef struct {
+  const uint8_t *b;
+  size_t n, off;
+} rd_t;
+static int get(rd_t *r, void *p, size_t n) {
+  if (r->off + n > r->n) return -1;
+  memcpy(p, r->b + r->off, n);
+  r->off += n;
+  return 0;
+}
+
+fb_status fb_train_load(fb_trainer *t, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return FB_USERERR(FB_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return FB_USERERR(FB_EINVAL, "%s: not a regular file", path);
+  }
+  size_t n = (size_t)st.st_size;
+  uint8_t *b = malloc(n ? n : 1);
+  if (!b) { fclose(f); return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", n); }
+  size_t got = fread(b, 1, n, f);
+  fclose(f);
+  fb_status rc = FB_OK;
+  rd_t r = {b, n, 0};
+  char magic[8], name[64], sha[72];
+  uint32_t ver, nid, step, seed, rstep, np;
+  if (got != n) { rc = FB_USERERR(FB_EIO, "%s: short read", path); goto out; }
+  if (n < 8 + 4 + 32 || get(&r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8)) {
+    rc = FB_USERERR(FB_EINVAL, "%s: not a fourbit checkpoint (bad magic)", path);
+    goto out;
+  }
+  get(&r, &ver, 4);
+  if (ver != CKPT_VERSION) {
+    rc = FB_USERERR(FB_EINVAL, "%s: checkpoint format version %u, this build reads version %u", path, ver, CKPT_VERSION);
+    goto out;
+  }
+  uint8_t h[32];
+  fb_sha256(b, n - 32, h);
+  if (memcmp(h, b + n - 32, 32)) {
+    rc = FB_USERERR(FB_EINVAL, "%s: checksum mismatch (truncated or corrupted checkpoint)", path);
+    goto out;
+  }
+  r.n = n - 32;
+  if (get(&r, name, 64) || get(&r, sha, 72) || get(&r, &nid, 4)) goto short_;
+  name[63] = 0, sha[71] = 0;
+  if (strcmp(name, t->recipe_name)) {
+    rc = FB_USERERR(FB_EINVAL, "%s: recipe: the checkpoint is of recipe '%s', this run is '%s'", path, name,
+                    t->recipe_name);
+    goto out;
+  }
+  if (strcmp(sha, t->plan_sha)) {
+    rc = FB_USERERR(FB_EINVAL, "%s: plan: the checkpoint's plan (sha256 %.12s...) differs from this run's (%.12s...)",
+                    path, sha, t->plan_sha);
+    goto out;
+  }
+  ident_t id[32];
+  uint32_t nmine = (uint32_t)identity(t, id);
+  if (nid != nmine) { rc = FB_USERERR(FB_EINVAL, "%s: %u identity fields, expected %u", path, nid, nmine); goto out; }
+  for (uint32_t i = 0; i < nid; ++i) {
+    uint32_t v;
+    if (get(&r, &v, 4)) goto short_;
+    if (v != id[i].v) {
+      rc = FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %u (raw), this run %u: resume with the same options",
+                      path, id[i].name, v, id[i].v);
+      goto out;
+    }
+  }
+  if (get(&r, &step, 4) || get(&r, &seed, 4) || get(&r, &rstep, 4) || get(&r, &np, 4)) goto short_;
+  if (np != (uint32_t)t->np || seed != t->o.seed || rstep != step) {
+    rc = FB_USERERR(FB_EINVAL, "%s: %u parameter tensors (expected %d)", path, np, t->np);
+    goto out;
+  }
+  if (step > (uint32_t)t->o.steps) {
+    rc = FB_USERERR(FB_EINVAL, "%s: step %u is past the run's %d steps", path, step, t->o.steps);
+    goto out;
+  }
+  for (int i = 0; i < t->np; ++i) {
+    fbr_param *p = &t->p[i];
+    uint32_t cnt;
+    size_t m = p->rows * p->cols;
+    if (get(&r, &cnt, 4)) goto short_;
+    if (cnt != m) { rc = FB_USERERR(FB_EINVAL, "%s: %s: %u values, expected %zu", path, p->name, cnt, m); goto out; }
+    if (get(&r, p->w, m * 4) || get(&r, p->m, m * 4) || get(&r, p->v, m * 4)) goto short_;
+  }
+  if (r.off != r.n) { rc = FB_USERERR(FB_EINVAL, "%s: %zu trailing bytes", path, r.n - r.off); goto out; }
+  t->step = (int)step;
+  goto out;
+short_:
+  rc = FB_USERERR(FB_EINVAL, "%s: truncated checkpoint", path);
+out:
+  free(b);
+  return rc;
+}
+
+/* ---- recipes with a smaller model ------------------------------------------------------------------ */
+fb_status fb_train_recipe_load(const char *path, const fb_model *over, fb_recipe **out) {
+  *out = NULL;
+  int any = over && (over->layers || over->d_model || over->d_ff || over->experts || over->top_k || over->vocab ||
+                     over->conv_width);
+  if (!any) return fb_recipe_load(path, out);
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  char dir[1024];
+  if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  else snprintf(dir, sizeof dir, ".");
+  char fields[512] = "", *p = fields;
+  const char *names[7] = {"layers", "d_model", "d_ff", "experts", "top_k", "vocab", "conv_width"};
+  int vals[7] = {over->layers, over->d_model, over->d_ff, over->experts, over->top_k, over->vocab, over->conv_width};
+  for (int i = 0; i < 7; ++i)
+    if (vals[i]) p += snprintf(p, sizeof fields - (size_t)(p - fields), "%s = %d, ", names[i], vals[i]);
+  char text[2048], name[1100];
+  int n = snprintf(text, sizeof text, "return recipe(extend(include \"%s\", { model = { %s}, parallel = { ep = 1 } }))\n", base, fields);
+  if (n < 0 || (size_t)n >= sizeof text) return FB_ERR(FB_EINVAL, "recipe path too long: %s", path);
+  snprintf(name, sizeof name, "%s (model overridden)", path);
+  return fb_recipe_load_buffer(text, (size_t)n, name, dir, out);
+}
