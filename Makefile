@@ -41,7 +41,7 @@ GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
-GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench
+GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.

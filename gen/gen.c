@@ -53,8 +53,18 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     *c = (choice){"s2f6.cuh", {"threads", NULL}};
     return 1;
   case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
-    *why = "GEMM templates arrive with the Hopper GEMM issue";
-    return 0;
+    if (k->op == FB_OP_GEMM_FWD13) { *why = "the fused SwiGLU (+ quantize) epilogue of w13 fwd: not written yet"; return 0; }
+    if (k->op == FB_OP_GEMM_DGRAD2) { *why = "the fused SwiGLU-backward epilogue of w2 dgrad: not written yet"; return 0; }
+    if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16) { *why = "the fused RHT + S2F6 combine epilogue of w2 fwd: not written yet"; return 0; }
+    if (k->src.format == FB_FMT_S2F6) { *why = "S2F6 GEMM operands: not a recipe format"; return 0; }
+    if (k->src.format == FB_FMT_NVFP4 && k->op != FB_OP_GEMM_FWD2) { *why = "NVFP4 operands in a backward GEMM: no template (the recipe's backward is MXFP8)"; return 0; }
+    if (k->src.format == FB_FMT_NVFP4 && (k->src.two_d || k->act.two_d)) { *why = "16x16 NVFP4 operands: no template yet"; return 0; }
+    if (k->src.format == FB_FMT_MXFP8 && (k->src.e5m2 || k->act.e5m2)) { *why = "E5M2 MXFP8 operands: no template yet"; return 0; }
+    if (k->src.format == FB_FMT_NVFP4)
+      *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", NULL}};
+    else
+      *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", NULL}};
+    return 1;
   case FB_OP_ROUTER:
     *c = (choice){"router.cuh", {"threads", NULL}};
     return 1;
@@ -90,8 +100,48 @@ const char *fb_gen_template(const fb_kernel_spec *k, const char **why) {
   return choose(k, &c, why) ? c.tmpl : NULL;
 }
 
+/* The GEMM template's operand kind: 0 BF16, 1 NVFP4 (BF16 weight copy), 2 MXFP8. */
+static int gemm_kind(const fb_kernel_spec *k) {
+  return k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
+}
+
+/* Limits of gemm_sm90.cuh (shared memory, registers, TMA boxes, what is written); NULL when legal. */
+static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
+  int tm = 0, tn = 0, tk = 0, st = 0, cl = 1, co = 1, wb = 1;
+  for (int i = 0; i < v->nparams; ++i) {
+    const char *n = v->param[i];
+    int x = v->value[i];
+    if (!strcmp(n, "tile_m")) tm = x;
+    else if (!strcmp(n, "tile_n")) tn = x;
+    else if (!strcmp(n, "tile_k")) tk = x;
+    else if (!strcmp(n, "stages")) st = x;
+    else if (!strcmp(n, "cluster")) cl = x;
+    else if (!strcmp(n, "consumers")) co = x;
+    else if (!strcmp(n, "weights_bf16")) wb = x;
+  }
+  int kind = gemm_kind(k);
+  if (cl != 1) return "gemm: clusters (TMA multicast) are not written yet: cluster = 1 only";
+  if (co != 1 && co != 2) return "gemm: 1 or 2 consumer warpgroups";
+  if (tm % (64 * co) || tm > 256) return "gemm: tile_m must be 64 rows per consumer warpgroup, 1 or 2 times, and <= 256 (TMA box)";
+  if (tn != 64 && tn != 128 && tn != 192 && tn != 256) return "gemm: tile_n must be 64, 128, 192 or 256 (the wgmma N written out)";
+  if (kind == 0 && (tk % 64 || tk < 64)) return "gemm: BF16 tile_k must be a multiple of 64 (128-byte swizzle atoms)";
+  if (kind != 0 && tk != 128) return "gemm: NVFP4 and MXFP8 tiles take tile_k = 128";
+  if (kind == 1 && !wb) return "gemm: NVFP4 weights dequantized inside the GEMM are not written yet: weights_bf16 = true only";
+  if (st < 2) return "gemm: at least 2 stages";
+  int mw = tm / co / 64;
+  /* consumer registers: accumulators (and MXFP8's temporaries), NVFP4's decoded A fragments and scales, the rest */
+  int regs = kind == 2 ? mw * tn + 48 : mw * tn / 2 + (kind == 1 ? mw * 48 + 8 : 0) + 40;
+  if (regs > (co == 2 ? 216 : 240)) return "gemm: the accumulators need more registers than a consumer warpgroup has";
+  long a = kind == 0 ? (long)tm * tk * 2 : kind == 1 ? (long)tm * tk / 2 : (long)tm * tk;
+  long b = kind == 2 ? (long)tn * tk : (long)tn * tk * 2, sf = kind == 2 ? (long)(tm + tn) * (tk / 32) * 4 : 0;
+  long stage = (a + 1023) / 1024 * 1024 + (b + 1023) / 1024 * 1024 + (sf + 1023) / 1024 * 1024;
+  if (1024 + st * stage + 16 * st > 232448) return "gemm: the pipeline stages exceed 227 KiB of shared memory";
+  return NULL;
+}
+
 /* Hardware and template limits of one variant; NULL when legal. */
-static const char *variant_illegal(const choice *c, const fb_variant *v) {
+static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, const fb_variant *v) {
+  if (!strcmp(c->tmpl, "gemm_sm90.cuh")) return gemm_illegal(k, v);
   int rows = 0, cols = 0, threads = 0;
   for (int i = 0; i < v->nparams; ++i) {
     if (!strcmp(v->param[i], "rows")) rows = v->value[i];
@@ -139,16 +189,22 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
     int dup = 0;
     for (int j = 0; j < m && !dup; ++j) dup = !memcmp(vs[j].value, v.value, sizeof v.value);
     if (dup) continue;
-    const char *bad = variant_illegal(&c, &v);
+    const char *bad = variant_illegal(k, &c, &v);
     if (bad) {
       if (pruned) ++*pruned;
       if (why && whylen && !why[0]) snprintf(why, whylen, "%s", bad);
       continue;
     }
-    /* variant tag: parameter initials and values in template order, e.g. _r32_c64_t256 */
+    /* variant tag: parameter initials and values in template order, e.g. _r32_c64_t256; the GEMM's as
+       _m128n256k128_s4_c1_w2 (tile, stages, cluster, consumer warpgroups) and _b1 for a BF16 weight copy */
     int len = snprintf(v.name, sizeof v.name, "%s", k->name);
-    for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
-      len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
+    if (!strcmp(c.tmpl, "gemm_sm90.cuh")) {
+      len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_m%dn%dk%d_s%d_c%d_w%d", v.value[0], v.value[1],
+                      v.value[2], v.value[3], v.value[4], v.value[5]);
+      if (np > 6) snprintf(v.name + len, sizeof v.name - (size_t)len, "_b%d", v.value[6]);
+    } else
+      for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
+        len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
     vs[m++] = v;
   }
   *out = vs, *n = m;
@@ -180,6 +236,10 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
     fb_str_printf(d, "FB_OUT_BF16 %d\nFB_RHT %d\nFB_S2F6 %d\n", k->out_bf16 ? 1 : 0, s2f6 && q->rht ? 1 : 0, s2f6);
   } else if (!strcmp(tmpl, "swiglu.cuh")) {
     fb_str_printf(d, "FB_BWD %d\n", k->op == FB_OP_SWIGLU_BWD);
+  } else if (!strcmp(tmpl, "gemm_sm90.cuh")) {
+    int kind = gemm_kind(k), wgrad = k->op == FB_OP_GEMM_WGRAD;
+    int ao = kind == 1 ? (k->act.outer == FB_GRAN_TENSOR ? 2 : 1) : 0, bo = kind == 1 ? (k->src.outer == FB_GRAN_TENSOR ? 2 : 1) : 0;
+    fb_str_printf(d, "FB_A_OUTER %d\nFB_B_OUTER %d\nFB_KIND %d\nFB_MODE %d\nFB_OUT_BF16 %d\n", ao, bo, kind, wgrad, k->out_bf16 ? 1 : 0);
   } else if (!strcmp(tmpl, "adamw.cuh")) {
     fb_str_printf(d, "FB_AMAX %d\nFB_SR %d\nFB_WFMT %d\n", q->outer == FB_GRAN_EXPERT, q->format == FB_FMT_MXFP8 && sr,
                   q->format == FB_FMT_NVFP4 ? 1 : q->format == FB_FMT_MXFP8 ? 2 : 0);

@@ -43,6 +43,8 @@ fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long
   } else if (!strcmp(tm, "adamw.cuh")) {
     if (k->q.format == FB_FMT_MXFP8) *gx = cap((rows * cols / 32 + t - 1) / t, 16384);
     else *gx = cap((rows * cols / param(v, "vec", 4) + t - 1) / t, 4096);
+  } else if (!strcmp(tm, "gemm_sm90.cuh")) { /* persistent: gx = 0 means one CTA per SM, the caller's count */
+    *threads = 128u * (unsigned)(1 + param(v, "consumers", 1)), *gx = 0;
   } else {
     return FB_ERR(FB_EINVAL, "%s: no launch rule for template %s", v->name, tm);
   }

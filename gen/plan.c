@@ -101,6 +101,13 @@ static fb_kernel_spec K(fb_op op, const fb_qspec *q, const fb_qspec *src, int co
   return k;
 }
 
+static fb_kernel_spec KG(fb_op op, const fb_qspec *q, const fb_qspec *src, const fb_qspec *act) {
+  fb_kernel_spec k = K(op, q, src, 0);
+  k.act = *act;
+  k.out_bf16 = op != FB_OP_GEMM_WGRAD; /* fwd and dgrad write BF16, wgrad FP32 */
+  return k;
+}
+
 /* The kernels one layer needs, in the order a train step runs them. */
 static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   const fb_model *m = &b->p->recipe->model;
@@ -126,8 +133,8 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   if (D == FB_FMT_NVFP4) FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_nvfp4_%s", gran_tag(L->fwd_act.outer)));
   else FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_%s", fb_format_name(D)));
   if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, K(FB_OP_QUANT, &L->fwd_act, NULL, 0), "quant", "quantize dispatched tokens on arrival", "quant_%s_row", act));
-  FB_TRY(add(b, K(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, 0), "gemm", "w13 fwd H = X W13^T; epilogue SwiGLU, quantize A", "gemm_fwd_%sx%s_%s_swiglu", f, f, out13));
-  FB_TRY(add(b, K(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, 0), "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
+  FB_TRY(add(b, KG(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, &L->fwd_act), "gemm", "w13 fwd H = X W13^T; epilogue SwiGLU, quantize A", "gemm_fwd_%sx%s_%s_swiglu", f, f, out13));
+  FB_TRY(add(b, KG(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, &L->fwd_act), "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
   FB_TRY(add(b, K(FB_OP_UNPERMUTE, &L->combine, NULL, 0), "combine", "combine: dequantize, inverse RHT, router-weighted sum", "unpermute_%s", comb));
 
   /* backward */
@@ -145,9 +152,9 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
     FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_weight, 1), "requant", "weights: dequantize and transpose to BF16", "requant_%s_bf16_t", s_w));
     FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_act, 1), "requant", "saved X and A: dequantize and transpose to BF16", "requant_%s_bf16_t", s_act));
   }
-  FB_TRY(add(b, K(FB_OP_GEMM_DGRAD2, &bf, &L->bwd_grad, 0), "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
-  FB_TRY(add(b, K(FB_OP_GEMM_WGRAD, &bf, &L->bwd_grad, 0), "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
-  FB_TRY(add(b, K(FB_OP_GEMM_DGRAD13, &bf, &L->bwd_grad, 0), "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));
+  FB_TRY(add(b, KG(FB_OP_GEMM_DGRAD2, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
+  FB_TRY(add(b, KG(FB_OP_GEMM_WGRAD, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
+  FB_TRY(add(b, KG(FB_OP_GEMM_DGRAD13, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));
   FB_TRY(add(b, K(FB_OP_UNPERMUTE, &bf, NULL, 0), "combine", "dX summed back to tokens", "unpermute_bf16"));
   FB_TRY(add(b, K(FB_OP_ROUTER_BWD, NULL, NULL, 0), "router", "router backward", "router_bwd_top%d_e%d", m->top_k, m->experts));
 

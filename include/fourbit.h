@@ -236,7 +236,8 @@ typedef struct {
   char role[96];   /* what it computes, for people */
   int first_layer, last_layer, nlayers;
   int nvariants;   /* of its family after the recipe's keep() */
-  int out_bf16;    /* unpermute: BF16 (round to nearest even) output instead of FP32 */
+  int out_bf16;    /* unpermute, gemm: BF16 (round to nearest even) output instead of FP32 */
+  fb_qspec act;    /* gemm: how the A operand (activations, or dY / dH in the backward) is quantized */
 } fb_kernel_spec;
 
 typedef struct {

@@ -50,6 +50,8 @@ static void load(void) {
       {(void **)&fb_cu.EventSynchronize, "cuEventSynchronize"},
       {(void **)&fb_cu.EventElapsedTime, "cuEventElapsedTime"},
       {(void **)&fb_cu.EventDestroy, "cuEventDestroy_v2"},
+      {(void **)&fb_cu.FuncSetAttribute, "cuFuncSetAttribute"},
+      {(void **)&fb_cu.TensorMapEncodeTiled, "cuTensorMapEncodeTiled"},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; ++i) {
     *syms[i].slot = dlsym(h, syms[i].name);
@@ -135,5 +137,14 @@ fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y,
   size_t sz = params_size;
   void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &sz, CU_LAUNCH_PARAM_END};
   CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, 0, NULL, NULL, extra));
+  return FB_OK;
+}
+
+fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned smem,
+                                const void *params, size_t params_size) {
+  if (smem > 48 * 1024) CU_CHECK(fb_cu.FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+  size_t sz = params_size;
+  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &sz, CU_LAUNCH_PARAM_END};
+  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, smem, NULL, NULL, extra));
   return FB_OK;
 }

@@ -37,6 +37,10 @@ typedef struct {
   CUresult (*EventSynchronize)(CUevent);
   CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*EventDestroy)(CUevent);
+  CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*TensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 } fb_cu_api;
 
 extern fb_cu_api fb_cu;
@@ -62,5 +66,8 @@ void fb_kernel_unload(fb_kernel *k);
 /* Launch with the parameter block `params` (bytes of the struct the template takes by value). */
 fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, const void *params,
                            size_t params_size);
+/* Launch with dynamic shared memory (bytes; the kernel's opt-in limit is raised to it first). */
+fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned smem,
+                                const void *params, size_t params_size);
 fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info);
 #endif

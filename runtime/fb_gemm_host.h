@@ -1,0 +1,44 @@
+/* fb_gemm_host.h — the host side of the generated grouped GEMMs (templates/gemm_sm90.cuh): the configuration a
+ * spec and variant give, the shared memory they need, the parameter block with its TMA descriptors, the launch,
+ * and the BF16 weight copy that the NVFP4 kernels (FB_KIND 1) multiply by.
+ * Entry points: fb_gemm_config(), fb_gemm_smem_bytes(), fb_gemm_params(), fb_gemm_launch(),
+ * fb_gemm_weights_bf16_ref(), fb_gemm_kperm(). */
+#ifndef FB_GEMM_HOST_H
+#define FB_GEMM_HOST_H
+#include "fb_cuda.h"
+#include "fb_gemm.h"
+#include "fourbit.h"
+
+typedef struct {
+  int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 */
+  int mode;      /* 0 rows grouped (fwd, dgrad), 1 K grouped (wgrad) */
+  int out_bf16;  /* BF16 output, else FP32 */
+  int tile_m, tile_n, tile_k, stages, consumers;
+} fb_gemm_cfg;
+
+/* FB_EINVAL when k is not a GEMM with a template or v not one of its variants. */
+fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_cfg *c);
+size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c);
+unsigned fb_gemm_threads(const fb_gemm_cfg *c);
+
+/* Device pointers and sizes of one call (fb_gemm.h describes them). a, b: the operands' elements (BF16, NVFP4
+ * codes, E4M3) — for FB_KIND 1, b is the BF16 copy from fb_gemm_weights_bf16_ref() or its kernel. */
+typedef struct {
+  unsigned long long a, b, out, offsets, a_sf, b_sf, a_outer, b_outer;
+  long long rows;
+  int experts, M, N, K;
+} fb_gemm_args;
+
+/* The parameter block: checks the sizes against the tile (FB_EINVAL naming what does not divide) and encodes
+ * the two tensor maps with the driver. */
+fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm *p);
+/* One persistent CTA per SM (sms of them). */
+fb_status fb_gemm_launch(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms);
+
+/* The K permutation inside every 32-group of the BF16 weight copy: position P (0..31) holds element
+ * fb_gemm_kperm(P) of the group (gemm_sm90.cuh, FB_KIND 1). */
+int fb_gemm_kperm(int P);
+/* The BF16 weight copy on the CPU: codes/sf an NVFP4 matrix rows x K (no outer scale); out[r][32g + P] =
+ * bf16(e2m1(q) * sf) of element 32g + fb_gemm_kperm(P) of row r — exact, so the rounding never acts. */
+fb_status fb_gemm_weights_bf16_ref(const uint8_t *codes, const uint8_t *sf, size_t rows, size_t K, uint16_t *out);
+#endif

@@ -1,0 +1,104 @@
+/* gemm_host.c — configuration, tensor maps and launch of the generated grouped GEMMs (fb_gemm_host.h). */
+#include "fb_gemm_host.h"
+
+#include "fb_error.h"
+
+#include <string.h>
+
+static int vparam(const fb_variant *v, const char *name, int dflt) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], name)) return v->value[i];
+  return dflt;
+}
+
+fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_cfg *c) {
+  memset(c, 0, sizeof *c);
+  if (strcmp(v->tmpl, "gemm_sm90.cuh")) return FB_ERR(FB_EINVAL, "%s: not a GEMM variant (template %s)", v->name, v->tmpl);
+  c->kind = k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
+  c->mode = k->op == FB_OP_GEMM_WGRAD;
+  c->out_bf16 = !c->mode;
+  c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
+  c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
+  return FB_OK;
+}
+
+static size_t al1k(size_t x) { return (x + 1023) / 1024 * 1024; }
+
+size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) {
+  size_t tm = (size_t)c->tile_m, tn = (size_t)c->tile_n, tk = (size_t)c->tile_k;
+  size_t a = c->kind == 0 ? tm * tk * 2 : c->kind == 1 ? tm * tk / 2 : tm * tk;
+  size_t b = c->kind == 2 ? tn * tk : tn * tk * 2, sf = c->kind == 2 ? (tm + tn) * (tk / 32) * 4 : 0;
+  return 1024 + (size_t)c->stages * (al1k(a) + al1k(b) + al1k(sf)) + 16 * (size_t)c->stages;
+}
+
+unsigned fb_gemm_threads(const fb_gemm_cfg *c) { return 128u * (unsigned)(1 + c->consumers); }
+
+/* A 2D K-major map: inner (contiguous) extent `inner` elements of `esize` bytes, `outer` rows. */
+static fb_status tmap(fb_tmap *m, unsigned long long ptr, int u8, unsigned long long inner, unsigned long long outer,
+                      unsigned box_inner, unsigned box_outer, int swizzle_bytes) {
+  CUtensorMap cm;
+  cuuint64_t dims[2] = {inner, outer}, strides[1] = {inner * (u8 ? 1 : 2)};
+  cuuint32_t box[2] = {box_inner, box_outer}, es[2] = {1, 1};
+  CUtensorMapSwizzle sw = swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                                                                 : CU_TENSOR_MAP_SWIZZLE_32B;
+  if (strides[0] % 16) return FB_ERR(FB_EINVAL, "gemm: a row of %llu %s is not a multiple of 16 bytes (TMA)", inner, u8 ? "bytes" : "BF16 values");
+  CU_CHECK(fb_cu.TensorMapEncodeTiled(&cm, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                      (void *)(uintptr_t)ptr, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  memcpy(m, &cm, sizeof *m);
+  return FB_OK;
+}
+
+fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm *p) {
+  memset(p, 0, sizeof *p);
+  FB_TRY(fb_cuda_load());
+  if (!fb_cu.TensorMapEncodeTiled) return FB_ERR(FB_ECUDA, "gemm: this driver has no cuTensorMapEncodeTiled");
+  if (a->experts < 1) return FB_ERR(FB_EINVAL, "gemm: experts = %d", a->experts);
+  if (a->N % c->tile_n) return FB_ERR(FB_EINVAL, "gemm: N = %d is not a multiple of tile_n = %d", a->N, c->tile_n);
+  if (c->mode == 0 && a->K % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of tile_k = %d", a->K, c->tile_k);
+  if (c->mode == 1 && a->M % c->tile_m) return FB_ERR(FB_EINVAL, "gemm: M = %d is not a multiple of tile_m = %d", a->M, c->tile_m);
+  if (c->mode == 1 && a->rows % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: wgrad rows = %lld is not a multiple of tile_k", a->rows);
+  unsigned long long rows = (unsigned long long)a->rows, K = (unsigned long long)a->K, N = (unsigned long long)a->N;
+  unsigned long long EN = (unsigned long long)a->experts * N, M = (unsigned long long)a->M;
+  unsigned tm = (unsigned)c->tile_m, tn = (unsigned)c->tile_n;
+  /* A: mode 0 rows x K; mode 1 M x rows. B: mode 0 experts*N x K; mode 1 N x rows */
+  unsigned long long a_in = c->mode ? rows : K, a_out = c->mode ? M : rows, b_in = c->mode ? rows : K, b_out = c->mode ? N : EN;
+  if (c->kind == 0) {
+    FB_TRY(tmap(&p->ta, a->a, 0, a_in, a_out, 64, tm, 128));
+    FB_TRY(tmap(&p->tb, a->b, 0, b_in, b_out, 64, tn, 128));
+  } else if (c->kind == 1) {
+    if (c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
+    FB_TRY(tmap(&p->ta, a->a, 1, K / 2, rows, 64, tm, 64));
+    FB_TRY(tmap(&p->tb, a->b, 0, K, EN, 64, tn, 128));
+  } else {
+    FB_TRY(tmap(&p->ta, a->a, 1, a_in, a_out, 128, tm, 128));
+    FB_TRY(tmap(&p->tb, a->b, 1, b_in, b_out, 128, tn, 128));
+  }
+  p->out = a->out, p->offsets = a->offsets, p->a_sf = a->a_sf, p->b_sf = a->b_sf;
+  p->a_outer = a->a_outer, p->b_outer = a->b_outer;
+  p->rows = a->rows, p->experts = a->experts, p->M = a->M, p->N = a->N, p->K = a->K;
+  return FB_OK;
+}
+
+fb_status fb_gemm_launch(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms) {
+  return fb_kernel_launch_smem(k, (unsigned)(sms > 0 ? sms : 1), 1, fb_gemm_threads(c), (unsigned)fb_gemm_smem_bytes(c), p,
+                               sizeof *p);
+}
+
+int fb_gemm_kperm(int P) {
+  int s = P >> 4, p = P & 15;
+  return 8 * ((p & 7) >> 1) + 4 * s + 2 * (p >> 3) + (p & 1);
+}
+
+fb_status fb_gemm_weights_bf16_ref(const uint8_t *codes, const uint8_t *sf, size_t rows, size_t K, uint16_t *out) {
+  if (K % 32) return FB_ERR(FB_EINVAL, "gemm weights: K = %zu is not a multiple of 32", K);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t g = 0; g < K / 32; ++g)
+      for (int P = 0; P < 32; ++P) {
+        size_t i = r * K + 32 * g + (size_t)fb_gemm_kperm(P);
+        uint8_t q = (uint8_t)((codes[i / 2] >> (4 * (i & 1))) & 15);
+        float v = fb_e2m1_decode(q) * fb_e4m3_decode(sf[i / 16]);
+        out[r * K + 32 * g + (size_t)P] = fb_bf16_from_f32(v);
+      }
+  return FB_OK;
+}

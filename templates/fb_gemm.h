@@ -1,0 +1,37 @@
+/* fb_gemm.h — the parameter block of the generated grouped GEMMs (templates/gemm_sm90.cuh), the same layout in
+ * host C and device code. The two TMA descriptors travel inside it (128 bytes each, 64-byte aligned), so the
+ * kernel takes one __grid_constant__ argument and the descriptors stay in parameter space.
+ *
+ * Shapes. FB_MODE 0 (fwd, dgrad): D[r][n] = sum_k A[r][k] * B[e(r)][n][k] for the rows r of expert e, i.e.
+ * offsets[e] <= r < offsets[e+1]; A is rows x K, B is experts*N x K, D is rows x N. FB_MODE 1 (wgrad):
+ * D[e][m][n] = sum_{offsets[e] <= r < offsets[e+1]} A[m][r] * B[n][r]; A is M x rows, B is N x rows, D is
+ * experts x M x N (FP32), and every offset must be a multiple of the tile's K. All operands are K-major. */
+#ifndef FB_GEMM_H
+#define FB_GEMM_H
+
+#ifdef __cplusplus
+#define FB_ALIGN64 alignas(64)
+#else
+#define FB_ALIGN64 _Alignas(64)
+#endif
+
+typedef unsigned long long fb_gptr;
+
+typedef struct {
+  FB_ALIGN64 unsigned long long v[16]; /* a CUtensorMap, encoded on the host */
+} fb_tmap;
+
+typedef struct {
+  fb_tmap ta, tb;      /* A and B: BF16 elements, NVFP4 codes (bytes) or E4M3 bytes, as the kernel's FB_KIND says */
+  fb_gptr out;         /* D: BF16 (FB_OUT_BF16) or FP32 */
+  fb_gptr offsets;     /* long long [experts + 1], on the device (written by the permutation; never read on the host) */
+  fb_gptr a_sf, b_sf;  /* block scales. FB_KIND 1: A's E4M3 per 16, rows x K/16 (B is the BF16 copy: no scales).
+                          FB_KIND 2: E8M0 per 32 along K: A rows x K/32 (wgrad: M x rows/32), B experts*N x K/32
+                          (wgrad: N x rows/32) */
+  fb_gptr a_outer;     /* FB_KIND 1: FP32 S_dec of each row of A (0: none) */
+  fb_gptr b_outer;     /* FB_KIND 1: FP32 S_dec of each expert's B (0: none) */
+  long long rows;      /* rows of A (mode 0) or columns of A and B (wgrad): the grouped dimension */
+  int experts, M, N, K; /* mode 0: N and K; wgrad: M and N (K per expert from the offsets) */
+} fb_kp_gemm;
+
+#endif

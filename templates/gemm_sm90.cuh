@@ -1,0 +1,464 @@
+/* gemm_sm90.cuh — grouped GEMM over experts for Hopper (sm_90a): TMA loads through an FB_STAGES-deep mbarrier
+ * pipeline, one producer warpgroup and FB_CONSUMERS consumer warpgroups (setmaxnreg 40 / 232 with two), a
+ * persistent tile scheduler that reads the expert offsets on the device, wgmma.mma_async with FP32 accumulators.
+ * The parameter block and the shapes: fb_gemm.h. Written from the PTX ISA; facts in ../shared/HOPPER_PRIMITIVES.md.
+ *
+ * FB_KIND (operands):
+ *   0  BF16 x BF16: both from shared memory (SS), 128-byte swizzled K-major tiles, wgmma k16.
+ *   1  NVFP4 x BF16-copy: A is NVFP4 (packed E2M1 codes, E4M3 scale per 16 along K; the per-row FP32 S_dec
+ *      applied in the epilogue). The codes come in by TMA (64-byte swizzle), are read with ldmatrix and decoded
+ *      in registers to e2m1 * sf in BF16 — exact: at most 6 significant bits — and fed to wgmma from registers
+ *      (RS). B is the exact BF16 copy e2m1 * sf of the NVFP4 weights (made once per step; its S_dec per expert is
+ *      applied in the epilogue), stored with K permuted inside every 32-group so that it meets A's register
+ *      fragment: position 16s + p of a group holds element 8*((p & 7) >> 1) + 4s + 2*(p >> 3) + (p & 1).
+ *      The permutation is the same for both operands' products, so the sum is the same sum (NUMERICS.md GEMM).
+ *   2  MXFP8 x MXFP8: E4M3 from shared memory (SS), wgmma k32 = one MX block: each k32 product goes to a
+ *      temporary accumulator and is promoted, acc += tmp * (sa * sb), sa and sb the two E8M0 scales (powers of
+ *      two). A warp of the producer warpgroup stages the scales of each pipeline stage into shared memory.
+ * FB_MODE: 0 rows grouped (fwd, dgrad); 1 K grouped (wgrad). FB_OUT_BF16: BF16 output (RNE), else FP32.
+ * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
+ * writes acc * (S_dec(A) * S_dec(B)).
+ * Tune parameters: FB_TILE_M, FB_TILE_N, FB_TILE_K, FB_STAGES, FB_CONSUMERS (fb_gemm_config() on the host
+ * checks them; gen.c prunes what does not fit).
+ * Launch: 128 * (1 + FB_CONSUMERS) threads, one CTA per SM (persistent), dynamic shared memory as
+ * fb_gemm_smem_bytes() says. Rows of a tile past its expert's end are computed from whatever the TMA loads
+ * there (the next expert's rows or zeros past the tensor) and never stored. */
+#include "fb_gemm.h"
+
+#define BM FB_TILE_M
+#define BN FB_TILE_N
+#define BK FB_TILE_K
+#define NST FB_STAGES
+#define NC FB_CONSUMERS
+#define WM (BM / NC) /* rows of a consumer warpgroup */
+#define MW (WM / 64) /* its m64 sub-tiles */
+#define FB_WGMMA_N BN
+#include "fb_wgmma.h"
+
+#define FB_CAT2(a, b) a##b
+#define FB_CAT(a, b) FB_CAT2(a, b)
+#define WGMMA_SS_BF16 FB_CAT(fbw_ss_bf16_n, FB_WGMMA_N)
+#define WGMMA_RS_BF16 FB_CAT(fbw_rs_bf16_n, FB_WGMMA_N)
+#define WGMMA_SS_E4M3 FB_CAT(fbw_ss_e4m3_n, FB_WGMMA_N)
+
+#if FB_KIND == 0
+#define A_BYTES (BM * BK * 2)
+#define B_BYTES (BN * BK * 2)
+#define SF_BYTES 0
+#elif FB_KIND == 1
+#define A_BYTES (BM * BK / 2)
+#define B_BYTES (BN * BK * 2)
+#define SF_BYTES 0
+#else
+#define A_BYTES (BM * BK)
+#define B_BYTES (BN * BK)
+#define SF_BYTES ((BM + BN) * (BK / 32) * 4)
+#endif
+#define ALIGN1K(x) (((x) + 1023) / 1024 * 1024)
+#define STAGE_BYTES (ALIGN1K(A_BYTES) + ALIGN1K(B_BYTES) + ALIGN1K(SF_BYTES))
+#define FULL_COUNT (FB_KIND == 2 ? 33 : 1)
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+static __device__ __forceinline__ u32 fbg_smem(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+
+static __device__ __forceinline__ void fbg_bar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void fbg_bar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void fbg_bar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void fbg_bar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+static __device__ __forceinline__ void fbg_tma_2d(u32 dst, const fb_tmap *map, int c0, int c1, u32 bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
+}
+static __device__ __forceinline__ void fbg_wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void fbg_wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void fbg_wg_wait(void) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+template <int R> static __device__ __forceinline__ void fbg_fence_acc(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* K-major, 128-byte swizzle: SBO = 1024 bytes (8 rows of 128 B), LBO unused (1), layout type 1 */
+static __device__ __forceinline__ u64 fbg_desc_sw128(u32 saddr) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+static __device__ __forceinline__ u32 fbg_prmt(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+/* ---- the persistent tile scheduler: the same walk in every role, so they need not talk ---- */
+#define NT_N ((long long)p.N / BN)
+typedef struct {
+  int e;           /* expert of the current tile */
+  long long base;  /* linear index of the expert's first tile */
+  long long count; /* tiles of expert e */
+  long long mt;    /* m tiles of expert e */
+} fbg_sched;
+
+static __device__ __forceinline__ long long fbg_off(const fb_kp_gemm &p, int e) {
+  return ((const long long *)p.offsets)[e];
+}
+
+/* Find the tile `t` (t only grows): returns 0 past the last tile. */
+static __device__ __forceinline__ int fbg_next(const fb_kp_gemm &p, fbg_sched &s, long long t) {
+  while (s.e < p.experts) {
+    if (s.count < 0) {
+#if FB_MODE == 0
+      long long rows = fbg_off(p, s.e + 1) - fbg_off(p, s.e);
+      s.mt = rows > 0 ? (rows + BM - 1) / BM : 0;
+#else
+      s.mt = p.M / BM;
+#endif
+      s.count = s.mt * NT_N;
+    }
+    if (t < s.base + s.count) return 1;
+    s.base += s.count;
+    s.count = -1;
+    ++s.e;
+  }
+  return 0;
+}
+
+#if FB_KIND == 1
+/* ---- NVFP4 (FB_KIND 1): 8 E2M1 codes -> 4 BF16 pairs, times the block scale (BF16, both halves) ---- */
+static __device__ __forceinline__ u32 fbg_bf16x2_mul(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+/* out[k] = (codes 2k, 2k+1 of w) as BF16 e2m1 values * sf; the sign is or-ed in after the product (sf > 0). */
+static __device__ __forceinline__ void fbg_decode8(u32 w, u32 sf2, u32 (&out)[4]) {
+  u32 m = w & 0x77777777u;
+  u32 hi0 = fbg_prmt(0x3F3F3F00u, 0x40404040u, m), lo0 = fbg_prmt(0xC0800000u, 0xC0804000u, m);
+  u32 hi1 = fbg_prmt(0x3F3F3F00u, 0x40404040u, m >> 16), lo1 = fbg_prmt(0xC0800000u, 0xC0804000u, m >> 16);
+  u32 ws = w << 4;
+  u32 v[4] = {fbg_prmt(lo0, hi0, 0x5140), fbg_prmt(lo0, hi0, 0x7362), fbg_prmt(lo1, hi1, 0x5140), fbg_prmt(lo1, hi1, 0x7362)};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    /* byte 1 <- sign of code 2k (bit 7 of byte k of w << 4), byte 3 <- sign of code 2k+1 (bit 7 of byte k of w) */
+    u32 s = fbg_prmt(ws, w, ((8u | (4u + k)) << 12) | ((8u | k) << 4));
+    out[k] = fbg_bf16x2_mul(v[k], sf2) | (s & 0x80008000u);
+  }
+}
+/* E4M3 scale bytes (lo: row r0, hi: row r0 + 8) -> two BF16x2 multipliers (each value in both halves); exact */
+static __device__ __forceinline__ void fbg_sf_pair(u32 two, u32 &m0, u32 &m1) {
+  u32 h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)two));
+  float f0, f1;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n" : "=f"(f0), "=f"(f1) : "r"(h2));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(m0) : "f"(f0));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(m1) : "f"(f1));
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const __grid_constant__ fb_kp_gemm p) {
+  extern __shared__ unsigned char fbg_raw[];
+  const u32 raw = fbg_smem(fbg_raw);
+  const u32 sbase = (raw + 1023u) & ~1023u;
+  unsigned char *gbase = fbg_raw + (sbase - raw);
+  const u32 bars = sbase + NST * STAGE_BYTES; /* full[NST], then empty[NST] */
+#define FULL(s) (bars + 8u * (s))
+#define EMPTY(s) (bars + 8u * (NST + (s)))
+#define SA(s) (sbase + (s) * STAGE_BYTES)
+#define SB(s) (SA(s) + ALIGN1K(A_BYTES))
+#define SSF(s) (SB(s) + ALIGN1K(B_BYTES))
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  if (tid == 0) {
+    for (int s = 0; s < NST; ++s) fbg_bar_init(FULL(s), FULL_COUNT), fbg_bar_init(EMPTY(s), NC);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&p.ta) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&p.tb) : "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) { /* ---------------- producer ---------------- */
+#if NC == 2
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+#endif
+    if (warp == 0 && lane == 0) {
+      fbg_sched sc = {0, 0, -1, 0};
+      int s = 0;
+      u32 ph = 0;
+      for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
+        long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
+#if FB_MODE == 0
+        int arow = (int)(fbg_off(p, sc.e) + mt * BM), brow = (int)((long long)sc.e * p.N + nt * BN), k0 = 0;
+        int nk = p.K / BK;
+#else
+        int arow = (int)(mt * BM), brow = (int)(nt * BN), k0 = (int)fbg_off(p, sc.e);
+        int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
+#endif
+        for (int kb = 0; kb < nk; ++kb) {
+          fbg_bar_wait(EMPTY(s), ph ^ 1);
+          fbg_bar_expect_tx(FULL(s), A_BYTES + B_BYTES);
+          int kk = k0 + kb * BK;
+#if FB_KIND == 0
+#pragma unroll
+          for (int a = 0; a < BK / 64; ++a) {
+            fbg_tma_2d(SA(s) + a * BM * 128, &p.ta, kk + a * 64, arow, FULL(s));
+            fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
+          }
+#elif FB_KIND == 1
+          fbg_tma_2d(SA(s), &p.ta, kk / 2, arow, FULL(s)); /* BK = 128: 64 bytes of codes per row */
+#pragma unroll
+          for (int a = 0; a < BK / 64; ++a) fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
+#else
+#pragma unroll
+          for (int a = 0; a < BK / 128; ++a) {
+            fbg_tma_2d(SA(s) + a * BM * 128, &p.ta, kk + a * 128, arow, FULL(s));
+            fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 128, brow, FULL(s));
+          }
+#endif
+          if (++s == NST) s = 0, ph ^= 1;
+        }
+      }
+    }
+#if FB_KIND == 2
+    if (warp == 1) { /* the scale stager: E8M0 bytes -> FP32 2^(e-127), laid out [k32 block][row or column] */
+      fbg_sched sc = {0, 0, -1, 0};
+      int s = 0;
+      u32 ph = 0;
+      const long long kw = (FB_MODE == 0 ? (long long)p.K : p.rows) / 32; /* scale bytes per row */
+      for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
+        long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
+#if FB_MODE == 0
+        long long arow = fbg_off(p, sc.e) + mt * BM, brow = (long long)sc.e * p.N + nt * BN, k0 = 0, alim = p.rows;
+        int nk = p.K / BK;
+#else
+        long long arow = mt * BM, brow = nt * BN, k0 = fbg_off(p, sc.e), alim = p.M;
+        int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
+#endif
+        for (int kb = 0; kb < nk; ++kb) {
+          fbg_bar_wait(EMPTY(s), ph ^ 1);
+          long long kw0 = (k0 + (long long)kb * BK) / 32;
+          float *sfa = (float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
+          for (int i = lane; i < BM + BN; i += 32) {
+            const unsigned char *src;
+            if (i < BM) src = arow + i < alim ? (const unsigned char *)p.a_sf + (arow + i) * kw + kw0 : 0;
+            else src = (const unsigned char *)p.b_sf + (brow + i - BM) * kw + kw0;
+#pragma unroll
+            for (int j = 0; j < BK / 32; ++j) {
+              u32 e = src ? src[j] : 127u;
+              u32 bits = e == 255u ? 0x7FC00000u : e == 0u ? 0x00400000u : e << 23;
+              if (i < BM) sfa[j * BM + i] = __uint_as_float(bits);
+              else sfb[j * BN + i - BM] = __uint_as_float(bits);
+            }
+          }
+          fbg_bar_arrive(FULL(s)); /* each lane: its own writes, released */
+          if (++s == NST) s = 0, ph ^= 1;
+        }
+      }
+    }
+#endif
+    return;
+  }
+
+  /* ---------------- consumers ---------------- */
+#if NC == 2
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+#endif
+  const int c = wg - 1, q = lane % 4;
+  fbg_sched sc = {0, 0, -1, 0};
+  int s = 0;
+  u32 ph = 0;
+  float acc[MW][BN / 2];
+  for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
+    long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
+#if FB_MODE == 0
+    const long long row0 = fbg_off(p, sc.e) + mt * BM, rend = fbg_off(p, sc.e + 1);
+    const int nk = p.K / BK;
+#else
+    const long long row0 = mt * BM, rend = p.M, k0 = fbg_off(p, sc.e);
+    const int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
+#endif
+    const int n0 = (int)(nt * BN);
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[mw][i] = 0.0f;
+
+#if FB_KIND == 1
+    /* the A scales of this thread's rows (r0, r0 + 8 of each m64 sub-tile), 8 E4M3 bytes per row per k-block,
+       loaded one k-block ahead */
+    const long long kw16 = p.K / 16;
+    long long arow[MW][2];
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) arow[mw][h] = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
+    uint2 sfc[MW][2], sfn[MW][2];
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        sfn[mw][h] = arow[mw][h] < p.rows ? *(const uint2 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw16) : make_uint2(0, 0);
+#endif
+    for (int kb = 0; kb < nk; ++kb) {
+#if FB_KIND == 1
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sfc[mw][h] = sfn[mw][h];
+          if (kb + 1 < nk && arow[mw][h] < p.rows)
+            sfn[mw][h] = *(const uint2 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw16 + (kb + 1) * (BK / 16));
+        }
+#endif
+      fbg_bar_wait(FULL(s), ph);
+#if FB_KIND == 0
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_wg_fence();
+#pragma unroll
+      for (int a = 0; a < BK / 64; ++a)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          u64 db = fbg_desc_sw128(SB(s) + a * BN * 128) + 2 * k;
+#pragma unroll
+          for (int mw = 0; mw < MW; ++mw)
+            WGMMA_SS_BF16(acc[mw], fbg_desc_sw128(SA(s) + a * BM * 128 + (c * WM + mw * 64) * 128) + 2 * k, db, 1);
+        }
+      fbg_wg_commit();
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_wg_wait<0>();
+      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
+#elif FB_KIND == 1
+      /* A fragments of the 8 k16 steps, per sub-tile: ldmatrix.x4 = 2 groups of 32 codes x 2 row halves */
+      u32 af[MW][8][4];
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int gp = 0; gp < 2; ++gp) {
+          int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), g = gp * 2 + (lane >> 4);
+          u32 addr = SA(s) + R * 64 + ((g ^ ((R >> 1) & 3)) << 4);
+          u32 x0, x1, x2, x3;
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                       : "r"(addr)
+                       : "memory");
+          u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [group within the pair][row half] */
+#pragma unroll
+          for (int gg = 0; gg < 2; ++gg) {
+            int grp = gp * 2 + gg; /* group in the k-block: scale byte 2 * grp + q / 2 of the row's 8 */
+            u32 w0 = grp < 2 ? sfc[mw][0].x : sfc[mw][0].y, w1 = grp < 2 ? sfc[mw][1].x : sfc[mw][1].y;
+            u32 sh = 8 * (2 * (grp & 1) + (q >> 1));
+            u32 m0, m1;
+            fbg_sf_pair(((w0 >> sh) & 0xFF) | (((w1 >> sh) & 0xFF) << 8), m0, m1);
+            u32 d0[4], d1[4];
+            fbg_decode8(xs[gg][0], m0, d0);
+            fbg_decode8(xs[gg][1], m1, d1);
+#pragma unroll
+            for (int st = 0; st < 2; ++st) {
+              af[mw][2 * grp + st][0] = d0[2 * st];
+              af[mw][2 * grp + st][1] = d1[2 * st];
+              af[mw][2 * grp + st][2] = d0[2 * st + 1];
+              af[mw][2 * grp + st][3] = d1[2 * st + 1];
+            }
+          }
+        }
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_wg_fence();
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        u64 db = fbg_desc_sw128(SB(s) + (k / 4) * BN * 128) + 2 * (k % 4);
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw) WGMMA_RS_BF16(acc[mw], af[mw][k][0], af[mw][k][1], af[mw][k][2], af[mw][k][3], db, 1);
+      }
+      fbg_wg_commit();
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_wg_wait<0>();
+      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
+#else
+      const float *sfa = (const float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
+#pragma unroll
+      for (int a = 0; a < BK / 128; ++a)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float tmp[MW][BN / 2];
+          u64 db = fbg_desc_sw128(SB(s) + a * BN * 128) + 2 * k;
+          fbg_wg_fence();
+#pragma unroll
+          for (int mw = 0; mw < MW; ++mw)
+            WGMMA_SS_E4M3(tmp[mw], fbg_desc_sw128(SA(s) + a * BM * 128 + (c * WM + mw * 64) * 128) + 2 * k, db, 0);
+          fbg_wg_commit();
+#pragma unroll
+          for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[mw]);
+          fbg_wg_wait<0>();
+          const int j = a * 4 + k; /* k32 block within the k-block */
+#pragma unroll
+          for (int mw = 0; mw < MW; ++mw) {
+            int r = c * WM + mw * 64 + 16 * warp + lane / 4;
+            float sa0 = sfa[j * BM + r], sa1 = sfa[j * BM + r + 8];
+#pragma unroll
+            for (int jb = 0; jb < BN / 8; ++jb) {
+              float2 sb = *(const float2 *)&sfb[j * BN + 8 * jb + 2 * q];
+              acc[mw][4 * jb + 0] = fmaf(tmp[mw][4 * jb + 0], sa0 * sb.x, acc[mw][4 * jb + 0]);
+              acc[mw][4 * jb + 1] = fmaf(tmp[mw][4 * jb + 1], sa0 * sb.y, acc[mw][4 * jb + 1]);
+              acc[mw][4 * jb + 2] = fmaf(tmp[mw][4 * jb + 2], sa1 * sb.x, acc[mw][4 * jb + 2]);
+              acc[mw][4 * jb + 3] = fmaf(tmp[mw][4 * jb + 3], sa1 * sb.y, acc[mw][4 * jb + 3]);
+            }
+          }
+        }
+      /* every thread of the warpgroup has read its scales: then one releases the stage */
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
+#endif
+      if (++s == NST) s = 0, ph ^= 1;
+    }
+
+    /* ---------------- epilogue: straight from the accumulators ---------------- */
+#if FB_KIND == 1
+    const float sb_outer = p.b_outer ? ((const float *)p.b_outer)[FB_B_OUTER == 1 ? sc.e : 0] : 1.0f;
+#endif
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long r = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
+        if (r >= rend) continue;
+        float so = 1.0f;
+#if FB_KIND == 1
+        so = (p.a_outer ? ((const float *)p.a_outer)[FB_A_OUTER == 1 ? r : 0] : 1.0f) * sb_outer;
+#endif
+#if FB_MODE == 0
+        const long long orow = r * p.N;
+#else
+        const long long orow = ((long long)sc.e * p.M + r) * p.N;
+#endif
+#pragma unroll
+        for (int jb = 0; jb < BN / 8; ++jb) {
+          const long long o = orow + n0 + 8 * jb + 2 * q;
+          float v0 = acc[mw][4 * jb + 2 * h] * so, v1 = acc[mw][4 * jb + 2 * h + 1] * so;
+#if FB_OUT_BF16
+          u32 pk;
+          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(v1), "f"(v0));
+          *(u32 *)((unsigned short *)p.out + o) = pk;
+#else
+          *(float2 *)((float *)p.out + o) = make_float2(v0, v1);
+#endif
+        }
+      }
+  }
+}
