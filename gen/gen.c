@@ -131,7 +131,7 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   int mw = tm / co / 64;
   /* consumer registers: accumulators (and MXFP8's temporaries), NVFP4's decoded A fragments and scales, the rest */
   int regs = kind == 2 ? mw * tn + 48 : mw * tn / 2 + (kind == 1 ? mw * 48 + 8 : 0) + 40;
-  if (regs > (co == 2 ? 216 : 240)) return "gemm: the accumulators need more registers than a consumer warpgroup has";
+  if (regs > (co == 2 ? 232 : 240)) return "gemm: the accumulators need more registers than a consumer warpgroup has";
   long a = kind == 0 ? (long)tm * tk * 2 : kind == 1 ? (long)tm * tk / 2 : (long)tm * tk;
   long b = kind == 2 ? (long)tn * tk : (long)tn * tk * 2, sf = kind == 2 ? (long)(tm + tn) * (tk / 32) * 4 : 0;
   long stage = (a + 1023) / 1024 * 1024 + (b + 1023) / 1024 * 1024 + (sf + 1023) / 1024 * 1024;
