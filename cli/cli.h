@@ -17,4 +17,25 @@ int fb_cli_read_exact(const char *cmd, const char *path, size_t expect, const ch
 /* Write `n` parts to path atomically: a temporary file beside it, fsync, rename. Nothing partial is
  * ever left at path. 0 ok; -1 with a message. */
 int fb_cli_write_atomic(const char *cmd, const char *path, const void *const *parts, const size_t *sizes, int n);
+/* fourbit train / fourbit compare (cli/train.c, cli/compare.c): shared options and the train loop. */
+typedef struct {
+  const char *device, *log, *checkpoint, *resume, *cache, *out, *baseline;
+  int steps, batch, preset_batch, seq_len, seed_set, ckpt_every, stop_at, warmup, succ, print_every, quiet, gpus;
+  int require_tuned;
+  uint32_t seed;
+  fb_model over; /* 0 = the recipe's */
+  float lr, min_lr, wd, clip, aux;
+} fb_cli_train_cfg;
+typedef struct {
+  char name[64];
+  double *loss; /* steps entries (NaN where not run), malloc'd */
+  int steps, done;
+  double floor, final, seconds;
+} fb_cli_train_result;
+/* 0 ok, 1 --help printed, 2 bad usage (message printed). Positional arguments start at optind. */
+int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg *c, void (*usage)(FILE *));
+/* Train one recipe; the exit status of the command. */
+int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *recipe, fb_cli_train_result *res);
+int fb_cli_train(int argc, char **argv);
+int fb_cli_compare(int argc, char **argv);
 #endif

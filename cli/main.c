@@ -3,6 +3,8 @@
  *   fourbit gen RECIPE          kernel sources and cubins (cli/gen.c)
  *   fourbit quant|dequant ...   the numerics library on files (cli/quant.c)
  *   fourbit cache ...           the kernel cache: ls, show, verify, export, import, gc (cli/cache.c)
+ *   fourbit train RECIPE        train the runtime's MoE model with a recipe's numerics (cli/train.c)
+ *   fourbit compare RECIPE...   train several recipes alike; loss curves and the gap to BF16 (cli/compare.c)
  *   fourbit info                what this build links and which GPU (if any) it sees
  * Exit status: 0 success, 1 failure while running, 2 bad usage or bad input. */
 #include "cli.h"
@@ -27,6 +29,8 @@ static void usage(FILE *f) {
           "  quant     quantize a float32 matrix file to NVFP4, MXFP8 or S2F6 (see 'fourbit quant --help')\n"
           "  dequant   the inverse of quant, to float32\n"
           "  cache     the LMDB cache of cubins and tuned winners: ls, show, verify, export, import, gc (see 'fourbit cache --help')\n"
+          "  train     train the runtime's MoE model with a recipe's numerics (see 'fourbit train --help')\n"
+          "  compare   train several recipes alike: loss curves, and the gap to BF16 as compute (see 'fourbit compare --help')\n"
           "  info      versions of what this build links, and the GPUs the CUDA driver sees\n"
           "  help      this text\n"
           "\n"
@@ -80,6 +84,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "plan")) return fb_cli_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "gen")) return fb_cli_gen(argc - 1, argv + 1);
   if (!strcmp(cmd, "cache")) return fb_cli_cache(argc - 1, argv + 1);
+  if (!strcmp(cmd, "train")) return fb_cli_train(argc - 1, argv + 1);
+  if (!strcmp(cmd, "compare")) return fb_cli_compare(argc - 1, argv + 1);
   if (!strcmp(cmd, "quant")) return fb_cli_quant(argc - 1, argv + 1, 0);
   if (!strcmp(cmd, "dequant")) return fb_cli_quant(argc - 1, argv + 1, 1);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
