@@ -42,7 +42,20 @@ FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm
-all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels
+all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
+
+# The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
+# with the driver; the emu one links the warp emulator instead (tests/test_tune.sh runs a sweep with it on the CPU).
+WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
+$(BUILD)/fourbit-worker: $(WORKERDEPS)
+	@echo "  CC      tuner/worker/worker.c"
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+$(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      tuner/worker/worker.c (emulated driver)"
+	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c $(BUILD)/emu/driver_worker.o \
+	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.
 $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
@@ -114,6 +127,7 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_golden.sh"; bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
 	$(Q)echo "== tests/test_gen.sh"; bash tests/test_gen.sh $(BUILD)/fourbit
+	$(Q)echo "== tests/test_train.sh (fourbit train and compare on the CPU)"; bash tests/test_train.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_cache.sh"; bash tests/test_cache.sh $(BUILD)/fourbit $(BUILD)/tests/test_cache
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)

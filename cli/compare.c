@@ -5,8 +5,10 @@
  *
  * Compute efficiency. The baseline's loss curve is fitted with L(s) = E + A s^-alpha (least squares over the
  * steps after warm-up: for each alpha on a grid of 0.01 in [0.01, 3] the best E and A are a linear fit, and the
- * alpha of the lowest squared error is kept). For a recipe whose final loss is l (the mean of the last 10% of
- * its steps, at least 10), s* = (A / (l - E))^(1 / alpha) is the number of steps the baseline needs to reach l.
+ * alpha of the lowest squared error is kept). A recipe's gap d is the mean of (its loss - the baseline's loss)
+ * over the last 10% of the steps (at least 10), step by step: both read the same batches, so the data's noise
+ * cancels. Its final loss on the baseline's curve is l = L(N) + d, and s* = (A / (l - E))^(1 / alpha) is the
+ * number of steps the baseline needs to reach l (s* = N for the baseline itself).
  * Compute efficiency = s* / N (N = the steps both ran; 1 = as good as the baseline, 0.8 = the recipe's N steps
  * are worth 0.8 N baseline steps), and the extra compute the recipe needs for the baseline's loss is about
  * N / s* - 1. Steps of equal tokens are counted as equal compute: the formula measures what the numerics cost
@@ -201,20 +203,26 @@ int fb_cli_compare(int argc, char **argv) {
     fprintf(t, "baseline fit: too few steps after warm-up (%d of %d): no compute figures\n", N - warm, N);
   fprintf(t, "%-16s %10s %10s %10s %12s %11s %8s\n", "recipe", "final", "gap floor", "vs base", "base steps s*",
           "efficiency", "extra");
+  int win = N / 10 > 10 ? N / 10 : (N < 10 ? N : 10);
   for (int i = 0; i < n; ++i) {
-    double l = res[i].final, d = l - res[b].final;
-    fprintf(t, "%-16s %10.4f %10.4f %+10.4f", res[i].name, l, l - res[i].floor, d);
+    double d = 0; /* paired by step: the runs read the same batches, so the data's noise cancels */
+    for (int s = N - win; s < N; ++s) d += res[i].loss[s] - res[b].loss[s];
+    d /= win;
+    fprintf(t, "%-16s %10.4f %10.4f %+10.4f", res[i].name, res[i].final, res[i].final - res[i].floor, d);
+    double l = ft.E + ft.A * pow((double)N, -ft.alpha) + d;
     if (ft.ok && ft.A > 0 && l > ft.E) {
       double ss = pow(ft.A / (l - ft.E), 1.0 / ft.alpha);
-      fprintf(t, " %12.0f%s %10.3f %+7.1f%%\n", ss, ss > N ? "*" : " ", ss / N, 100.0 * ((double)N / ss - 1.0));
+      double extra = 100.0 * ((double)N / ss - 1.0);
+      fprintf(t, " %12.0f%s %10.3f %+7.1f%%\n", ss, ss > N + 0.5 ? "*" : " ", ss / N, fabs(extra) < 0.05 ? 0.0 : extra);
     } else {
       fprintf(t, " %12s  %10s %8s\n", "beyond fit", "-", "-");
     }
   }
-  fprintf(t, "final = mean loss of the last max(10, steps/10) steps; s* = (A / (final - E))^(1/alpha): the steps the\n"
-             "baseline needs to reach that loss; efficiency = s* / %d; extra = %d / s* - 1 (compute the recipe needs\n"
-             "beyond the baseline's for the same loss, at equal compute per step); * = s* extrapolated past %d.\n",
-          N, N, N);
+  fprintf(t, "final = mean loss of the last %d steps; vs base = the mean of (loss - baseline loss) over those steps,\n"
+             "step by step; s* = the steps at which the baseline's fit reaches fit(%d) + vs base; efficiency = s* / %d;\n"
+             "extra = %d / s* - 1: the compute the recipe needs beyond the baseline's for the same loss, at equal\n"
+             "compute per step; * = s* extrapolated past %d.\n",
+          win, N, N, N, N);
   fclose(t);
   fputs(tab, stdout);
   snprintf(path, sizeof path, "%s/summary.txt", out);

@@ -74,9 +74,11 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
   unsigned long long u;
   optind = 0;
   opterr = 0;
-  int dims[8] = {0};
-  while ((ch = getopt_long(argc, argv, "h", OPTS, NULL)) != -1) {
-    const char *flag = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+  int dims[8] = {0}, li = -1;
+  char flagbuf[40];
+  while ((li = -1, ch = getopt_long(argc, argv, "h", OPTS, &li)) != -1) {
+    snprintf(flagbuf, sizeof flagbuf, "--%s", li >= 0 ? OPTS[li].name : "?");
+    const char *flag = li >= 0 ? flagbuf : optind > 0 && optind <= argc ? argv[optind - 1] : "?";
 #define U64(lo, hi) do { if (fb_cli_parse_u64(cmd, flag, optarg, (lo), (hi), &u)) return 2; } while (0)
     switch (ch) {
     case 'D':

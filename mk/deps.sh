@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mk/deps.sh — find fourbit's build and test dependencies (Lua, LMDB, Random123, cmocka, clang with
-# libFuzzer, the CUDA toolkit); install the missing Debian packages.
+# libFuzzer, gnuplot for fourbit compare's plot, the CUDA toolkit); install the missing Debian packages.
 # Called by the Makefile before anything is built. As root it runs apt-get itself; otherwise it
 # prints the exact command to run and fails. Prints what it found, one line per dependency.
 set -u
@@ -18,6 +18,7 @@ probe() {
   check "cmocka (tests)"        libcmocka-dev    test -f /usr/include/cmocka.h
   check "clang (fuzzer)"        clang            command -v clang
   check "libFuzzer runtime"     libclang-rt-dev  fuzzer_links
+  check "gnuplot (compare plots)" gnuplot-nox    command -v gnuplot
 }
 fuzzer_links() { # clang can build a libFuzzer target
   local d; d=$(mktemp -d)
