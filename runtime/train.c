@@ -177,6 +177,7 @@ static void put_u32(buf_t *b, uint32_t v) { put(b, &v, 4); }
 typedef struct {
   const char *name;
   uint32_t v;
+  int is_float; /* v holds a float's bits */
 } ident_t;
 static int identity(const fb_trainer *t, ident_t *id) {
   const fb_model *M = &t->M;
@@ -200,7 +201,7 @@ static int identity(const fb_trainer *t, ident_t *id) {
   id[n++] = (ident_t){"markov successors", (uint32_t)o->markov_succ};
   id[n++] = (ident_t){"exact", (uint32_t)o->exact};
   const char *fn[8] = {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "clip", "aux_coef"};
-  for (int i = 0; i < 8; ++i) id[n++] = (ident_t){fn[i], u[i]};
+  for (int i = 0; i < 8; ++i) id[n++] = (ident_t){fn[i], u[i], 1};
   return n;
 }
 
@@ -322,8 +323,15 @@ fb_status fb_train_load(fb_trainer *t, const char *path) {
     uint32_t v;
     if (get(&r, &v, 4)) goto short_;
     if (v != id[i].v) {
-      rc = FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %u (raw), this run %u: resume with the same options",
-                      path, id[i].name, v, id[i].v);
+      if (id[i].is_float) {
+        float a, c;
+        memcpy(&a, &v, 4), memcpy(&c, &id[i].v, 4);
+        rc = FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %g, this run %g: resume with the same options", path,
+                        id[i].name, (double)a, (double)c);
+      } else {
+        rc = FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %u, this run %u: resume with the same options", path,
+                        id[i].name, v, id[i].v);
+      }
       goto out;
     }
   }
