@@ -8,6 +8,7 @@ int fb_cli_quant(int argc, char **argv, int dequant);
 int fb_cli_plan(int argc, char **argv);
 int fb_cli_gen(int argc, char **argv);
 int fb_cli_cache(int argc, char **argv);
+int fb_cli_tune(int argc, char **argv);
 
 /* Parse a decimal unsigned integer in [lo, hi]; 0 on success, -1 (message printed) otherwise. */
 int fb_cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long lo,

@@ -2,6 +2,7 @@
  *   fourbit plan RECIPE         a recipe's resolved plan (cli/plan.c)
  *   fourbit gen RECIPE          kernel sources and cubins (cli/gen.c)
  *   fourbit quant|dequant ...   the numerics library on files (cli/quant.c)
+ *   fourbit tune RECIPE         the autotune sweep (cli/tune.c, tuner/)
  *   fourbit cache ...           the kernel cache: ls, show, verify, export, import, gc (cli/cache.c)
  *   fourbit train RECIPE        train the runtime's MoE model with a recipe's numerics (cli/train.c)
  *   fourbit compare RECIPE...   train several recipes alike; loss curves and the gap to BF16 (cli/compare.c)
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
           "  gen       generate and compile (NVRTC) every kernel variant a recipe needs (see 'fourbit gen --help')\n"
           "  quant     quantize a float32 matrix file to NVFP4, MXFP8 or S2F6 (see 'fourbit quant --help')\n"
           "  dequant   the inverse of quant, to float32\n"
+          "  tune      autotune every kernel variant of a recipe on this GPU; winners to the cache (see 'fourbit tune --help')\n"
           "  cache     the LMDB cache of cubins and tuned winners: ls, show, verify, export, import, gc (see 'fourbit cache --help')\n"
           "  train     train the runtime's MoE model with a recipe's numerics (see 'fourbit train --help')\n"
           "  compare   train several recipes alike: loss curves, and the gap to BF16 as compute (see 'fourbit compare --help')\n"
@@ -84,6 +86,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "plan")) return fb_cli_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "gen")) return fb_cli_gen(argc - 1, argv + 1);
   if (!strcmp(cmd, "cache")) return fb_cli_cache(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tune") || !strcmp(cmd, "__compile")) return fb_cli_tune(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return fb_cli_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "compare")) return fb_cli_compare(argc - 1, argv + 1);
   if (!strcmp(cmd, "quant")) return fb_cli_quant(argc - 1, argv + 1, 0);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_tune.sh — `fourbit tune` on the CPU: --dry-run (lists what it would compile and measure, needs no GPU), the
+# real worker without a GPU (says so, exit 1), and whole sweeps with the emulated worker (build/emu/fourbit-worker:
+# the GPU harness's checks under the warp emulator, timed by the wall clock, which means nothing): winners and
+# trials in the cache, nothing compiled twice, a variant made to fault (FOURBIT_TUNE_FAULT) kills its worker without
+# ending the sweep and is not retried by the next one; bad usage (exit 2).
+# usage: tests/test_tune.sh build/fourbit   (from the repository root: the emulator compiles against templates/)
+set -u
+FB=$1
+EMU=$(dirname "$FB")/emu/fourbit-worker
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "  FAIL: $*"; }
+
+"$FB" tune recipes/tiny.lua --dry-run --cache "$W/none" > "$W/dry" 2>&1 && ok || { bad "dry-run"; cat "$W/dry"; }
+grep -qE "^quant_mxfp8_sr_row_sm90a +quant_mxfp8.cuh +2 +0 +2 +512 x 128" "$W/dry" && grep -q "_t128   (default)" "$W/dry" \
+  && grep -q "would compile" "$W/dry" && ok || { bad "dry-run listing"; cat "$W/dry"; }
+[ ! -e "$W/none" ] && ok || bad "dry-run created a cache"
+"$FB" tune recipes/inkling2_small.lua --dry-run --shapes 4096,8192,6000 > "$W/dry2" 2>&1 && grep -q "shape buckets (tokens per rank): 4096 8192$" "$W/dry2" \
+  && grep -qE "^router_top8_e384_sm90a .* 4096 x 384" "$W/dry2" && ok || { bad "dry-run buckets"; cat "$W/dry2"; }
+if [ -z "$(ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 2>/dev/null)" ]; then
+  "$FB" tune recipes/tiny.lua --cache "$W/c0" > "$W/nogpu" 2>&1; rc=$?
+  [ $rc -eq 1 ] && grep -q "no GPU to measure on" "$W/nogpu" && ok || { bad "without a GPU: exit $rc"; cat "$W/nogpu"; }
+fi
+
+# a sweep of one spec on the emulated worker
+export FOURBIT_TUNE_WORKER=$EMU
+"$FB" tune recipes/tiny.lua --only quant_mxfp8_sr_row --cache "$W/c" --jobs 2 > "$W/s1" 2>&1 && ok || { bad "emulated sweep"; cat "$W/s1"; }
+grep -qE "^quant_mxfp8_sr_row_sm90a +256 +[0-9.]+ +[0-9.]+ +[0-9.]+x +t(128|256) +t(128|256) \([0-9.]+\) +2 +0$" "$W/s1" && grep -q "compiled 2, 0 from the cache" "$W/s1" \
+  && ok || { bad "summary row"; cat "$W/s1"; }
+"$FB" cache verify --cache "$W/c" > "$W/v" && grep -qE "^kernels +2 entries, 0 bad" "$W/v" && grep -qE "^winners +1 entries" "$W/v" \
+  && grep -qE "^trials +2 entries" "$W/v" && ok || { bad "cache after the sweep"; cat "$W/v"; }
+"$FB" cache show quant_mxfp8_sr_row --cache "$W/c" > "$W/show" && grep -q "warp emulator" "$W/show" && grep -q "default       quant_mxfp8_sr_row_sm90a_t128" "$W/show" \
+  && ok || { bad "cache show after the sweep"; cat "$W/show"; }
+"$FB" tune recipes/tiny.lua --only quant_mxfp8_sr_row --cache "$W/c" --jobs 2 --strategy halving > "$W/s2" 2>&1 && grep -q "compiled 0, 2 from the cache" "$W/s2" \
+  && ok || { bad "second sweep compiled again"; cat "$W/s2"; }
+
+# the faulting-variant hook: permute_bf16 has 4 variants; the two with 256 threads fault and kill their workers
+FOURBIT_TUNE_FAULT=permute_bf16_sm90a_t256 "$FB" tune recipes/tiny.lua --only permute_bf16 --cache "$W/c" --jobs 2 > "$W/f1" 2>&1; rc=$?
+[ $rc -eq 0 ] && ok || { bad "the faulting sweep: exit $rc"; tail -20 "$W/f1"; }
+[ "$(grep -c "FOURBIT_TUNE_FAULT: launching permute_bf16_sm90a_t256" "$W/f1")" = 2 ] && ok || bad "the hook did not fire twice"
+grep -qE "permute_bf16_sm90a_t256_v4: fault: " "$W/f1" && grep -qE "permute_bf16_sm90a_t256_v8: fault: " "$W/f1" && ok || { bad "faults not reported"; cat "$W/f1"; }
+grep -qE "^permute_bf16_sm90a +256 .* t128_v[48] +t128_v[48] .* 4 +2$" "$W/f1" && grep -qE "the worker was replaced [2-9] times" "$W/f1" \
+  && ok || { bad "the sweep did not finish around the faults"; tail -8 "$W/f1"; }
+"$FB" cache show permute_bf16 --cache "$W/c" > "$W/fs" && [ "$(grep -cE "permute_bf16_sm90a_t256_v[48] +256 fault" "$W/fs")" = 2 ] \
+  && ok || { bad "fault trials"; cat "$W/fs"; }
+# the next sweep does not retry them
+FOURBIT_TUNE_FAULT=permute_bf16_sm90a_t256 "$FB" tune recipes/tiny.lua --only permute_bf16 --cache "$W/c" --jobs 2 > "$W/f2" 2>&1; rc=$?
+[ $rc -eq 0 ] && ! grep -q "FOURBIT_TUNE_FAULT: launching" "$W/f2" && grep -qE "the worker was replaced 0 times" "$W/f2" \
+  && ok || { bad "recorded failures were retried (exit $rc)"; tail -8 "$W/f2"; }
+"$FB" cache verify --cache "$W/c" > /dev/null && ok || bad "verify after the faults"
+unset FOURBIT_TUNE_WORKER
+
+# bad usage
+expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "$*: exit $rc"; }
+expect2 tune
+expect2 tune recipes/nope.lua --dry-run
+expect2 tune recipes/tiny.lua --strategy annealing
+expect2 tune recipes/tiny.lua --budget 0
+expect2 tune recipes/tiny.lua --budget 5 --time 3
+expect2 tune recipes/tiny.lua --shapes 12,x
+expect2 tune recipes/tiny.lua --time -1
+"$FB" tune --help | grep -q "usage: fourbit tune" && ok || bad "tune --help"
+echo "test_tune.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,425 @@
+/* worker.c — build/fourbit-worker: the process in which `fourbit tune` loads, checks and times candidates, so that
+ * one that faults (illegal address, launch failure, a hang the driver kills on its deadline) ends this process and
+ * not the sweep. It reads requests on stdin and answers on stdout (tuner/tune.h):
+ *   HELLO         -> DEVICE: the fingerprint of GPU 0 and its L2 size, or why there is no GPU
+ *   LOAD id ...   -> VERIFIED: cuModuleLoadData of the cubin, then the check of tests/gpu/harness.c (run_case: fresh
+ *                    random inputs, Gaussian and the edge cases of NUMERICS.md, poisoned outputs, bit-exact against
+ *                    the CPU reference) at the harness's small sizes
+ *   TIME ids ...  -> TIMES: the candidates interleaved at the spec's shape: 2 warm-ups each, then 5 x effort rounds
+ *                    in which each candidate runs once between CUDA events, on input sets rotated so that all sets
+ *                    together exceed 2.5 x the L2 size (each launch reads its inputs from HBM); median and spread
+ *   QUIT
+ * Any CUDA error exits (the harness's CK/CU), which the driver records as the candidate's failure.
+ * The FOURBIT_TUNE_FAULT test hook (LOAD.fault): the candidate is first launched with invalid pointers.
+ * Linked with tests/gpu/harness.c; build/emu/fourbit-worker links tests/emu/driver.cpp instead of the driver, so the
+ * protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which means nothing). */
+#include "harness.h"
+#include "../tune.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+  int id, loaded;
+  tspec t;
+  unit *u;
+  fb_kernel kern;
+} cand;
+
+static cand *cands;
+static int ncands, capcands;
+static int unit_cap;
+
+static cand *find(int id) {
+  for (int i = 0; i < ncands; ++i)
+    if (cands[i].id == id && cands[i].loaded) return &cands[i];
+  return NULL;
+}
+
+static unit *new_unit(void) {
+  if (nunits == unit_cap) {
+    fprintf(stderr, "fourbit-worker: more than %d kernels in one worker\n", unit_cap);
+    exit(1);
+  }
+  return &units[nunits++];
+}
+
+/* the amax pass the NVFP4 tensor / expert quantizers' check runs first (harness.c run_case) */
+static void ensure_amax(int mode) {
+  if (amax_kernel[mode].fn) return;
+  static tspec at[3];
+  tspec *t = &at[mode];
+  memset(t, 0, sizeof *t);
+  t->k.op = FB_OP_AMAX;
+  t->k.q.outer = mode == 1 ? FB_GRAN_TOKEN : mode == 2 ? FB_GRAN_EXPERT : FB_GRAN_TENSOR;
+  t->family = "amax";
+  snprintf(t->k.name, sizeof t->k.name, "amax_%s_bf16_sm90a_worker", mode == 1 ? "tok" : mode == 2 ? "exp" : "ten");
+  unit *u = new_unit();
+  memset(u, 0, sizeof *u);
+  u->t = t;
+  u->v = (fb_variant){.tmpl = "amax.cuh", .nparams = 1, .param = {"threads"}, .value = {256}};
+  snprintf(u->v.name, sizeof u->v.name, "%s_t256", t->k.name);
+  CK(fb_gen_source(&t->k, &u->v, "tuner/worker/worker.c", "-", &u->src));
+  CK(fb_nvrtc_compile(u->v.name, u->src, "sm_90a", &u->cubin));
+  CK(fb_kernel_load(u->cubin.cubin, u->v.name, &amax_kernel[mode]));
+}
+
+/* the harness's sizes: odd rows (a partial last CTA) for the row kernels, 256 x 1024 for the others */
+static int small_shape(const fb_kernel_spec *k) {
+  if (k->op == FB_OP_AMAX || k->op == FB_OP_S2F6_Q || k->op == FB_OP_S2F6_DQ) return 1;
+  return k->op == FB_OP_QUANT && !k->col && !k->in_f32 && (k->q.format == FB_FMT_MXFP8 || k->q.outer == FB_GRAN_TOKEN);
+}
+
+static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
+  if (ncands == capcands) {
+    cands = realloc(cands, sizeof *cands * (size_t)(capcands = capcands ? 2 * capcands : 64));
+    if (!cands) exit(1);
+  }
+  cand *c = &cands[ncands++];
+  memset(c, 0, sizeof *c);
+  c->id = m->id;
+  c->t.k = m->spec;
+  c->t.family = "tune";
+  c->t.shape = small_shape(&m->spec);
+  if (c->t.k.op == FB_OP_ADAMW) c->t.k.experts = 4; /* the harness's AdamW case: 4 experts of R/4 rows */
+  unit *u = new_unit();
+  memset(u, 0, sizeof *u);
+  u->t = &c->t;
+  u->v = m->var;
+  u->src = malloc(m->src_len + 1);
+  u->cubin.cubin = malloc(m->cubin_len + 1);
+  memcpy(u->src, src, m->src_len), u->src[m->src_len] = 0;
+  memcpy(u->cubin.cubin, cubin, m->cubin_len), u->cubin.size = m->cubin_len;
+  c->u = u;
+  fb_msg_verified r = {.id = m->id};
+  if (fb_kernel_load(u->cubin.cubin, u->v.name, &c->kern) != FB_OK) {
+    snprintf(r.msg, sizeof r.msg, "load: %s", fb_errmsg());
+    fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
+    return;
+  }
+  if (m->fault) { /* the test hook: every pointer of the parameter block invalid */
+    fb_kp_moe bad;
+    memset(&bad, 0xA7, sizeof bad);
+    unsigned char blk[sizeof(fb_kp_moe) > sizeof(fb_kp_mem) ? sizeof(fb_kp_moe) : sizeof(fb_kp_mem)];
+    memcpy(blk, &bad, sizeof blk);
+    int moe = m->spec.op == FB_OP_ROUTER || m->spec.op == FB_OP_PERMUTE || m->spec.op == FB_OP_UNPERMUTE ||
+              m->spec.op == FB_OP_SWIGLU_FWD || m->spec.op == FB_OP_SWIGLU_BWD || m->spec.op == FB_OP_ADAMW;
+    if (moe) { fb_kp_moe *p = (fb_kp_moe *)blk; p->rows = 4096, p->cols = 1024, p->experts = 8, p->top_k = 2, p->tile = 16; }
+    else { fb_kp_mem *p = (fb_kp_mem *)blk; p->rows = 4096, p->cols = 1024, p->ngroups = 1; }
+    fprintf(stderr, "fourbit-worker: FOURBIT_TUNE_FAULT: launching %s with invalid pointers\n", u->v.name);
+    CK(fb_kernel_launch(&c->kern, 64, 1, 256, blk, moe ? sizeof(fb_kp_moe) : sizeof(fb_kp_mem)));
+    CU(fb_cu.CtxSynchronize());
+  }
+  long wrong = 0;
+  if (m->spec.op == FB_OP_QUANT && m->spec.q.format == FB_FMT_NVFP4 && !m->spec.in_f32 && m->spec.q.outer != FB_GRAN_TOKEN)
+    ensure_amax(m->spec.q.outer == FB_GRAN_EXPERT ? 2 : 0);
+  long long R = c->t.shape ? 77 : 256, C = c->t.shape ? 320 : 1024;
+  static const int kinds[2] = {CASE_GAUSS, CASE_EDGE};
+  for (int i = 0; i < 2; ++i) wrong += run_case(u, &c->kern, kinds[i], (unsigned)(rnd() & 0xFFFF), R, C);
+  r.wrong = wrong;
+  r.ok = wrong == 0;
+  if (wrong) snprintf(r.msg, sizeof r.msg, "%ld wrong elements against the CPU reference (gauss + edge inputs, %lld x %lld)", wrong, R, C);
+  if (wrong) fb_kernel_unload(&c->kern);
+  else c->loaded = 1;
+  fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
+}
+
+/* ---- timing buffers: nsets parameter blocks of one spec at one shape -------------------------------------- */
+typedef struct {
+  char spec[128];
+  fb_tune_shape_t shape;
+  int nsets, moe;
+  fb_kp_mem *mem;
+  fb_kp_moe *mo;
+  CUdeviceptr *buf;
+  int nbuf, capbuf;
+  double set_bytes;
+} bufs;
+static bufs B;
+
+static CUdeviceptr dev(size_t n, int kind, double scale) { /* kind 0 zero, 1 BF16 ~N(0,1), 2 FP32 scale N(0,1), 3 E4M3/E8M0 0x30..0x5F, 4 FP32 const scale */
+  CUdeviceptr p;
+  if (!n) n = 4;
+  CU(fb_cu.MemAlloc(&p, n));
+  if (B.nbuf == B.capbuf) {
+    B.buf = realloc(B.buf, sizeof *B.buf * (size_t)(B.capbuf = B.capbuf ? 2 * B.capbuf : 256));
+    if (!B.buf) exit(1);
+  }
+  B.buf[B.nbuf++] = p;
+  B.set_bytes += (double)n;
+  if (kind == 0) {
+    CU(fb_cu.MemsetD8(p, 0, n));
+    return p;
+  }
+  size_t blk = n < (16u << 20) ? n : (16u << 20);
+  unsigned char *h = malloc(blk + 8);
+  for (size_t i = 0; i + 4 <= blk || (i < blk && kind == 3); i += kind == 3 ? 1 : kind == 1 ? 2 : 4) {
+    uint64_t r = rnd();
+    if (kind == 1) { uint16_t v = (uint16_t)(((r >> 8) & 0x8000u) | ((0x3C00u + ((r >> 20) % 0x700u)) & 0x7F80u) | (r & 0x7Fu)); memcpy(h + i, &v, 2); }
+    else if (kind == 2) { float v = (float)(scale * (((double)(r >> 11) / 9007199254740992.0) * 3.4 - 1.7)); memcpy(h + i, &v, 4); }
+    else if (kind == 3) h[i] = (unsigned char)(0x30 + r % 0x30);
+    else { float v = (float)scale; memcpy(h + i, &v, 4); }
+  }
+  for (size_t o = 0; o < n; o += blk) CU(fb_cu.MemcpyHtoD(p + o, h, n - o < blk ? n - o : blk));
+  free(h);
+  return p;
+}
+static CUdeviceptr put(const void *h, size_t n) {
+  CUdeviceptr p = dev(n, 0, 0);
+  CU(fb_cu.MemcpyHtoD(p, h, n));
+  return p;
+}
+
+static void free_bufs(void) {
+  for (int i = 0; i < B.nbuf; ++i) fb_cu.MemFree(B.buf[i]);
+  free(B.buf), free(B.mem), free(B.mo);
+  memset(&B, 0, sizeof B);
+}
+
+/* topk_idx: k distinct experts per token, uniformly; weights summing to 1 */
+static void routing(long long T, int K, int E, int32_t *idx, float *w) {
+  for (long long t = 0; t < T; ++t) {
+    float s = 0;
+    for (int j = 0; j < K; ++j) {
+      int e, dup;
+      do {
+        e = (int)(rnd() % (unsigned)E), dup = 0;
+        for (int i = 0; i < j; ++i) dup |= idx[t * K + i] == e;
+      } while (dup && K <= E);
+      idx[t * K + j] = e;
+      s += w[t * K + j] = (float)((rnd() >> 11) % 1000 + 1);
+    }
+    for (int j = 0; j < K; ++j) w[t * K + j] /= s;
+  }
+}
+
+static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem *q, fb_kp_moe *p) {
+  const long long R = s->rows, C = s->cols, T = s->rows, K = s->top_k, E = s->experts;
+  const size_t n = (size_t)(R * C);
+  switch (k->op) {
+  case FB_OP_ROUTER:
+    p->in = dev((size_t)(T * E) * 4, 2, 2.0), p->probs = dev((size_t)(T * E) * 4, 0, 0);
+    p->topk_idx = dev((size_t)(T * K) * 4, 0, 0), p->topk_w = dev((size_t)(T * K) * 4, 0, 0);
+    p->rows = T, p->experts = (int)E, p->top_k = (int)K;
+    return;
+  case FB_OP_PERMUTE:
+  case FB_OP_UNPERMUTE: {
+    size_t TK = (size_t)(T * K), maxr = fb_permute_max_rows((size_t)T, (int)K, (int)E, s->tile), total = 0;
+    int32_t *idx = malloc(TK * 4), *cnt = malloc((size_t)E * 4), *row = malloc(TK * 4), *tok = malloc(maxr * 4);
+    float *w = malloc(TK * 4);
+    long long *off = malloc((size_t)(E + 1) * 8);
+    routing(T, (int)K, (int)E, idx, w);
+    CK(fb_permute_ref(idx, (size_t)T, (int)K, (int)E, s->tile, cnt, off, row, tok, &total));
+    p->rows = T, p->cols = C, p->experts = (int)E, p->top_k = (int)K, p->tile = s->tile;
+    if (k->op == FB_OP_PERMUTE) {
+      size_t b[3], nch = (TK + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
+      CK(fb_payload_planes(k->q.format, k->q.format == FB_FMT_NVFP4 && k->q.outer == FB_GRAN_TOKEN, (size_t)C, b));
+      p->topk_idx = put(idx, TK * 4), p->chunk_counts = dev(nch * (size_t)E * 4, 0, 0), p->counts = dev((size_t)E * 4, 0, 0);
+      p->offsets = dev((size_t)(E + 1) * 8, 0, 0), p->row_of = dev(TK * 4, 0, 0), p->token_of = dev(maxr * 4, 0, 0);
+      fb_dptr *in[3] = {&p->in, &p->in_scales, &p->in_outer}, *out[3] = {&p->out, &p->out_scales, &p->out_outer};
+      for (int i = 0; i < 3; ++i)
+        if (b[i]) *in[i] = dev((size_t)T * b[i], 1, 0), *out[i] = dev(maxr * b[i], 0, 0);
+    } else {
+      int s2f6 = k->q.format == FB_FMT_S2F6;
+      size_t ny = total * (size_t)C;
+      p->in = dev(s2f6 ? ny : ny * 2, 1, 0);
+      if (s2f6) p->in_scales = dev(ny / 32 + 1, 3, 0);
+      p->row_of = put(row, TK * 4), p->topk_w = put(w, TK * 4);
+      p->out = dev((size_t)(T * C) * (k->out_bf16 ? 2 : 4), 0, 0);
+      p->signs = fb_rht_signs(20260101u, 0);
+    }
+    free(idx), free(cnt), free(row), free(tok), free(w), free(off);
+    return;
+  }
+  case FB_OP_SWIGLU_FWD:
+  case FB_OP_SWIGLU_BWD: {
+    int bwd = k->op == FB_OP_SWIGLU_BWD;
+    p->in = dev(n * 4, 1, 0);
+    if (bwd) p->in2 = dev(n * 2, 1, 0);
+    p->out = dev(bwd ? n * 4 : n * 2, 0, 0);
+    p->rows = R, p->cols = C;
+    return;
+  }
+  case FB_OP_ADAMW: {
+    p->master = dev(n * 4, 2, 0.02), p->m = dev(n * 4, 2, 1e-3), p->v = dev(n * 4, 4, 1e-6), p->in = dev(n * 4, 2, 1e-2);
+    if (k->q.format == FB_FMT_MXFP8) p->out = dev(n, 0, 0), p->out_scales = dev(n / 32, 0, 0);
+    else if (k->q.format == FB_FMT_NVFP4) p->amax = dev((size_t)E * 4 + 64, 0, 0);
+    else p->out = dev(n * 2, 0, 0);
+    p->flags = dev(4, 0, 0);
+    p->rows = R, p->cols = C, p->experts = (int)E;
+    p->lr = 3e-4f, p->b1 = 0.9f, p->b2 = 0.95f, p->eps = 1e-8f, p->wd = 0.1f, p->gscale = 1.0f;
+    p->bc1 = 1.0f - powf(p->b1, 100.0f), p->bc2 = 1.0f - powf(p->b2, 100.0f);
+    p->seed = 1, p->stream = 2, p->step = 3;
+    return;
+  }
+  default: { /* fb_kp_mem: the quantizers, amax, requant, S2F6 */
+    unsigned ng = s->ngroups ? s->ngroups : 1;
+    long long *off = malloc(sizeof *off * (ng + 1));
+    for (unsigned g = 0; g <= ng; ++g) off[g] = R * g / ng;
+    q->in = dev(n * (k->in_f32 ? 4 : (k->op == FB_OP_S2F6_DQ || k->op == FB_OP_REQUANT ? 1 : 2)), k->in_f32 ? 2 : 1, 0.02);
+    q->out = dev(n * (k->op == FB_OP_S2F6_DQ ? 4 : 1), 0, 0);
+    q->scales = dev(n / 16 + 64, 3, 0);
+    q->s_dec = dev((size_t)R * 4 + 64, 4, 1.0 / 2688.0);
+    q->amax = dev((size_t)(R > (long long)ng ? R : ng) * 4 + 64, 4, 0.1);
+    q->group_offsets = put(off, sizeof *off * (ng + 1));
+    q->flags = dev(4, 0, 0);
+    if (k->op == FB_OP_REQUANT) q->src_scales = dev(n / 16 + 64, 3, 0), q->src_s_dec = dev((size_t)R * 4 + 64, 4, 1.0 / 2688.0);
+    q->rows = R, q->cols = C, q->ngroups = ng, q->seed = 1, q->stream = 2, q->step = 3, q->signs = 0x9E3779B9u;
+    free(off);
+    return;
+  }
+  }
+}
+
+static int is_mem(const fb_kernel_spec *k) {
+  return !(k->op == FB_OP_ROUTER || k->op == FB_OP_PERMUTE || k->op == FB_OP_UNPERMUTE || k->op == FB_OP_SWIGLU_FWD ||
+           k->op == FB_OP_SWIGLU_BWD || k->op == FB_OP_ADAMW);
+}
+
+static void setup(const fb_kernel_spec *k, const fb_tune_shape_t *s, long long l2) {
+  if (!strcmp(B.spec, k->name) && !memcmp(&B.shape, s, sizeof *s)) return;
+  free_bufs();
+  snprintf(B.spec, sizeof B.spec, "%s", k->name);
+  B.shape = *s;
+  B.moe = !is_mem(k);
+  int cap = 256;
+  B.mem = calloc((size_t)cap, sizeof *B.mem), B.mo = calloc((size_t)cap, sizeof *B.mo);
+  /* sets until all of them together exceed 2.5 x L2 (at least 2: consecutive launches never share inputs) */
+  double want = 2.5 * (double)(l2 > 0 ? l2 : 60ll << 20);
+  for (B.nsets = 0; B.nsets < cap && (B.nsets < 2 || B.set_bytes < want);) {
+    one_set(k, s, &B.mem[B.nsets], &B.mo[B.nsets]);
+    ++B.nsets;
+  }
+  CU(fb_cu.CtxSynchronize());
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void launch(cand *c, int set) {
+  const fb_kernel_spec *k = &c->t.k;
+  unsigned gx, gy, th;
+  fb_kernel_spec ks = *k;
+  ks.experts = B.shape.experts, ks.top_k = B.shape.top_k;
+  CK(fb_launch_dims(&ks, &c->u->v, B.shape.rows, B.shape.cols, B.shape.ngroups, &gx, &gy, &th));
+  if (!B.moe) {
+    CK(fb_kernel_launch(&c->kern, gx, gy, th, &B.mem[set], sizeof B.mem[set]));
+  } else if (k->op == FB_OP_PERMUTE) {
+    fb_kp_moe p = B.mo[set];
+    for (p.pass = 0; p.pass < 4; ++p.pass) CK(fb_kernel_launch(&c->kern, gx, gy, th, &p, sizeof p));
+  } else {
+    CK(fb_kernel_launch(&c->kern, gx, gy, th, &B.mo[set], sizeof B.mo[set]));
+  }
+}
+
+static void do_time(const fb_msg_time *m, long long l2) {
+  fb_msg_times r;
+  memset(&r, 0, sizeof r);
+  r.n = m->n;
+  cand *cs[FB_TUNE_MAXBATCH];
+  for (int j = 0; j < m->n; ++j)
+    if (!(cs[j] = find(m->ids[j]))) {
+      snprintf(r.msg, sizeof r.msg, "candidate %d is not loaded", m->ids[j]);
+      fb_tune_send(1, FB_MSG_TIMES, &r, sizeof r, NULL, 0, NULL, 0);
+      return;
+    }
+  setup(&m->spec, &m->shape, l2);
+  int runs = 5 * (m->effort > 0 ? m->effort : 1), set = 0;
+  double *t = malloc(sizeof *t * (size_t)runs * (size_t)m->n);
+  int events = fb_cu.EventCreate != NULL; /* the emulator has none: the wall clock, which means nothing there */
+  CUevent a = NULL, b = NULL;
+  if (events) {
+    CU(fb_cu.EventCreate(&a, 0));
+    CU(fb_cu.EventCreate(&b, 0));
+  }
+  for (int j = 0; j < m->n; ++j)
+    for (int w = 0; w < 2; ++w) launch(cs[j], set++ % B.nsets);
+  CU(fb_cu.CtxSynchronize());
+  for (int i = 0; i < runs; ++i)
+    for (int j = 0; j < m->n; ++j) { /* interleaved: candidate j's run i, then j+1's */
+      int s = set++ % B.nsets;
+      if (events) {
+        float ms;
+        CU(fb_cu.EventRecord(a, NULL));
+        launch(cs[j], s);
+        CU(fb_cu.EventRecord(b, NULL));
+        CU(fb_cu.EventSynchronize(b));
+        CU(fb_cu.EventElapsedTime(&ms, a, b));
+        t[(size_t)j * runs + i] = ms;
+      } else {
+        double t0 = wall_ms();
+        launch(cs[j], s);
+        CU(fb_cu.CtxSynchronize());
+        t[(size_t)j * runs + i] = wall_ms() - t0;
+      }
+    }
+  if (events) fb_cu.EventDestroy(a), fb_cu.EventDestroy(b);
+  for (int j = 0; j < m->n; ++j) {
+    double *x = t + (size_t)j * runs;
+    qsort(x, (size_t)runs, sizeof *x, cmpd);
+    r.median_ms[j] = x[runs / 2];
+    r.spread_ms[j] = (x[(runs * 9) / 10 < runs ? (runs * 9) / 10 : runs - 1] - x[runs / 10]) / 2;
+  }
+  free(t);
+  r.ok = 1, r.runs = runs, r.sets = B.nsets, r.set_mb = B.set_bytes / B.nsets / 1e6;
+  if (!events) snprintf(r.msg, sizeof r.msg, "wall clock (no CUDA events: an emulated device)");
+  fb_tune_send(1, FB_MSG_TIMES, &r, sizeof r, NULL, 0, NULL, 0);
+}
+
+int main(int argc, char **argv) {
+  (void)argv;
+  if (argc != 1) {
+    fprintf(stderr, "fourbit-worker: started by fourbit tune (requests on stdin, answers on stdout); takes no arguments\n");
+    return 2;
+  }
+  unit_cap = 8192;
+  units = calloc((size_t)unit_cap, sizeof *units);
+  long long l2 = 0;
+  void *buf = NULL;
+  size_t len = 0;
+  for (;;) {
+    int type;
+    if (fb_tune_recv(0, &type, &buf, &len, -1)) return 0; /* the driver went away */
+    if (type == FB_MSG_QUIT) return 0;
+    if (type == FB_MSG_HELLO) {
+      fb_msg_device d;
+      memset(&d, 0, sizeof d);
+      d.proto = FB_TUNE_PROTO;
+      if (fb_cuda_use_device(0) != FB_OK || fb_tune_fingerprint(&d.fp) != FB_OK) {
+        snprintf(d.msg, sizeof d.msg, "%s", fb_errmsg());
+      } else {
+        d.ok = 1;
+        int v = 0;
+        if (fb_cu.DeviceGetAttribute && fb_cu.DeviceGet) {
+          CUdevice dv;
+          if (fb_cu.DeviceGet(&dv, 0) == CUDA_SUCCESS && fb_cu.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dv) == CUDA_SUCCESS)
+            d.l2_bytes = v;
+        }
+        l2 = d.l2_bytes;
+      }
+      fb_tune_send(1, FB_MSG_DEVICE, &d, sizeof d, NULL, 0, NULL, 0);
+    } else if (type == FB_MSG_LOAD && len >= sizeof(fb_msg_load)) {
+      fb_msg_load m;
+      memcpy(&m, buf, sizeof m);
+      if (len != sizeof m + m.cubin_len + m.src_len) return 3;
+      do_load(&m, (const char *)buf + sizeof m, (const char *)buf + sizeof m + m.cubin_len);
+    } else if (type == FB_MSG_TIME && len == sizeof(fb_msg_time)) {
+      fb_msg_time m;
+      memcpy(&m, buf, sizeof m);
+      do_time(&m, l2);
+    } else {
+      fprintf(stderr, "fourbit-worker: unknown request %d (%zu bytes)\n", type, len);
+      return 3;
+    }
+  }
+}
