@@ -143,8 +143,11 @@ fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y,
 fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned smem,
                                 const void *params, size_t params_size) {
   if (smem > 48 * 1024) CU_CHECK(fb_cu.FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
-  size_t sz = params_size;
-  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &sz, CU_LAUNCH_PARAM_END};
-  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, smem, NULL, NULL, extra));
+  /* kernelParams, not CU_LAUNCH_PARAM_BUFFER_POINTER: a 64-byte aligned parameter (the GEMMs' TMA descriptors)
+     does not start at the parameter bank's first byte, and only the driver knows its offset (seen on the H200:
+     a raw buffer arrived 48 bytes early) */
+  (void)params_size;
+  void *args[] = {(void *)params};
+  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, smem, NULL, args, NULL));
   return FB_OK;
 }

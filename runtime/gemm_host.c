@@ -16,7 +16,7 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   if (strcmp(v->tmpl, "gemm_sm90.cuh")) return FB_ERR(FB_EINVAL, "%s: not a GEMM variant (template %s)", v->name, v->tmpl);
   c->kind = k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
   c->mode = k->op == FB_OP_GEMM_WGRAD;
-  c->out_bf16 = !c->mode;
+  c->out_bf16 = k->out_bf16 && !c->mode;
   c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
   return FB_OK;

@@ -24,6 +24,9 @@
  * fb_gemm_smem_bytes() says. Rows of a tile past its expert's end are computed from whatever the TMA loads
  * there (the next expert's rows or zeros past the tensor) and never stored. */
 #include "fb_gemm.h"
+#ifndef FB_DEBUG
+#define FB_DEBUG 0
+#endif
 
 #define BM FB_TILE_M
 #define BN FB_TILE_N
@@ -182,6 +185,8 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #define SB(s) (SA(s) + ALIGN1K(A_BYTES))
 #define SSF(s) (SB(s) + ALIGN1K(B_BYTES))
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  if (FB_DEBUG && blockIdx.x == 0 && tid == 0)
+    printf("kernel: experts %d M %d N %d K %d rows %lld offsets %llx out %llx raw %u\n", p.experts, p.M, p.N, p.K, p.rows, p.offsets, p.out, raw);
   if (tid == 0) {
     for (int s = 0; s < NST; ++s) fbg_bar_init(FULL(s), FULL_COUNT), fbg_bar_init(EMPTY(s), NC);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -207,6 +212,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
         int arow = (int)(mt * BM), brow = (int)(nt * BN), k0 = (int)fbg_off(p, sc.e);
         int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
 #endif
+        if (FB_DEBUG && blockIdx.x == 0) printf("producer t %lld e %d arow %d brow %d k0 %d nk %d\n", t, sc.e, arow, brow, k0, nk);
         for (int kb = 0; kb < nk; ++kb) {
           fbg_bar_wait(EMPTY(s), ph ^ 1);
           fbg_bar_expect_tx(FULL(s), A_BYTES + B_BYTES);
@@ -291,6 +297,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
     const int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
 #endif
     const int n0 = (int)(nt * BN);
+    if (FB_DEBUG && blockIdx.x == 0 && (tid % 128) == 0) printf("consumer %d t %lld e %d row0 %lld rend %lld nk %d n0 %d\n", c, t, sc.e, row0, rend, nk, n0);
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
@@ -428,6 +435,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       if (++s == NST) s = 0, ph ^= 1;
     }
 
+    if (FB_DEBUG && blockIdx.x == 0 && (tid % 128) == 0) printf("consumer %d acc %g %g %g\n", c, acc[0][0], acc[0][1], acc[0][2]);
     /* ---------------- epilogue: straight from the accumulators ---------------- */
 #if FB_KIND == 1
     const float sb_outer = p.b_outer ? ((const float *)p.b_outer)[FB_B_OUTER == 1 ? sc.e : 0] : 1.0f;
@@ -437,28 +445,37 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const long long r = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
-        if (r >= rend) continue;
+        const bool live = r < rend; /* a quad shares its row, so the shuffles below stay within live lanes' quads */
         float so = 1.0f;
 #if FB_KIND == 1
-        so = (p.a_outer ? ((const float *)p.a_outer)[FB_A_OUTER == 1 ? r : 0] : 1.0f) * sb_outer;
+        if (live) so = (p.a_outer ? ((const float *)p.a_outer)[FB_A_OUTER == 1 ? r : 0] : 1.0f) * sb_outer;
 #endif
 #if FB_MODE == 0
         const long long orow = r * p.N;
 #else
         const long long orow = ((long long)sc.e * p.M + r) * p.N;
 #endif
+#if FB_OUT_BF16
+        /* two 8-column blocks at a time: lanes q and q^1 swap one BF16 pair, so that each lane stores 8 bytes and a
+           warp's store covers 32 contiguous bytes (a whole sector) of each of its 8 rows */
+#pragma unroll
+        for (int jb = 0; jb < BN / 8; jb += 2) {
+          u32 p0, p1;
+          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(acc[mw][4 * jb + 2 * h + 1] * so), "f"(acc[mw][4 * jb + 2 * h] * so));
+          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(acc[mw][4 * jb + 4 + 2 * h + 1] * so), "f"(acc[mw][4 * jb + 4 + 2 * h] * so));
+          u32 recv = __shfl_xor_sync(0xffffffffu, (q & 1) ? p0 : p1, 1);
+          uint2 v = (q & 1) ? make_uint2(recv, p1) : make_uint2(p0, recv);
+          const int col = (q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q;
+          if (live) *(uint2 *)((unsigned short *)p.out + orow + n0 + col) = v;
+        }
+#else
+        if (!live) continue;
 #pragma unroll
         for (int jb = 0; jb < BN / 8; ++jb) {
           const long long o = orow + n0 + 8 * jb + 2 * q;
-          float v0 = acc[mw][4 * jb + 2 * h] * so, v1 = acc[mw][4 * jb + 2 * h + 1] * so;
-#if FB_OUT_BF16
-          u32 pk;
-          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(v1), "f"(v0));
-          *(u32 *)((unsigned short *)p.out + o) = pk;
-#else
-          *(float2 *)((float *)p.out + o) = make_float2(v0, v1);
-#endif
+          *(float2 *)((float *)p.out + o) = make_float2(acc[mw][4 * jb + 2 * h] * so, acc[mw][4 * jb + 2 * h + 1] * so);
         }
+#endif
       }
   }
 }
