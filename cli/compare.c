@@ -28,7 +28,7 @@ static void compare_usage(FILE *f) {
           "\n"
           "Trains every RECIPE (fourbit train --help) for the same steps, batch, seed and model (use\n"
           "--model-override small or the dimension options: the shipped recipes name an Inkling-sized model),\n"
-          "then writes into DIR (default compare-out):\n"
+          "then writes into DIR (default build/compare):\n"
           "  RECIPE.csv        each run's per-step log\n"
           "  losses.csv        step, then one loss column per recipe\n"
           "  loss.png          the loss curves (moving average) with the entropy floor (gnuplot; without it the\n"
@@ -117,7 +117,7 @@ int fb_cli_compare(int argc, char **argv) {
     return 2;
   }
   char **paths = argv + optind;
-  const char *out = c.out ? c.out : "compare-out";
+  const char *out = c.out ? c.out : "build/compare";
   if (mkdir_p(out) != 0) {
     fprintf(stderr, "fourbit compare: --out %s: cannot create the folder: %s\n", out, strerror(errno));
     return 2;
