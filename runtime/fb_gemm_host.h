@@ -10,7 +10,7 @@
 #include "fourbit.h"
 
 typedef struct {
-  int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 */
+  int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 (FP8 wgmma), 3 MXFP8 x BF16 copy */
   int mode;      /* 0 rows grouped (fwd, dgrad), 1 K grouped (wgrad) */
   int out_bf16;  /* BF16 output, else FP32 */
   int tile_m, tile_n, tile_k, stages, consumers;
@@ -41,4 +41,8 @@ int fb_gemm_kperm(int P);
 /* The BF16 weight copy on the CPU: codes/sf an NVFP4 matrix rows x K (no outer scale); out[r][32g + P] =
  * bf16(e2m1(q) * sf) of element 32g + fb_gemm_kperm(P) of row r — exact, so the rounding never acts. */
 fb_status fb_gemm_weights_bf16_ref(const uint8_t *codes, const uint8_t *sf, size_t rows, size_t K, uint16_t *out);
+/* The same for an MXFP8 matrix (FB_KIND 3): out[r][16g + p] = bf16(e4m3(q) * 2^(e-127)) of element 16g +
+ * fb_gemm_kperm16(p) — exact unless the product falls below BF16's normal range. */
+int fb_gemm_kperm16(int p);
+fb_status fb_gemm_mxfp8_bf16_ref(const uint8_t *codes, const uint8_t *e8m0, size_t rows, size_t K, uint16_t *out);
 #endif

@@ -17,6 +17,7 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   c->kind = k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
   c->mode = k->op == FB_OP_GEMM_WGRAD;
   c->out_bf16 = k->out_bf16 && !c->mode;
+  if (c->kind == 2 && vparam(v, "weights_bf16", 0)) c->kind = 3; /* MXFP8 A decoded in registers x BF16 copy */
   c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
   return FB_OK;
@@ -28,6 +29,7 @@ size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) {
   size_t tm = (size_t)c->tile_m, tn = (size_t)c->tile_n, tk = (size_t)c->tile_k;
   size_t a = c->kind == 0 ? tm * tk * 2 : c->kind == 1 ? tm * tk / 2 : tm * tk;
   size_t b = c->kind == 2 ? tn * tk : tn * tk * 2, sf = c->kind == 2 ? (tm + tn) * (tk / 32) * 4 : 0;
+  /* kind 3: A E4M3 bytes, B BF16 */
   return 1024 + (size_t)c->stages * (al1k(a) + al1k(b) + al1k(sf)) + 16 * (size_t)c->stages;
 }
 
@@ -70,9 +72,12 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
     if (c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
     FB_TRY(tmap(&p->ta, a->a, 1, K / 2, rows, 64, tm, 64));
     FB_TRY(tmap(&p->tb, a->b, 0, K, EN, 64, tn, 128));
-  } else {
+  } else if (c->kind == 2) {
     FB_TRY(tmap(&p->ta, a->a, 1, a_in, a_out, 128, tm, 128));
     FB_TRY(tmap(&p->tb, a->b, 1, b_in, b_out, 128, tn, 128));
+  } else {
+    FB_TRY(tmap(&p->ta, a->a, 1, a_in, a_out, 128, tm, 128));
+    FB_TRY(tmap(&p->tb, a->b, 0, b_in, b_out, 64, tn, 128));
   }
   p->out = a->out, p->offsets = a->offsets, p->a_sf = a->a_sf, p->b_sf = a->b_sf;
   p->a_outer = a->a_outer, p->b_outer = a->b_outer;
@@ -90,6 +95,8 @@ int fb_gemm_kperm(int P) {
   return 8 * ((p & 7) >> 1) + 4 * s + 2 * (p >> 3) + (p & 1);
 }
 
+int fb_gemm_kperm16(int p) { return 4 * ((p & 7) >> 1) + 2 * (p >> 3) + (p & 1); }
+
 fb_status fb_gemm_weights_bf16_ref(const uint8_t *codes, const uint8_t *sf, size_t rows, size_t K, uint16_t *out) {
   if (K % 32) return FB_ERR(FB_EINVAL, "gemm weights: K = %zu is not a multiple of 32", K);
   for (size_t r = 0; r < rows; ++r)
@@ -99,6 +106,18 @@ fb_status fb_gemm_weights_bf16_ref(const uint8_t *codes, const uint8_t *sf, size
         uint8_t q = (uint8_t)((codes[i / 2] >> (4 * (i & 1))) & 15);
         float v = fb_e2m1_decode(q) * fb_e4m3_decode(sf[i / 16]);
         out[r * K + 32 * g + (size_t)P] = fb_bf16_from_f32(v);
+      }
+  return FB_OK;
+}
+
+fb_status fb_gemm_mxfp8_bf16_ref(const uint8_t *codes, const uint8_t *e8m0, size_t rows, size_t K, uint16_t *out) {
+  if (K % 32) return FB_ERR(FB_EINVAL, "gemm MXFP8 copy: K = %zu is not a multiple of 32", K);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t g = 0; g < K / 16; ++g)
+      for (int P = 0; P < 16; ++P) {
+        size_t i = r * K + 16 * g + (size_t)fb_gemm_kperm16(P);
+        float v = fb_e4m3_decode(codes[i]) * fb_e8m0_decode(e8m0[i / 32]);
+        out[r * K + 16 * g + (size_t)P] = fb_bf16_from_f32(v);
       }
   return FB_OK;
 }

@@ -15,6 +15,11 @@
  *   2  MXFP8 x MXFP8: E4M3 from shared memory (SS), wgmma k32 = one MX block: each k32 product goes to a
  *      temporary accumulator and is promoted, acc += tmp * (sa * sb), sa and sb the two E8M0 scales (powers of
  *      two). A warp of the producer warpgroup stages the scales of each pipeline stage into shared memory.
+ *   3  MXFP8 x BF16-copy (FB_KIND 2 with FB_WEIGHTS_BF16 1): A is MXFP8, read with ldmatrix and decoded in
+ *      registers to e4m3 * 2^(e-127) in BF16 (exact), wgmma from registers; B is the exact BF16 copy of the other
+ *      MXFP8 operand, K permuted inside every 16-group: position p holds element 4*((p & 7) >> 1) + 2*(p >> 3) + (p & 1).
+ *      Hopper's FP8 wgmma sums a k32 product with about 14 bits (kind 2 measured a relative error of 4.6e-5 against
+ *      the FP64 reference); BF16 products are exact in FP32, so kind 3 keeps the recipe's numerics to FP32 order.
  * FB_MODE: 0 rows grouped (fwd, dgrad); 1 K grouped (wgrad). FB_OUT_BF16: BF16 output (RNE), else FP32.
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
  * writes acc * (S_dec(A) * S_dec(B)).
@@ -28,6 +33,12 @@
 #define FB_DEBUG 0
 #endif
 
+#if FB_KIND == 2 && defined(FB_WEIGHTS_BF16)
+#if FB_WEIGHTS_BF16
+#undef FB_KIND
+#define FB_KIND 3
+#endif
+#endif
 #define BM FB_TILE_M
 #define BN FB_TILE_N
 #define BK FB_TILE_K
@@ -52,10 +63,14 @@
 #define A_BYTES (BM * BK / 2)
 #define B_BYTES (BN * BK * 2)
 #define SF_BYTES 0
-#else
+#elif FB_KIND == 2
 #define A_BYTES (BM * BK)
 #define B_BYTES (BN * BK)
 #define SF_BYTES ((BM + BN) * (BK / 32) * 4)
+#else
+#define A_BYTES (BM * BK)
+#define B_BYTES (BN * BK * 2)
+#define SF_BYTES 0
 #endif
 #define ALIGN1K(x) (((x) + 1023) / 1024 * 1024)
 #define STAGE_BYTES (ALIGN1K(A_BYTES) + ALIGN1K(B_BYTES) + ALIGN1K(SF_BYTES))
@@ -141,13 +156,32 @@ static __device__ __forceinline__ int fbg_next(const fb_kp_gemm &p, fbg_sched &s
   return 0;
 }
 
-#if FB_KIND == 1
-/* ---- NVFP4 (FB_KIND 1): 8 E2M1 codes -> 4 BF16 pairs, times the block scale (BF16, both halves) ---- */
+#if FB_KIND == 1 || FB_KIND == 3
 static __device__ __forceinline__ u32 fbg_bf16x2_mul(u32 a, u32 b) {
   u32 d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+#endif
+#if FB_KIND == 3
+/* ---- MXFP8 (FB_KIND 3): 4 E4M3 codes -> 2 BF16 pairs (codes 0,1 and 2,3) times 2^(e-127), exactly. The code's
+   7 magnitude bits placed at BF16 bits 10..4 read as value * 2^-120, subnormals included; two products restore it. */
+static __device__ __forceinline__ void fbg_decode4_e4m3(u32 w, u32 scale2, u32 &lo, u32 &hi) {
+  const u32 two120 = 0x7B807B80u; /* 2^120 in both halves */
+  u32 x0 = fbg_prmt(w, 0u, 0x4140), x1 = fbg_prmt(w, 0u, 0x4342);
+  x0 = ((x0 & 0x007F007Fu) << 4) | ((x0 & 0x00800080u) << 8);
+  x1 = ((x1 & 0x007F007Fu) << 4) | ((x1 & 0x00800080u) << 8);
+  lo = fbg_bf16x2_mul(fbg_bf16x2_mul(x0, two120), scale2);
+  hi = fbg_bf16x2_mul(fbg_bf16x2_mul(x1, two120), scale2);
+}
+/* E8M0 byte -> 2^(e-127) as BF16 in both halves (e = 0: the subnormal 2^-127; 255: NaN) */
+static __device__ __forceinline__ u32 fbg_e8m0_bf16x2(u32 e) {
+  u32 b = e == 255u ? 0x7FC0u : e == 0u ? 0x0040u : e << 7;
+  return b | (b << 16);
+}
+#endif
+#if FB_KIND == 1
+/* ---- NVFP4 (FB_KIND 1): 8 E2M1 codes -> 4 BF16 pairs, times the block scale (BF16, both halves) ---- */
 /* out[k] = (codes 2k, 2k+1 of w) as BF16 e2m1 values * sf; the sign is or-ed in after the product (sf > 0). */
 static __device__ __forceinline__ void fbg_decode8(u32 w, u32 sf2, u32 (&out)[4]) {
   u32 m = w & 0x77777777u;
@@ -223,6 +257,10 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
             fbg_tma_2d(SA(s) + a * BM * 128, &p.ta, kk + a * 64, arow, FULL(s));
             fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
           }
+#elif FB_KIND == 3
+          fbg_tma_2d(SA(s), &p.ta, kk, arow, FULL(s)); /* BK = 128: 128 bytes of codes per row */
+#pragma unroll
+          for (int a = 0; a < BK / 64; ++a) fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
 #elif FB_KIND == 1
           fbg_tma_2d(SA(s), &p.ta, kk / 2, arow, FULL(s)); /* BK = 128: 64 bytes of codes per row */
 #pragma unroll
@@ -319,7 +357,36 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       for (int h = 0; h < 2; ++h)
         sfn[mw][h] = arow[mw][h] < p.rows ? *(const uint2 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw16) : make_uint2(0, 0);
 #endif
+#if FB_KIND == 3
+    /* the A scales of this thread's rows: 4 E8M0 bytes per row per k-block, loaded one k-block ahead */
+#if FB_MODE == 0
+    const long long kw32 = p.K / 32, kb0 = 0, alim = p.rows;
+#else
+    const long long kw32 = p.rows / 32, kb0 = k0 / 32, alim = p.M;
+#endif
+    long long arow[MW][2];
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) arow[mw][h] = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
+    u32 sfc[MW][2], sfn[MW][2];
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        sfn[mw][h] = nk > 0 && arow[mw][h] < alim ? *(const u32 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw32 + kb0) : 0x7F7F7F7Fu;
+#endif
     for (int kb = 0; kb < nk; ++kb) {
+#if FB_KIND == 3
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sfc[mw][h] = sfn[mw][h];
+          if (kb + 1 < nk && arow[mw][h] < alim)
+            sfn[mw][h] = *(const u32 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw32 + kb0 + (kb + 1) * (BK / 32));
+        }
+#endif
 #if FB_KIND == 1
 #pragma unroll
       for (int mw = 0; mw < MW; ++mw)
@@ -381,6 +448,45 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
               af[mw][2 * grp + st][2] = d0[2 * st + 1];
               af[mw][2 * grp + st][3] = d1[2 * st + 1];
             }
+          }
+        }
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_wg_fence();
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        u64 db = fbg_desc_sw128(SB(s) + (k / 4) * BN * 128) + 2 * (k % 4);
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw) WGMMA_RS_BF16(acc[mw], af[mw][k][0], af[mw][k][1], af[mw][k][2], af[mw][k][3], db, 1);
+      }
+      fbg_wg_commit();
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_wg_wait<0>();
+      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
+#elif FB_KIND == 3
+      /* A fragments of the 8 k16 steps: each ldmatrix.x4 = 2 chunks of 16 codes x 2 row halves */
+      u32 af[MW][8][4];
+#pragma unroll
+      for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int cp = 0; cp < 4; ++cp) {
+          int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), ch = cp * 2 + (lane >> 4);
+          u32 addr = SA(s) + R * 128 + ((ch ^ (R & 7)) << 4);
+          u32 x0, x1, x2, x3;
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                       : "r"(addr)
+                       : "memory");
+          u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [chunk within the pair][row half] */
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) {
+            const int k = cp * 2 + cc, sh = 8 * (k >> 1); /* chunk k of 16 codes lies in MX block k / 2 */
+            u32 m0 = fbg_e8m0_bf16x2((sfc[mw][0] >> sh) & 0xFF), m1 = fbg_e8m0_bf16x2((sfc[mw][1] >> sh) & 0xFF);
+            u32 l0, h0, l1, h1;
+            fbg_decode4_e4m3(xs[cc][0], m0, l0, h0);
+            fbg_decode4_e4m3(xs[cc][1], m1, l1, h1);
+            af[mw][k][0] = l0, af[mw][k][1] = l1, af[mw][k][2] = h0, af[mw][k][3] = h1;
           }
         }
 #pragma unroll
