@@ -13,8 +13,17 @@ grep -E '^(gpu|nvrtc|fourbit)' <<<"$info"
 fail=0
 echo "== test_kernels (all specs, all variants, 3 input kinds x 2 draws)"
 build/gpu/test_kernels || fail=1
+echo "== test_gemm (grouped GEMMs against the FP64 reference: balanced and skewed experts)"
+timeout -s KILL 600 build/gpu/test_gemm > /tmp/test_gemm.log 2>&1 || fail=1
+grep -vE "^  compiled" /tmp/test_gemm.log | tail -60
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool (one GEMM variant of each operand kind)"
+    for v in bf16_rows_bf16 nvfp4_rows_bf16 mxfp8_rows_bf16 mxfp8_wgrad_f32_sm90a_m128n256; do
+      if ! timeout -s KILL 300 compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_gemm --only $v > /tmp/csg_$tool.log 2>&1; then
+        tail -20 /tmp/csg_$tool.log; echo "compute-sanitizer $tool test_gemm --only $v FAILED"; fail=1
+      else grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_gemm:" /tmp/csg_$tool.log | tail -2; fi
+    done
     echo "== compute-sanitizer --tool $tool (one variant of each spec, one input)"
     if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick > /tmp/cs_$tool.log 2>&1; then
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_kernels:" /tmp/cs_$tool.log | tail -3
