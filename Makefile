@@ -129,7 +129,9 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_gen.sh"; bash tests/test_gen.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_train.sh (fourbit train and compare on the CPU)"; bash tests/test_train.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_cache.sh"; bash tests/test_cache.sh $(BUILD)/fourbit $(BUILD)/tests/test_cache
+	$(Q)echo "== tests/test_tune.sh (sweeps on the emulated worker)"; bash tests/test_tune.sh $(BUILD)/fourbit
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
+	$(Q)echo "== test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)"; $(BUILD)/gpu/test_gemm --compile-only > $(BUILD)/test_gemm_compile.log || { cat $(BUILD)/test_gemm_compile.log; exit 1; }; tail -1 $(BUILD)/test_gemm_compile.log
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 

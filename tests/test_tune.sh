@@ -36,17 +36,18 @@ grep -qE "^quant_mxfp8_sr_row_sm90a +256 +[0-9.]+ +[0-9.]+ +[0-9.]+x +t(128|256)
 "$FB" tune recipes/tiny.lua --only quant_mxfp8_sr_row --cache "$W/c" --jobs 2 --strategy halving > "$W/s2" 2>&1 && grep -q "compiled 0, 2 from the cache" "$W/s2" \
   && ok || { bad "second sweep compiled again"; cat "$W/s2"; }
 
-# the faulting-variant hook: permute_bf16 has 4 variants; the two with 256 threads fault and kill their workers
-FOURBIT_TUNE_FAULT=permute_bf16_sm90a_t256 "$FB" tune recipes/tiny.lua --only permute_bf16 --cache "$W/c" --jobs 2 > "$W/f1" 2>&1; rc=$?
+# the faulting-variant hook: quant_nvfp4_4o6_tok_row has 6 variants; the two of 32 rows fault and kill their workers
+F=quant_nvfp4_4o6_tok_row_sm90a_r32
+FOURBIT_TUNE_FAULT=$F "$FB" tune recipes/tiny.lua --only quant_nvfp4_4o6_tok_row --cache "$W/c" --jobs 2 > "$W/f1" 2>&1; rc=$?
 [ $rc -eq 0 ] && ok || { bad "the faulting sweep: exit $rc"; tail -20 "$W/f1"; }
-[ "$(grep -c "FOURBIT_TUNE_FAULT: launching permute_bf16_sm90a_t256" "$W/f1")" = 2 ] && ok || bad "the hook did not fire twice"
-grep -qE "permute_bf16_sm90a_t256_v4: fault: " "$W/f1" && grep -qE "permute_bf16_sm90a_t256_v8: fault: " "$W/f1" && ok || { bad "faults not reported"; cat "$W/f1"; }
-grep -qE "^permute_bf16_sm90a +256 .* t128_v[48] +t128_v[48] .* 4 +2$" "$W/f1" && grep -qE "the worker was replaced [2-9] times" "$W/f1" \
+[ "$(grep -c "FOURBIT_TUNE_FAULT: launching $F" "$W/f1")" = 2 ] && ok || bad "the hook did not fire twice"
+grep -qE "${F}_t128: fault: " "$W/f1" && grep -qE "${F}_t256: fault: " "$W/f1" && ok || { bad "faults not reported"; cat "$W/f1"; }
+grep -qE "^quant_nvfp4_4o6_tok_row_sm90a +256 .* r(8|16)_t(128|256) +r(8|16)_t(128|256) .* 6 +2$" "$W/f1" && grep -qE "the worker was replaced [2-9] times" "$W/f1" \
   && ok || { bad "the sweep did not finish around the faults"; tail -8 "$W/f1"; }
-"$FB" cache show permute_bf16 --cache "$W/c" > "$W/fs" && [ "$(grep -cE "permute_bf16_sm90a_t256_v[48] +256 fault" "$W/fs")" = 2 ] \
-  && ok || { bad "fault trials"; cat "$W/fs"; }
+"$FB" cache show quant_nvfp4_4o6_tok_row --cache "$W/c" > "$W/fs" && [ "$(grep -cE "${F}_t(128|256) +256 fault" "$W/fs")" = 2 ] \
+  && [ "$(grep -cE "_sm90a_r(8|16)_t(128|256) +256 ok" "$W/fs")" -ge 2 ] && ok || { bad "fault trials"; cat "$W/fs"; }
 # the next sweep does not retry them
-FOURBIT_TUNE_FAULT=permute_bf16_sm90a_t256 "$FB" tune recipes/tiny.lua --only permute_bf16 --cache "$W/c" --jobs 2 > "$W/f2" 2>&1; rc=$?
+FOURBIT_TUNE_FAULT=$F "$FB" tune recipes/tiny.lua --only quant_nvfp4_4o6_tok_row --cache "$W/c" --jobs 2 > "$W/f2" 2>&1; rc=$?
 [ $rc -eq 0 ] && ! grep -q "FOURBIT_TUNE_FAULT: launching" "$W/f2" && grep -qE "the worker was replaced 0 times" "$W/f2" \
   && ok || { bad "recorded failures were retried (exit $rc)"; tail -8 "$W/f2"; }
 "$FB" cache verify --cache "$W/c" > /dev/null && ok || bad "verify after the faults"

@@ -283,6 +283,7 @@ typedef struct {
   int *ids;             /* search index -> candidate index */
   int nids;
   long long deadline;   /* ms, 0: none */
+  int id_base;          /* worker ids: id_base + candidate index, unique over the sweep's specs */
   int measured, failed_now;
   double best;
   int best_c;
@@ -328,7 +329,7 @@ static int ensure_loaded(run_ctx *x, cand *c, int cid) {
   }
   fb_msg_load m;
   memset(&m, 0, sizeof m);
-  m.id = cid, m.spec = x->ks->spec, m.var = c->var, m.cubin_len = c->size, m.src_len = strlen(c->src);
+  m.id = x->id_base + cid, m.spec = x->ks->spec, m.var = c->var, m.cubin_len = c->size, m.src_len = strlen(c->src);
   m.fault = x->o->fault && *x->o->fault && strstr(c->var.name, x->o->fault) != NULL;
   int type = 0, rc = fb_tune_send(w->ch.in, FB_MSG_LOAD, &m, sizeof m, c->cubin, c->size, c->src, m.src_len);
   if (!rc) rc = fb_tune_recv(w->ch.out, &type, &w->buf, &w->len, (long long)(x->o->worker_timeout_s * 1000));
@@ -356,7 +357,7 @@ static int time_batch(run_ctx *x, const int *cs, int n, int effort, double *med,
   fb_msg_time m;
   memset(&m, 0, sizeof m);
   m.n = n, m.effort = effort, m.spec = x->ks->spec, m.shape = x->shape;
-  for (int j = 0; j < n; ++j) m.ids[j] = cs[j];
+  for (int j = 0; j < n; ++j) m.ids[j] = x->id_base + cs[j];
   int type = 0;
   long long timeout = (long long)(x->o->worker_timeout_s * 1000) * (1 + effort / 8);
   int rc = fb_tune_send(w->ch.in, FB_MSG_TIME, &m, sizeof m, NULL, 0, NULL, 0);
@@ -739,7 +740,7 @@ int fb_tune_run(const fb_tune_opts *o) {
   int nrows = 0;
   for (int i = 0; i < nks; ++i)
     for (int b = 0; b < nb; ++b, ++x.spec_i) {
-      x.ks = &ks[i], x.tokens = shapes[b], x.bucket = buckets[b];
+      x.ks = &ks[i], x.tokens = shapes[b], x.bucket = buckets[b], x.id_base = i * 65536;
       if (fb_tune_shape(&ks[i].spec, &r->model, r->ep, shapes[b], &x.shape) != FB_OK) {
         fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
         continue;

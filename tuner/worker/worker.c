@@ -23,7 +23,7 @@
 
 typedef struct {
   int id, loaded;
-  tspec t;
+  tspec *t; /* its own allocation: units[] keeps a pointer to it while cands[] grows */
   unit *u;
   fb_kernel kern;
 } cand;
@@ -77,16 +77,19 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
     cands = realloc(cands, sizeof *cands * (size_t)(capcands = capcands ? 2 * capcands : 64));
     if (!cands) exit(1);
   }
+  for (int i = 0; i < ncands; ++i) /* an id loaded again: the old one goes */
+    if (cands[i].id == m->id && cands[i].loaded) fb_kernel_unload(&cands[i].kern), cands[i].loaded = 0;
   cand *c = &cands[ncands++];
   memset(c, 0, sizeof *c);
   c->id = m->id;
-  c->t.k = m->spec;
-  c->t.family = "tune";
-  c->t.shape = small_shape(&m->spec);
-  if (c->t.k.op == FB_OP_ADAMW) c->t.k.experts = 4; /* the harness's AdamW case: 4 experts of R/4 rows */
+  c->t = calloc(1, sizeof *c->t);
+  c->t->k = m->spec;
+  c->t->family = "tune";
+  c->t->shape = small_shape(&m->spec);
+  if (c->t->k.op == FB_OP_ADAMW) c->t->k.experts = 4; /* the harness's AdamW case: 4 experts of R/4 rows */
   unit *u = new_unit();
   memset(u, 0, sizeof *u);
-  u->t = &c->t;
+  u->t = c->t;
   u->v = m->var;
   u->src = malloc(m->src_len + 1);
   u->cubin.cubin = malloc(m->cubin_len + 1);
@@ -115,7 +118,7 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
   long wrong = 0;
   if (m->spec.op == FB_OP_QUANT && m->spec.q.format == FB_FMT_NVFP4 && !m->spec.in_f32 && m->spec.q.outer != FB_GRAN_TOKEN)
     ensure_amax(m->spec.q.outer == FB_GRAN_EXPERT ? 2 : 0);
-  long long R = c->t.shape ? 77 : 256, C = c->t.shape ? 320 : 1024;
+  long long R = c->t->shape ? 77 : 256, C = c->t->shape ? 320 : 1024;
   static const int kinds[2] = {CASE_GAUSS, CASE_EDGE};
   for (int i = 0; i < 2; ++i) wrong += run_case(u, &c->kern, kinds[i], (unsigned)(rnd() & 0xFFFF), R, C);
   r.wrong = wrong;
@@ -307,7 +310,7 @@ static double wall_ms(void) {
 }
 
 static void launch(cand *c, int set) {
-  const fb_kernel_spec *k = &c->t.k;
+  const fb_kernel_spec *k = &c->t->k;
   unsigned gx, gy, th;
   fb_kernel_spec ks = *k;
   ks.experts = B.shape.experts, ks.top_k = B.shape.top_k;
