@@ -54,11 +54,11 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     return 1;
   case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
     if (!strstr(k->name, "_sm90a")) { *why = "Blackwell (tcgen05) GEMM templates arrive in a later issue: the GEMMs are sm_90a only"; return 0; }
-    if (k->op == FB_OP_GEMM_FWD13) { *why = "the fused SwiGLU (+ quantize) epilogue of w13 fwd: not written yet"; return 0; }
+    if (k->op == FB_OP_GEMM_FWD13 && q->format != FB_FMT_BF16) { *why = "w13 fwd: the SwiGLU epilogue writes BF16 A; the fused quantization of A is not written yet"; return 0; }
     if (k->op == FB_OP_GEMM_DGRAD2) { *why = "the fused SwiGLU-backward epilogue of w2 dgrad: not written yet"; return 0; }
     if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16) { *why = "the fused RHT + S2F6 combine epilogue of w2 fwd: not written yet"; return 0; }
     if (k->src.format == FB_FMT_S2F6) { *why = "S2F6 GEMM operands: not a recipe format"; return 0; }
-    if (k->src.format == FB_FMT_NVFP4 && k->op != FB_OP_GEMM_FWD2) { *why = "NVFP4 operands in a backward GEMM: no template (the recipe's backward is MXFP8)"; return 0; }
+    if (k->src.format == FB_FMT_NVFP4 && k->op != FB_OP_GEMM_FWD2 && k->op != FB_OP_GEMM_FWD13) { *why = "NVFP4 operands in a backward GEMM: no template (the recipe's backward is MXFP8)"; return 0; }
     if (k->src.format == FB_FMT_NVFP4 && (k->src.two_d || k->act.two_d)) { *why = "16x16 NVFP4 operands: no template yet"; return 0; }
     if (k->src.format == FB_FMT_MXFP8 && (k->src.e5m2 || k->act.e5m2)) { *why = "E5M2 MXFP8 operands: no template yet"; return 0; }
     if (k->src.format != FB_FMT_BF16)
@@ -244,7 +244,8 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
   } else if (!strcmp(tmpl, "gemm_sm90.cuh")) {
     int kind = gemm_kind(k), wgrad = k->op == FB_OP_GEMM_WGRAD;
     int ao = kind == 1 ? (k->act.outer == FB_GRAN_TENSOR ? 2 : 1) : 0, bo = kind == 1 ? (k->src.outer == FB_GRAN_TENSOR ? 2 : 1) : 0;
-    fb_str_printf(d, "FB_A_OUTER %d\nFB_B_OUTER %d\nFB_KIND %d\nFB_MODE %d\nFB_OUT_BF16 %d\n", ao, bo, kind, wgrad, k->out_bf16 ? 1 : 0);
+    fb_str_printf(d, "FB_A_OUTER %d\nFB_B_OUTER %d\nFB_KIND %d\nFB_MODE %d\nFB_OUT_BF16 %d\nFB_SWIGLU %d\n", ao, bo, kind, wgrad,
+                  k->out_bf16 ? 1 : 0, k->op == FB_OP_GEMM_FWD13);
   } else if (!strcmp(tmpl, "adamw.cuh")) {
     fb_str_printf(d, "FB_AMAX %d\nFB_SR %d\nFB_WFMT %d\n", q->outer == FB_GRAN_EXPERT, q->format == FB_FMT_MXFP8 && sr,
                   q->format == FB_FMT_NVFP4 ? 1 : q->format == FB_FMT_MXFP8 ? 2 : 0);

@@ -13,6 +13,7 @@ typedef struct {
   int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 (FP8 wgmma), 3 MXFP8 x BF16 copy */
   int mode;      /* 0 rows grouped (fwd, dgrad), 1 K grouped (wgrad) */
   int out_bf16;  /* BF16 output, else FP32 */
+  int swiglu;    /* w13 fwd: A = silu(gate) * up, rows x N/2 BF16 (fb_gemm.h's N is 2f) */
   int tile_m, tile_n, tile_k, stages, consumers;
 } fb_gemm_cfg;
 

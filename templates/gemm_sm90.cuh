@@ -20,6 +20,9 @@
  *      MXFP8 operand, K permuted inside every 16-group: position p holds element 4*((p & 7) >> 1) + 2*(p >> 3) + (p & 1).
  *      Hopper's FP8 wgmma sums a k32 product with about 14 bits (kind 2 measured a relative error of 4.6e-5 against
  *      the FP64 reference); BF16 products are exact in FP32, so kind 3 keeps the recipe's numerics to FP32 order.
+ * FB_SWIGLU 1 (mode 0, BF16 output; w13 fwd): B's N = 2f rows per expert are gate [0, f) then up [f, 2f); a tile
+ *   loads FB_TILE_N / 2 gate rows and the same up rows, so each thread holds g and u of the same output column, and
+ *   writes A = bf16(fbm_siluf(g) * u) (fb_ops: the SwiGLU of NUMERICS.md on the FP32 g, u), rows x f.
  * FB_MODE: 0 rows grouped (fwd, dgrad); 1 K grouped (wgrad). FB_OUT_BF16: BF16 output (RNE), else FP32.
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
  * writes acc * (S_dec(A) * S_dec(B)).
@@ -48,6 +51,15 @@
 #define MW (WM / 64) /* its m64 sub-tiles */
 #define FB_WGMMA_N BN
 #include "fb_wgmma.h"
+#ifndef FB_SWIGLU
+#define FB_SWIGLU 0
+#endif
+#if FB_SWIGLU
+#include "fb_math.h"
+#define BROWS (BN / 2) /* B rows per TMA box: gate half, then up half */
+#else
+#define BROWS BN
+#endif
 
 #define FB_CAT2(a, b) a##b
 #define FB_CAT(a, b) FB_CAT2(a, b)
@@ -240,9 +252,17 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
         long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
 #if FB_MODE == 0
+#if FB_SWIGLU
+        int arow = (int)(fbg_off(p, sc.e) + mt * BM), brow = (int)((long long)sc.e * p.N + nt * BROWS), k0 = 0;
+        const int bup = p.N / 2; /* the up half's first row, after the gate half */
+#define FBG_LOAD_B(dst, kc) (fbg_tma_2d((dst), &p.tb, (kc), brow, FULL(s)), fbg_tma_2d((dst) + BROWS * 128, &p.tb, (kc), brow + bup, FULL(s)))
+#else
         int arow = (int)(fbg_off(p, sc.e) + mt * BM), brow = (int)((long long)sc.e * p.N + nt * BN), k0 = 0;
+#define FBG_LOAD_B(dst, kc) fbg_tma_2d((dst), &p.tb, (kc), brow, FULL(s))
+#endif
         int nk = p.K / BK;
 #else
+#define FBG_LOAD_B(dst, kc) fbg_tma_2d((dst), &p.tb, (kc), brow, FULL(s))
         int arow = (int)(mt * BM), brow = (int)(nt * BN), k0 = (int)fbg_off(p, sc.e);
         int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
 #endif
@@ -255,16 +275,16 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #pragma unroll
           for (int a = 0; a < BK / 64; ++a) {
             fbg_tma_2d(SA(s) + a * BM * 128, &p.ta, kk + a * 64, arow, FULL(s));
-            fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
+            FBG_LOAD_B(SB(s) + a * BN * 128, kk + a * 64);
           }
 #elif FB_KIND == 3
           fbg_tma_2d(SA(s), &p.ta, kk, arow, FULL(s)); /* BK = 128: 128 bytes of codes per row */
 #pragma unroll
-          for (int a = 0; a < BK / 64; ++a) fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
+          for (int a = 0; a < BK / 64; ++a) FBG_LOAD_B(SB(s) + a * BN * 128, kk + a * 64);
 #elif FB_KIND == 1
           fbg_tma_2d(SA(s), &p.ta, kk / 2, arow, FULL(s)); /* BK = 128: 64 bytes of codes per row */
 #pragma unroll
-          for (int a = 0; a < BK / 64; ++a) fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 64, brow, FULL(s));
+          for (int a = 0; a < BK / 64; ++a) FBG_LOAD_B(SB(s) + a * BN * 128, kk + a * 64);
 #else
 #pragma unroll
           for (int a = 0; a < BK / 128; ++a) {
@@ -561,7 +581,27 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #else
         const long long orow = ((long long)sc.e * p.M + r) * p.N;
 #endif
-#if FB_OUT_BF16
+#if FB_SWIGLU
+        /* A = silu(g) * u: g in the tile's first BN/2 columns, u in the same column of the second half (i + BN/4) */
+        const long long arow_out = r * (p.N / 2) + nt * BROWS;
+#pragma unroll
+        for (int jb = 0; jb < BN / 16; jb += 2) {
+          float a4[4];
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const int i = 4 * (jb + t / 2) + 2 * h + (t & 1);
+            const float g = acc[mw][i] * so, u = acc[mw][i + BN / 4] * so;
+            a4[t] = fbm_siluf(g) * u;
+          }
+          u32 p0, p1;
+          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(a4[1]), "f"(a4[0]));
+          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(a4[3]), "f"(a4[2]));
+          u32 recv = __shfl_xor_sync(0xffffffffu, (q & 1) ? p0 : p1, 1);
+          uint2 v = (q & 1) ? make_uint2(recv, p1) : make_uint2(p0, recv);
+          const int col = (q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q;
+          if (live) *(uint2 *)((unsigned short *)p.out + arow_out + col) = v;
+        }
+#elif FB_OUT_BF16
         /* two 8-column blocks at a time: lanes q and q^1 swap one BF16 pair, so that each lane stores 8 bytes and a
            warp's store covers 32 contiguous bytes (a whole sector) of each of its 8 rows */
 #pragma unroll

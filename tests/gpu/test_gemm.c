@@ -11,6 +11,7 @@
 #include "fb_cuda.h"
 #include "fb_gemm_host.h"
 #include "fourbit.h"
+#include "fb_math.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -25,25 +26,29 @@
 /* ---- what is tested ---- */
 typedef struct {
   const char *name;
-  int kind, mode, out_bf16, tensor_outer;
+  int kind, mode, out_bf16, tensor_outer, swiglu;
   int nv;
   int v[6][7]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16 */
 } gcase;
 
 static const gcase cases[] = {
-    {"gemm_t_bf16_rows_f32", 0, 0, 0, 0, 5, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}, {256, 128, 64, 3, 1, 2, 1}, {64, 256, 64, 4, 1, 1, 1}, {128, 192, 64, 4, 1, 2, 1}}},
-    {"gemm_t_bf16_rows_bf16", 0, 0, 1, 0, 1, {{128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_bf16_wgrad_f32", 0, 1, 0, 0, 2, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_nvfp4_rows_f32", 1, 0, 0, 0, 4, {{64, 128, 128, 4, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}, {128, 128, 128, 5, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}}},
-    {"gemm_t_nvfp4_rows_bf16", 1, 0, 1, 0, 1, {{128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_t_nvfp4tensor_rows_f32", 1, 0, 0, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_t_mxfp8_rows_f32", 3, 0, 0, 0, 4, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}, {128, 192, 128, 2, 1, 2, 1}}},
-    {"gemm_t_mxfp8_rows_bf16", 3, 0, 1, 0, 1, {{128, 256, 128, 2, 1, 2, 1}}},
-    {"gemm_t_mxfp8_wgrad_f32", 3, 1, 0, 0, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}}},
+    {"gemm_t_bf16_rows_f32", 0, 0, 0, 0, 0, 5, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}, {256, 128, 64, 3, 1, 2, 1}, {64, 256, 64, 4, 1, 1, 1}, {128, 192, 64, 4, 1, 2, 1}}},
+    {"gemm_t_bf16_rows_bf16", 0, 0, 1, 0, 0, 1, {{128, 256, 64, 4, 1, 2, 1}}},
+    {"gemm_t_bf16_wgrad_f32", 0, 1, 0, 0, 0, 2, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}}},
+    {"gemm_t_nvfp4_rows_f32", 1, 0, 0, 0, 0, 4, {{64, 128, 128, 4, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}, {128, 128, 128, 5, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}}},
+    {"gemm_t_nvfp4_rows_bf16", 1, 0, 1, 0, 0, 1, {{128, 256, 128, 3, 1, 2, 1}}},
+    {"gemm_t_nvfp4tensor_rows_f32", 1, 0, 0, 1, 0, 1, {{128, 256, 128, 3, 1, 2, 1}}},
+    {"gemm_t_mxfp8_rows_f32", 3, 0, 0, 0, 0, 4, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}, {128, 192, 128, 2, 1, 2, 1}}},
+    {"gemm_t_mxfp8_rows_bf16", 3, 0, 1, 0, 0, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    {"gemm_t_mxfp8_wgrad_f32", 3, 1, 0, 0, 0, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}}},
+    /* w13 fwd with the SwiGLU epilogue (BF16 A); the FP32 variant of the same tiles above is its companion */
+    {"gemm_t_bf16_swiglu", 0, 0, 1, 0, 1, 1, {{128, 256, 64, 4, 1, 2, 1}}},
+    {"gemm_t_nvfp4_swiglu", 1, 0, 1, 0, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
+    {"gemm_t_mxfp8_swiglu", 3, 0, 1, 0, 1, 1, {{128, 256, 128, 2, 1, 2, 1}}},
     /* FP8 wgmma with per-32 promotion: not a legal variant (the generator prunes it: Hopper's FP8 accumulation misses
        the tolerance); built by hand here to keep measuring how far off it is and how fast */
-    {"gemm_t_mxfp8fp8_rows_f32", 2, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
-    {"gemm_t_mxfp8fp8_wgrad_f32", 2, 1, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
+    {"gemm_t_mxfp8fp8_rows_f32", 2, 0, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
+    {"gemm_t_mxfp8fp8_wgrad_f32", 2, 1, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -51,7 +56,7 @@ static fb_kernel_spec spec_of(const gcase *g) {
   fb_kernel_spec k;
   memset(&k, 0, sizeof k);
   snprintf(k.name, sizeof k.name, "%s_sm90a", g->name);
-  k.op = g->mode ? FB_OP_GEMM_WGRAD : FB_OP_GEMM_FWD2;
+  k.op = g->mode ? FB_OP_GEMM_WGRAD : g->swiglu ? FB_OP_GEMM_FWD13 : FB_OP_GEMM_FWD2;
   k.src.format = g->kind == 1 ? FB_FMT_NVFP4 : g->kind >= 2 ? FB_FMT_MXFP8 : FB_FMT_BF16;
   k.act.format = k.src.format;
   if (g->kind == 1) {
@@ -243,23 +248,36 @@ static double bf16_ulp(double x) {
 }
 
 /* run unit u on problem P: 0 pass */
+static float *companion_out; /* the FP32 result of the last plain variant run (its tiles are the SwiGLU cases') */
+
 static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) {
   fb_gemm_cfg cfg;
   CK(fb_gemm_config(&u->k, &u->v, &cfg));
   fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K};
   fb_kp_gemm kp;
   CK(fb_gemm_params(&cfg, &ga, &kp));
-  size_t ob = P->out_elems * (cfg.out_bf16 ? 2 : 4);
+  size_t nout = cfg.swiglu ? P->out_elems / 2 : P->out_elems, ob = nout * (cfg.out_bf16 ? 2 : 4);
   CU(fb_cu.MemsetD8(P->out, 0xFF, ob)); /* NaN in both BF16 and FP32 */
   if (getenv("FB_GEMM_DEBUG")) printf("host: experts %d N %d K %d rows %lld smem %zu threads %u\n", kp.experts, kp.N, kp.K, kp.rows, fb_gemm_smem_bytes(&cfg), fb_gemm_threads(&cfg));
   CK(fb_gemm_launch(kern, &cfg, &kp, sms));
   CU(fb_cu.CtxSynchronize());
   void *h = malloc(ob);
   CU(fb_cu.MemcpyDtoH(h, P->out, ob));
+  if (!cfg.out_bf16 && !cfg.swiglu && !P->mode && cfg.tile_m == 128 && cfg.tile_n == 256 && cfg.consumers == 2 && !P->tensor_outer) {
+    free(companion_out);
+    companion_out = malloc(ob);
+    memcpy(companion_out, h, ob);
+  }
   double num = 0, den = 0, worst = 0, exc = 0;
   long nonfinite = 0, off_ulp = 0, not_rne = 0;
-  for (size_t i = 0; i < P->out_elems; ++i) {
+  const int f = P->N / 2;
+  for (size_t i = 0; i < nout; ++i) {
     double r = P->ref[i], g;
+    if (cfg.swiglu) { /* A = silu(g) * u on the FP64 reference's g and u */
+      size_t row = i / (size_t)f, n = i % (size_t)f;
+      double gg = P->ref[row * P->N + n], uu = P->ref[row * P->N + f + n];
+      r = gg / (1.0 + exp(-gg)) * uu;
+    }
     if (cfg.out_bf16) {
       uint16_t v = ((uint16_t *)h)[i];
       g = fb_bf16_to_f32(v);
@@ -274,12 +292,23 @@ static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) 
     num += (g - r) * (g - r), den += r * r;
     if (fabs(g - r) > worst) worst = fabs(g - r);
   }
+  long mism = -1;
+  if (cfg.swiglu && companion_out) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result */
+    mism = 0;
+    for (size_t i = 0; i < nout; ++i) {
+      size_t row = i / (size_t)f, n = i % (size_t)f;
+      float gg = companion_out[row * P->N + n], uu = companion_out[row * P->N + f + n];
+      if (((uint16_t *)h)[i] != fb_bf16_from_f32(fbm_siluf(gg) * uu)) ++mism;
+    }
+  }
   free(h);
   double rel = den > 0 ? sqrt(num / den) : sqrt(num), relx = den > 0 ? sqrt(exc / den) : sqrt(exc);
   /* FP32 output: the error itself; BF16 output: what exceeds half a BF16 ulp of the reference (the rounding) */
   int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= 1e-5);
   printf("  %-58s %-9s rel %.2e  max|d| %.2e  unwritten/NaN %ld", u->v.name, dist_name[P->dist], rel, worst, nonfinite);
   if (cfg.out_bf16) printf("  beyond rounding %.2e  >1ulp %ld  !=RNE(ref) %ld", relx, off_ulp, not_rne);
+  if (mism >= 0) printf("  vs CPU SwiGLU of the FP32 GEMM: %ld differ", mism);
+  if (mism > 0) fail = 1;
   printf("  %s\n", fail ? "FAIL" : "ok");
   return fail;
 }
