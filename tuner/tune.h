@@ -101,6 +101,8 @@ fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe 
 /* `fourbit tune RECIPE --warm-start-bench`: lookup + cuModuleLoadData of every kernel of the recipe from the cache,
  * against NVRTC compiles of the same kernels. Needs a GPU. */
 int fb_tune_warm_start_bench(const fb_tune_opts *o);
+/* Whether the worker can check and time spec k (tests/gpu/harness.c's run_case covers it): not the GEMMs yet. */
+int fb_tune_measurable(const fb_kernel_spec *k);
 /* The device fingerprint of GPU 0 (the driver + this toolchain). */
 fb_status fb_tune_fingerprint(fb_fingerprint *fp);
 #endif
