@@ -241,12 +241,13 @@ int fb_cli_compare(int argc, char **argv) {
   if (!f) { fprintf(stderr, "fourbit compare: %s: cannot write\n", path); rc = 1; goto done; }
   double ymax = res[0].floor;
   for (int i = 0; i < n; ++i)
-    for (int s = N / 20; s < N; ++s)
+    for (int s = 0; s < N; ++s)
       if (isfinite(res[i].loss[s]) && res[i].loss[s] > ymax) ymax = res[i].loss[s];
   fprintf(f, "set terminal pngcairo size 1000,640\nset output '%s/loss.png'\nset datafile separator ','\n", out);
   fprintf(f, "set title 'fourbit compare: %d steps, moving average over %d steps'\n", N, w);
   fprintf(f, "set xlabel 'step'\nset ylabel 'cross-entropy (nats/token)'\nset grid\nset key top right\n");
-  fprintf(f, "set logscale x\nset yrange [%.4f:%.4f]\n", res[0].floor - 0.1, ymax + 0.05);
+  fprintf(f, "set termoption noenhanced\nset logscale x\nset xrange [1:%d]\nset yrange [%.4f:%.4f]\n", N,
+          res[0].floor - 0.1, ymax + 0.05);
   fprintf(f, "plot '%s/losses_smooth.csv' using 1:2 with lines dashtype 2 lw 2 lc rgb 'black' title "
              "'entropy floor %.3f'", out, res[0].floor);
   for (int i = 0; i < n; ++i)
