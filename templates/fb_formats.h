@@ -162,11 +162,156 @@ FBF_FN unsigned fbf_e4m3x2_sr(float x0, float x1, unsigned r0, unsigned r1) {
   return fbf_e4m3x2_rn(fbf_u2f(q0), fbf_u2f(q1));
 }
 
+/* ---- building blocks of the whole-block fast paths below ---- */
+/* a * b rounded toward zero (mul.rz.f32); on the host the double product is exact, then rounded to float and
+ * stepped back toward zero if that rounding went away from it. */
+FBF_FN float fbf_mul_rz(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rz(a, b);
+#else
+  double d = (double)a * (double)b;
+  float f = (float)d;
+  if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
+  return f;
+#endif
+}
+
+/* The byte permute (prmt.b32): byte i of the result is byte ((s >> 4i) & 7) of the eight bytes b:a. Only
+ * selectors below 8 (no sign replication). */
+FBF_FN unsigned fbf_prmt(unsigned a, unsigned b, unsigned s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, s);
+#else
+  unsigned long long v = (unsigned long long)b << 32 | a;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8u * ((s >> (4 * i)) & 7u))) & 255u) << (8 * i);
+  return r;
+#endif
+}
+
+/* max(a, |x|) for a block amax that propagates NaN (a NaN a stays NaN, a NaN x makes it NaN; which NaN is left
+ * open: every NaN amax gives the same E8M0 0xFF): one max.NaN instruction where there is one. */
+FBF_FN float fbf_absmax_nan(float a, float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(fabsf(x)));
+  return r;
+#else
+  float b = fabsf(x);
+  return a != a ? a : (b != b || b > a ? b : a);
+#endif
+}
+
+/* ---- E4M3 SR of a whole MXFP8 block without branches ----
+ * fbf_e4m3_sr(x * inv, r) for every x of a block whose scale e (inv = 2^(127-e)) is at most FBF_SRZ_EMAX: finite
+ * amax at most 448 * 2^29, so that the block never takes the NaN/Inf paths. z = x * 2^(7-e) = (x * inv) * 2^-120,
+ * rounded toward zero, maps E4M3's grid onto fp32's lowest binades: its normals onto exponent fields 1..15 (the
+ * same mantissa bits) and its subnormals (spacing 2^-9) onto fp32 denormals, where the spacing 2^-129 is bit 20 of
+ * the integer as well. In both ranges bits 12..19 of z are then the 8 discarded bits of NUMERICS.md's rule
+ * (truncated, so nothing carries up from below), and fbf_e4m3_sr_fast's add-and-mask works unchanged, zeros and
+ * subnormal results included; the masked value times 2^120 is the SR result on E4M3's grid, which the satfinite
+ * RN conversion encodes exactly (480 -> 448 as the rule's min). x * inv that is not exact (below 2^-126) encodes
+ * as a signed zero on both paths. */
+#define FBF_SRZ_EMAX 156u
+FBF_FN float fbf_srz_scale(unsigned e) { return fbf_pow2(7 - (int)e); }
+/* byte j of rw at bits 12..19 of z, then the mask: the SR'd z */
+FBF_FN float fbf_srz_one(float x, float s, unsigned rw, unsigned j) {
+  unsigned z = fbf_f2u(fbf_mul_rz(x, s));
+  unsigned q = (z + (fbf_prmt(rw, 0u, 0x4404u | (j << 4)) << 4)) & 0xFFF00000u;
+  return fbf_u2f(q) * 1.329227995784916e+36f; /* 2^120 */
+}
+/* fbf_srz_one's codes of four consecutive elements (element j in byte j) with random bytes rw (byte j for element
+ * j), two conversions */
+FBF_FN unsigned fbf_e4m3x4_srz(float x0, float x1, float x2, float x3, float s, unsigned rw) {
+  return fbf_e4m3x2_rn(fbf_srz_one(x0, s, rw, 0u), fbf_srz_one(x1, s, rw, 1u)) |
+         fbf_e4m3x2_rn(fbf_srz_one(x2, s, rw, 2u), fbf_srz_one(x3, s, rw, 3u)) << 16;
+}
+
 FBF_FN float fbf_e4m3_dec(unsigned c) {
   unsigned e = (c >> 3) & 15u, m = c & 7u;
   if ((c & 0x7Fu) == 0x7Fu) return fbf_u2f(0x7FC00000u);
   float v = e == 0u ? (float)m * 0.001953125f : fbf_u2f((e + 120u) << 23 | m << 20);
   return (c & 0x80u) ? -v : v;
+}
+
+/* ---- f16 pairs: exact intermediate products of the dequantizers ----
+ * Hardware instructions on the GPU (sm_89+ for the E4M3 unpack); on the host the same results in software: the
+ * f16 product of two f16 is exact in fp32 and then rounded to f16 (RN), so the host agrees with mul.rn.f16x2
+ * on every input, and the tests see a product that was not exact. */
+FBF_FN float fbf_h2f_sw(unsigned h) {
+  unsigned e = (h >> 10) & 31u, m = h & 0x3FFu;
+  float v = e == 31u ? fbf_u2f(m ? 0x7FC00000u : 0x7F800000u)
+                     : (e == 0u ? (float)m * 5.9604644775390625e-8f : fbf_u2f((e + 112u) << 23 | m << 13));
+  return (h & 0x8000u) ? -v : v;
+}
+FBF_FN unsigned fbf_f2h_rn_sw(float f) {
+  unsigned b = fbf_f2u(f), s = (b >> 16) & 0x8000u, a = b & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return s | 0x7E00u;
+  if (a >= 0x477FF000u) return s | 0x7C00u;  /* 65520 and up: Inf */
+  if (a >= 0x38800000u) {                     /* normal: rebias, round 13 bits to nearest even */
+    unsigned m = a - 0x38000000u;
+    return s | ((m + 0xFFFu + ((m >> 13) & 1u)) >> 13);
+  }
+  return s | (unsigned)rintf(fabsf(f) * 16777216.0f); /* subnormal: units of 2^-24 */
+}
+/* f16 pair (lo, hi) -> floats */
+FBF_FN float fbf_h2_lo(unsigned h2) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)(h2 & 0xFFFFu)));
+  return f;
+#else
+  return fbf_h2f_sw(h2 & 0xFFFFu);
+#endif
+}
+FBF_FN float fbf_h2_hi(unsigned h2) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)(h2 >> 16)));
+  return f;
+#else
+  return fbf_h2f_sw(h2 >> 16);
+#endif
+}
+/* mul.rn.f16x2 */
+FBF_FN unsigned fbf_hmul2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__)
+  unsigned d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return fbf_f2h_rn_sw(fbf_h2f_sw(a & 0xFFFFu) * fbf_h2f_sw(b & 0xFFFFu)) |
+         fbf_f2h_rn_sw(fbf_h2f_sw(a >> 16) * fbf_h2f_sw(b >> 16)) << 16;
+#endif
+}
+/* two E4M3 codes (low byte -> low half) -> the f16 pair of their values, exactly (E4M3 is a subset of f16) */
+FBF_FN unsigned fbf_e4m3x2_to_h2(unsigned c2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"((unsigned short)(c2 & 0xFFFFu)));
+  return d;
+#else
+  return fbf_f2h_rn_sw(fbf_e4m3_dec(c2 & 255u)) | fbf_f2h_rn_sw(fbf_e4m3_dec((c2 >> 8) & 255u)) << 16;
+#endif
+}
+
+/* ---- NVFP4 dequantization, (e2m1 * sf) * S_dec, eight elements at a time ----
+ * Each nibble n becomes the E4M3 byte ((n & 7) << 2) | ((n & 8) << 4): E2M1's exponent in E4M3's two low exponent
+ * bits and its mantissa bit on top of E4M3's, so that the byte's value is e2m1(n) * 2^-6 for every code, E2M1's
+ * subnormal 0.5 included (it lands on E4M3's subnormals), sign and -0 kept. Unpacked to f16 pairs, one f16
+ * multiply by sf * 64 (exact: sf * 64 <= 28672 is an f16, and the product of a 2-bit and a 4-bit significand,
+ * 2^-10 .. 2688, is one too) gives e2m1 * sf exactly, as the reference's first product is; the fp32 product with
+ * S_dec is then the reference's second, rounded once. A NaN scale code gives NaN, as the reference does. */
+FBF_FN unsigned fbf_nvfp4_sfh2(unsigned sfc) { /* (sf * 64, sf * 64) as an f16 pair */
+  return fbf_hmul2(fbf_e4m3x2_to_h2(sfc * 0x101u), 0x54005400u);
+}
+FBF_FN void fbf_nvfp4_deq8(unsigned w, unsigned sfh2, float sd, float x[8]) {
+  unsigned ev = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u); /* nibbles 0 2 4 6 as E4M3 bytes */
+  unsigned od = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);        /* nibbles 1 3 5 7 */
+  unsigned p0 = fbf_hmul2(fbf_e4m3x2_to_h2(ev), sfh2), p1 = fbf_hmul2(fbf_e4m3x2_to_h2(ev >> 16), sfh2);
+  unsigned p2 = fbf_hmul2(fbf_e4m3x2_to_h2(od), sfh2), p3 = fbf_hmul2(fbf_e4m3x2_to_h2(od >> 16), sfh2);
+  x[0] = fbf_h2_lo(p0) * sd, x[2] = fbf_h2_hi(p0) * sd, x[4] = fbf_h2_lo(p1) * sd, x[6] = fbf_h2_hi(p1) * sd;
+  x[1] = fbf_h2_lo(p2) * sd, x[3] = fbf_h2_hi(p2) * sd, x[5] = fbf_h2_lo(p3) * sd, x[7] = fbf_h2_hi(p3) * sd;
 }
 
 /* ---- E8M0 ---- */

@@ -6,13 +6,20 @@
  * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
- * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory (coalesced along rows), then a thread
- * per (column, 32-row block) quantizes down the column and writes 32 contiguous output bytes. */
+ * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (two columns, 32-row
+ * block) quantizes down the columns and writes 32 contiguous output bytes of each.
+ * Load phase: a warp takes 8 (or 16) rows x 4 (2) chunks of 16 elements of a row (32 source bytes of BF16, 16 of
+ * E4M3, 8 of NVFP4 codes), so that each row's bytes of a load are whole 32-byte sectors, and writes each chunk to the tile as
+ * 16-byte stores that the row pitch (FB_COLS + 4 floats) spreads over all banks. NVFP4 is dequantized through f16
+ * pairs (fb_formats.h fbf_nvfp4_deq8), E4M3 through the f16 unpack. Column phase: the 64 values of a thread's two
+ * columns come as 32 8-byte loads (a warp reads one row of 64 columns at a time: no bank conflicts), and the SR
+ * path is fb_formats.h's branch-free one (fbf_e4m3x4_srz) for every block with a finite amax below 448 * 2^29. */
 #include "fb_formats.h"
 #include "fb_kparams.h"
 #include "fb_philox.h"
 
 #define TR (32 * FB_RB)
+#define PITCH (FB_COLS + 4)
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
 static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long row) {
@@ -37,39 +44,80 @@ static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long r
 #endif
 }
 
-/* Dequantize one chunk of the source (8 values for BF16/FP32, 16 for NVFP4 and MXFP8) at element i of a
- * row whose S_dec is sd, into t[]. */
-#if FB_SRC == 0
-#define CHUNK 8
-#else
+/* One chunk of 16 elements of the source at element i of a row whose S_dec is sd, as floats. */
 #define CHUNK 16
-#endif
 static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long i, float sd, float t[CHUNK]) {
 #if FB_SRC == 0
 #if FB_IN_F32
   const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + i);
-  float4 a = s[0], b = s[1];
-  t[0] = a.x, t[1] = a.y, t[2] = a.z, t[3] = a.w, t[4] = b.x, t[5] = b.y, t[6] = b.z, t[7] = b.w;
-#else
-  uint4 u = *reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + i);
-  unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-  for (int j = 0; j < 4; ++j) t[2 * j] = __uint_as_float(w[j] << 16), t[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+  for (int k = 0; k < 4; ++k) {
+    float4 a = s[k];
+    t[4 * k] = a.x, t[4 * k + 1] = a.y, t[4 * k + 2] = a.z, t[4 * k + 3] = a.w;
+  }
+#else
+  const uint4 *s = reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + i);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    uint4 u = s[k];
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) t[8 * k + 2 * j] = __uint_as_float(w[j] << 16), t[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+  }
 #endif
   (void)sd;
 #elif FB_SRC == 1
   uint2 c = reinterpret_cast<const uint2 *>(p.in)[i >> 4];
-  float sf = fbf_e4m3_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 4]);
-#pragma unroll
-  for (int j = 0; j < 16; ++j) t[j] = (fbf_e2m1_dec(((j < 8 ? c.x : c.y) >> (4 * (j & 7))) & 15u) * sf) * sd;
+  const unsigned sfh2 = fbf_nvfp4_sfh2(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 4]);
+  fbf_nvfp4_deq8(c.x, sfh2, sd, t);
+  fbf_nvfp4_deq8(c.y, sfh2, sd, t + 8);
 #else
+  /* e4m3 * 2^(e-127) (or the E8M0 rule's 2^-127 / NaN): the f16 values of the codes, to fp32, times the scale */
   uint4 c = reinterpret_cast<const uint4 *>(p.in)[i >> 4];
-  float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 5]);
+  const float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 5]);
   unsigned w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
-  for (int j = 0; j < 16; ++j) t[j] = fbf_e4m3_dec((w[j >> 2] >> (8 * (j & 3))) & 255u) * sc;
+  for (int j = 0; j < 4; ++j) {
+    unsigned lo = fbf_e4m3x2_to_h2(w[j]), hi = fbf_e4m3x2_to_h2(w[j] >> 16);
+    t[4 * j] = fbf_h2_lo(lo) * sc, t[4 * j + 1] = fbf_h2_hi(lo) * sc, t[4 * j + 2] = fbf_h2_lo(hi) * sc, t[4 * j + 3] = fbf_h2_hi(hi) * sc;
+  }
   (void)sd;
 #endif
+}
+
+/* the 32 codes of one column block (v: 32 values down the column, o: its first output element) as 8 words */
+static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const float v[32], long long o, unsigned w[8]) {
+  float a = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) a = fbf_absmax_nan(a, v[j]); /* NaN propagates: the scale becomes 0xFF */
+  const unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
+#if FB_SR
+  unsigned r[8];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    unsigned long long c = ((unsigned long long)o >> 4) + h;
+    fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
+    fb_philox4x32_10(ctr, key, r + 4 * h);
+  }
+  if (e <= FBF_SRZ_EMAX) {
+    const float s = fbf_srz_scale(e);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) w[q] = fbf_e4m3x4_srz(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3], s, r[q]);
+  } else { /* NaN, Inf or huge amax */
+    const float inv = fbf_pow2(127 - (int)e);
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+      w[q] = fbf_e4m3x2_sr(v[4 * q] * inv, v[4 * q + 1] * inv, r[q] & 255u, (r[q] >> 8) & 255u) |
+             fbf_e4m3x2_sr(v[4 * q + 2] * inv, v[4 * q + 3] * inv, (r[q] >> 16) & 255u, r[q] >> 24) << 16;
+  }
+#else
+  (void)p, (void)o;
+  const float inv = fbf_pow2(127 - (int)e);
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+    w[q] = fbf_e4m3x2_rn(v[4 * q] * inv, v[4 * q + 1] * inv) | fbf_e4m3x2_rn(v[4 * q + 2] * inv, v[4 * q + 3] * inv) << 16;
+#endif
+  return e;
 }
 
 /* sm_100a/sm_103a: ptxas spilled to local memory under the one-argument bound (seen in make inspect); sm_90a
@@ -80,11 +128,15 @@ static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long 
 #define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS)
 #endif
 
+/* load phase geometry: a warp covers LR rows x LC chunks */
+#define LC ((FB_COLS / CHUNK) < 4 ? (FB_COLS / CHUNK) : 4)
+#define LR (32 / LC)
+#define NWARPS (FB_THREADS / 32)
+#define NITEMS ((TR / LR) * (FB_COLS / CHUNK / LC))
+
 extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
-  /* odd row stride: in the load phase a warp's lanes hold consecutive rows of one column span, so each
-   * shared-memory store touches 32 different banks; in the column phase lanes read one row, consecutive
-   * columns */
-  __shared__ float tile[TR][FB_COLS + 1];
+  __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
+  float(*tile)[PITCH] = reinterpret_cast<float(*)[PITCH]>(tile4);
   __shared__ float sdec[TR];
   /* a CTA owns a band of FB_COLS columns and SB = 1024 rows (tiles of TR rows, one after another), so that
    * it writes each output row's 32 scale bytes of the band as one whole sector at the end, rather than
@@ -92,64 +144,52 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ unsigned char sc[FB_COLS][32];
   const long long SB = 1024;
   const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  (void)lane;
   for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
     const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
   for (long long r0 = b0; r0 < b1; r0 += TR) {
     __syncthreads();
+#if FB_SRC == 1
     for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[k] = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
     __syncthreads();
-    /* a span of 32 columns of one row per item: 16-64 contiguous bytes of the source per lane */
-    for (int k = threadIdx.x; k < TR * (FB_COLS / 32); k += FB_THREADS) {
-      int rr = k % TR, cc = (k / TR) * 32;
-      long long row = r0 + rr, col = c0 + cc;
+#endif
+    /* load phase: warp item wi = (row group, chunk group), a compile-time count per warp; lane = (row LR, chunk LC).
+     * Values outside the matrix are not loaded: their 32-row blocks and columns are never quantized. */
 #pragma unroll
-      for (int h = 0; h < 32 / CHUNK; ++h) {
+    for (int it = 0; it < (NITEMS + NWARPS - 1) / NWARPS; ++it) {
+      const int wi = warp + it * NWARPS;
+      if (NITEMS % NWARPS != 0 && wi >= NITEMS) break;
+      const int rr = (wi % (TR / LR)) * LR + lane % LR, cc = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
+      if (r0 + rr < p.rows && c0 + cc < p.cols) {
         float v[CHUNK];
-        if (row < p.rows && col + h * CHUNK < p.cols) load_chunk(p, row * p.cols + col + h * CHUNK, sdec[rr], v);
-        else
+        load_chunk(p, (r0 + rr) * p.cols + (c0 + cc), FB_SRC == 1 ? sdec[rr] : 1.0f, v);
 #pragma unroll
-          for (int j = 0; j < CHUNK; ++j) v[j] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < CHUNK; ++j) tile[rr][cc + h * CHUNK + j] = v[j];
+        for (int j = 0; j < CHUNK; j += 4) *reinterpret_cast<float4 *>(&tile[rr][cc + j]) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
       }
     }
     __syncthreads();
-    for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
-      int cc = k % FB_COLS, rb = k / FB_COLS;
-      long long col = c0 + cc, row = r0 + 32 * rb;
+    /* column phase: item = (column pair, 32-row block) */
+    for (int k = threadIdx.x; k < FB_RB * (FB_COLS / 2); k += FB_THREADS) {
+      const int cc = 2 * (k % (FB_COLS / 2)), rb = k / (FB_COLS / 2);
+      const long long col = c0 + cc, row = r0 + 32 * rb;
       if (col >= p.cols || row >= p.rows) continue;
-      float a = 0.0f;
+      float v0[32], v1[32];
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        float x = fabsf(tile[32 * rb + j][cc]);
-        if (x > a || x != x) a = a != a ? a : x;
+        uint2 x = *reinterpret_cast<const uint2 *>(&tile[32 * rb + j][cc]);
+        v0[j] = __uint_as_float(x.x), v1[j] = __uint_as_float(x.y);
       }
-      unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
-      float inv = fbf_pow2(127 - (int)e);
-      long long o = col * p.rows + row; /* output element index, row-major in the transposed layout */
-      unsigned r[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-#if FB_SR
-      for (int h = 0; h < 2; ++h) {
-        unsigned long long c = ((unsigned long long)o >> 4) + h;
-        fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
-        fb_philox4x32_10(ctr, key, r + 4 * h);
-      }
-#endif
-      unsigned w[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) { /* four codes a word, two per conversion */
-        float x0 = tile[32 * rb + 4 * q + 0][cc] * inv, x1 = tile[32 * rb + 4 * q + 1][cc] * inv, x2 = tile[32 * rb + 4 * q + 2][cc] * inv, x3 = tile[32 * rb + 4 * q + 3][cc] * inv;
-#if FB_SR
-        unsigned rw = r[q];
-        w[q] = fbf_e4m3x2_sr(x0, x1, rw & 255u, (rw >> 8) & 255u) | fbf_e4m3x2_sr(x2, x3, (rw >> 16) & 255u, rw >> 24) << 16;
-#else
-        w[q] = fbf_e4m3x2_rn(x0, x1) | fbf_e4m3x2_rn(x2, x3) << 16;
-#endif
+      for (int h = 0; h < 2; ++h) { /* cols % 16 == 0: both columns of a pair exist */
+        unsigned w[8];
+        const long long o = (col + h) * p.rows + row; /* output element index, row-major in the transposed layout */
+        const unsigned e = col_block(p, h ? v1 : v0, o, w);
+        uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
+        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        sc[cc + h][(row - b0) >> 5] = (unsigned char)e;
       }
-      uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
-      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-      sc[cc][(row - b0) >> 5] = (unsigned char)e;
     }
   }
     __syncthreads();

@@ -43,31 +43,35 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     if (b + stride < nblk) load_raw(p, b + stride, nxt); /* in flight while this block is quantized */
     float a = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      float x = fabsf(v[j]);
-      if (x > a || x != x) a = a != a ? a : x; /* NaN propagates: the scale becomes 0xFF */
-    }
+    for (int j = 0; j < 32; ++j) a = fbf_absmax_nan(a, v[j]); /* NaN propagates: the scale becomes 0xFF */
     unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
-    float inv = fbf_pow2(127 - (int)e);
-    unsigned r[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+    unsigned w[8];
 #if FB_SR
+    unsigned r[8];
     for (int h = 0; h < 2; ++h) {
       unsigned long long c = (unsigned long long)b * 2 + h;
       fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
       fb_philox4x32_10(ctr, key, r + 4 * h);
     }
-#endif
-    unsigned w[8];
+    if (e <= FBF_SRZ_EMAX) { /* every finite block but the huge: no branch per element (fb_formats.h) */
+      const float s = fbf_srz_scale(e);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) { /* four codes a word, two per conversion */
-      float x0 = v[4 * k + 0] * inv, x1 = v[4 * k + 1] * inv, x2 = v[4 * k + 2] * inv, x3 = v[4 * k + 3] * inv;
-#if FB_SR
-      unsigned rw = r[k];
-      w[k] = fbf_e4m3x2_sr(x0, x1, rw & 255u, (rw >> 8) & 255u) | fbf_e4m3x2_sr(x2, x3, (rw >> 16) & 255u, rw >> 24) << 16;
-#else
-      w[k] = fbf_e4m3x2_rn(x0, x1) | fbf_e4m3x2_rn(x2, x3) << 16;
-#endif
+      for (int k = 0; k < 8; ++k) w[k] = fbf_e4m3x4_srz(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3], s, r[k]);
+    } else {
+      const float inv = fbf_pow2(127 - (int)e);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        unsigned rw = r[k];
+        w[k] = fbf_e4m3x2_sr(v[4 * k] * inv, v[4 * k + 1] * inv, rw & 255u, (rw >> 8) & 255u) |
+               fbf_e4m3x2_sr(v[4 * k + 2] * inv, v[4 * k + 3] * inv, (rw >> 16) & 255u, rw >> 24) << 16;
+      }
     }
+#else
+    const float inv = fbf_pow2(127 - (int)e);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) /* four codes a word, two per conversion */
+      w[k] = fbf_e4m3x2_rn(v[4 * k] * inv, v[4 * k + 1] * inv) | fbf_e4m3x2_rn(v[4 * k + 2] * inv, v[4 * k + 3] * inv) << 16;
+#endif
     uint4 *o = reinterpret_cast<uint4 *>(p.out) + b * 2;
     o[0] = make_uint4(w[0], w[1], w[2], w[3]);
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);

@@ -98,6 +98,76 @@ static void test_sr_all_bytes(void **state) {
   assert_int_equal(wrong, 0);
 }
 
+/* The whole-block SR path (fbf_e4m3x4_srz) against the reference on the scaled values, as the MXFP8 quantizers use
+ * it: blocks of every scale the path takes (e <= FBF_SRZ_EMAX), with zeros, signed zeros, values far below the
+ * block amax (E4M3 subnormals and products below fp32's normal range), and the amax itself; every SR byte on some. */
+static void test_sr_block_path(void **state) {
+  (void)state;
+  checked = wrong = 0;
+  for (int blk = 0; blk < 400000; ++blk) {
+    float x[32], a = 0.0f;
+    int top = (int)(rnd() % 300) - 150; /* the block's magnitude: 2^-150 .. 2^150 */
+    for (int j = 0; j < 32; ++j) {
+      uint32_t u = rnd();
+      int sp = (int)(rnd() % (blk & 1 ? 40 : 8)); /* spread below the top */
+      float v = ldexpf(1.0f + (float)(u & 0xFFFFF) / 1048576.0f, top - sp);
+      if (u % 23 == 0) v = 0.0f;
+      if (u % 29 == 0) v = ldexpf((float)(u >> 8), top - 40); /* many bits far below */
+      x[j] = (u >> 31) ? -v : v;
+      a = fbf_absmax_nan(a, x[j]);
+    }
+    unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
+    if (e > FBF_SRZ_EMAX) continue;
+    float inv = fbf_pow2(127 - (int)e), s = fbf_srz_scale(e);
+    if (e >= 30) /* values whose scaled bits 0..11 are all ones with more below: rounding to nearest would carry */
+      for (int j = 3; j < 32; j += 7) x[j] = ldexpf((float)((rnd() & 0x1FF000u) | 0xFFFu) + 0.75f, (int)e - 156);
+    int all = blk % 1000 == 0;
+    for (int k = 0; k < 8; ++k) {
+      for (unsigned rep = 0; rep < (all ? 64u : 1u); ++rep) {
+        uint32_t rw = all ? rep * 0x04040404u + (uint32_t)k * 0x01010101u : rnd();
+        uint32_t got = fbf_e4m3x4_srz(x[4 * k], x[4 * k + 1], x[4 * k + 2], x[4 * k + 3], s, rw);
+        for (int j = 0; j < 4; ++j)
+          check("e4m3 sr block", f2u(x[4 * k + j]), (got >> (8 * j)) & 255u,
+                fb_e4m3_encode_sr(x[4 * k + j] * inv, (uint8_t)(rw >> (8 * j))));
+      }
+    }
+  }
+  for (uint32_t i = 0; i < 4000000; ++i) { /* amax with NaN: any NaN stays, order-independent up to which NaN */
+    float a = u2f(rnd()), v = u2f(rnd()), r = fbf_absmax_nan(a, v);
+    int want_nan = isnan(a) || isnan(v);
+    assert_true(want_nan ? isnan(r) : f2u(r) == f2u(fmaxf(a, fabsf(v))));
+  }
+  printf("  sr block  %ld values, %ld wrong\n", checked, wrong);
+  assert_int_equal(wrong, 0);
+}
+
+/* NVFP4 dequantization through f16 pairs (fbf_nvfp4_deq8, what the requantizer uses) against the reference's
+ * (e2m1 * sf) * S_dec: every code with every scale byte, S_dec over the float range (denormal, huge, negative). */
+static void test_nvfp4_deq(void **state) {
+  (void)state;
+  checked = wrong = 0;
+  for (int it = 0; it < 200000; ++it) {
+    unsigned sfc = it < 256 * 64 ? (unsigned)it % 256 : rnd() & 255;
+    uint32_t w = rnd();
+    float sd = it % 7 == 0 ? u2f(rnd()) : ldexpf(1.0f + (float)(rnd() & 0xFFFF) / 65536.0f, (int)(rnd() % 40) - 30);
+    float x[8];
+    fbf_nvfp4_deq8(w, fbf_nvfp4_sfh2(sfc), sd, x);
+    for (int j = 0; j < 8; ++j) {
+      float want = (fb_e2m1_decode((uint8_t)((w >> (4 * j)) & 15u)) * fb_e4m3_decode((uint8_t)sfc)) * sd;
+      ++checked;
+      if (f2u(x[j]) != f2u(want) && !(isnan(x[j]) && isnan(want)) && wrong++ < 10)
+        fprintf(stderr, "  nvfp4 deq: code %u sf 0x%02x sd %g: 0x%08x, reference 0x%08x\n", (w >> (4 * j)) & 15u, sfc, sd,
+                f2u(x[j]), f2u(want));
+    }
+  }
+  for (uint32_t h = 0; h < 65536; ++h) { /* the software f16 conversions both ways */
+    float f = fbf_h2f_sw(h);
+    if (!isnan(f)) assert_int_equal(fbf_f2h_rn_sw(f), h);
+  }
+  printf("  nvfp4 deq %ld values, %ld wrong\n", checked, wrong);
+  assert_int_equal(wrong, 0);
+}
+
 static void test_decoders_and_scales(void **state) {
   (void)state;
   for (unsigned c = 0; c < 256; ++c) {
@@ -189,6 +259,8 @@ static void test_nvfp4_block_path(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_encoders), cmocka_unit_test(test_sr_all_bytes),
+                                     cmocka_unit_test(test_sr_block_path),
+                                     cmocka_unit_test(test_nvfp4_deq),
                                      cmocka_unit_test(test_decoders_and_scales), cmocka_unit_test(test_nvfp4_block_path)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
