@@ -55,8 +55,8 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
   case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
     if (!strstr(k->name, "_sm90a")) { *why = "Blackwell (tcgen05) GEMM templates arrive in a later issue: the GEMMs are sm_90a only"; return 0; }
     if (k->op == FB_OP_GEMM_FWD13 && q->format != FB_FMT_BF16) { *why = "w13 fwd: the SwiGLU epilogue writes BF16 A; the fused quantization of A is not written yet"; return 0; }
-    if (k->op == FB_OP_GEMM_DGRAD2) { *why = "the fused SwiGLU-backward epilogue of w2 dgrad: not written yet"; return 0; }
-    if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16) { *why = "the fused RHT + S2F6 combine epilogue of w2 fwd: not written yet"; return 0; }
+    if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6) { *why = "w2 fwd: a combine payload other than BF16 or S2F6"; return 0; }
+    if (k->op == FB_OP_GEMM_FWD2 && q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) { *why = "w2 fwd: the S2F6 epilogue applies RHT-32 only"; return 0; }
     if (k->src.format == FB_FMT_S2F6) { *why = "S2F6 GEMM operands: not a recipe format"; return 0; }
     if (k->src.format == FB_FMT_NVFP4 && k->op != FB_OP_GEMM_FWD2 && k->op != FB_OP_GEMM_FWD13) { *why = "NVFP4 operands in a backward GEMM: no template (the recipe's backward is MXFP8)"; return 0; }
     if (k->src.format == FB_FMT_NVFP4 && (k->src.two_d || k->act.two_d)) { *why = "16x16 NVFP4 operands: no template yet"; return 0; }
@@ -245,7 +245,9 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
     int kind = gemm_kind(k), wgrad = k->op == FB_OP_GEMM_WGRAD;
     int ao = kind == 1 ? (k->act.outer == FB_GRAN_TENSOR ? 2 : 1) : 0, bo = kind == 1 ? (k->src.outer == FB_GRAN_TENSOR ? 2 : 1) : 0;
     fb_str_printf(d, "FB_A_OUTER %d\nFB_B_OUTER %d\nFB_KIND %d\nFB_MODE %d\nFB_OUT_BF16 %d\nFB_SWIGLU %d\n", ao, bo, kind, wgrad,
-                  k->out_bf16 ? 1 : 0, k->op == FB_OP_GEMM_FWD13);
+                  k->out_bf16 ? 1 : 0, k->op == FB_OP_GEMM_FWD13 ? 1 : k->op == FB_OP_GEMM_DGRAD2 ? 2 : 0);
+    int s2f6 = k->op == FB_OP_GEMM_FWD2 && q->format == FB_FMT_S2F6;
+    fb_str_printf(d, "FB_RHT %d\nFB_S2F6 %d\n", s2f6 && q->rht ? 1 : 0, s2f6);
   } else if (!strcmp(tmpl, "adamw.cuh")) {
     fb_str_printf(d, "FB_AMAX %d\nFB_SR %d\nFB_WFMT %d\n", q->outer == FB_GRAN_EXPERT, q->format == FB_FMT_MXFP8 && sr,
                   q->format == FB_FMT_NVFP4 ? 1 : q->format == FB_FMT_MXFP8 ? 2 : 0);

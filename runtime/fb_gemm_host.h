@@ -13,7 +13,9 @@ typedef struct {
   int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 (FP8 wgmma), 3 MXFP8 x BF16 copy */
   int mode;      /* 0 rows grouped (fwd, dgrad), 1 K grouped (wgrad) */
   int out_bf16;  /* BF16 output, else FP32 */
-  int swiglu;    /* w13 fwd: A = silu(gate) * up, rows x N/2 BF16 (fb_gemm.h's N is 2f) */
+  int s2f6;      /* w2 fwd: the combine payload, RHT-32 (s2f6 == 2) or not (1) + S2F6 with E8M0 per 32 */
+  int swiglu;    /* 1 w13 fwd: A = silu(gate) * up, rows x N/2 BF16 (fb_gemm.h's N is 2f);
+                    2 w2 dgrad: dH = [dg | du] of the SwiGLU backward, rows x 2N BF16, from dA and H (args.aux) */
   int tile_m, tile_n, tile_k, stages, consumers;
 } fb_gemm_cfg;
 
@@ -28,6 +30,9 @@ typedef struct {
   unsigned long long a, b, out, offsets, a_sf, b_sf, a_outer, b_outer;
   long long rows;
   int experts, M, N, K;
+  unsigned long long aux; /* w2 dgrad with the SwiGLU backward: H (rows x 2N BF16) */
+  unsigned long long out_sf; /* w2 fwd with the S2F6 epilogue: E8M0 scales, rows x N/32 (out: int8 codes) */
+  unsigned signs;            /* ... and its RHT-32 sign mask */
 } fb_gemm_args;
 
 /* The parameter block: checks the sizes against the tile (FB_EINVAL naming what does not divide) and encodes

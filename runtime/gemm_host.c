@@ -17,7 +17,9 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   c->kind = k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
   c->mode = k->op == FB_OP_GEMM_WGRAD;
   c->out_bf16 = k->out_bf16 && !c->mode;
-  c->swiglu = k->op == FB_OP_GEMM_FWD13;
+  c->swiglu = k->op == FB_OP_GEMM_FWD13 ? 1 : k->op == FB_OP_GEMM_DGRAD2 ? 2 : 0;
+  c->s2f6 = k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6 ? (k->q.rht ? 2 : 1) : 0;
+  if (c->s2f6) c->out_bf16 = 0;
   if (c->kind == 2 && vparam(v, "weights_bf16", 0)) c->kind = 3; /* MXFP8 A decoded in registers x BF16 copy */
   c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
@@ -63,8 +65,9 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
   if (c->mode == 1 && a->rows % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: wgrad rows = %lld is not a multiple of tile_k", a->rows);
   unsigned long long rows = (unsigned long long)a->rows, K = (unsigned long long)a->K, N = (unsigned long long)a->N;
   unsigned long long EN = (unsigned long long)a->experts * N, M = (unsigned long long)a->M;
-  unsigned tm = (unsigned)c->tile_m, tn = (unsigned)(c->swiglu ? c->tile_n / 2 : c->tile_n); /* B box rows */
-  if (c->swiglu && (c->mode || a->N % 2 || (a->N / 2) % (c->tile_n / 2)))
+  unsigned tm = (unsigned)c->tile_m, tn = (unsigned)(c->swiglu == 1 ? c->tile_n / 2 : c->tile_n); /* B box rows */
+  if (c->swiglu == 2 && !a->aux) return FB_ERR(FB_EINVAL, "gemm: the SwiGLU backward epilogue needs H (args.aux)");
+  if (c->swiglu == 1 && (c->mode || a->N % 2 || (a->N / 2) % (c->tile_n / 2)))
     return FB_ERR(FB_EINVAL, "gemm: SwiGLU needs N = 2f with f a multiple of tile_n / 2 (N = %d)", a->N);
   /* A: mode 0 rows x K; mode 1 M x rows. B: mode 0 experts*N x K; mode 1 N x rows */
   unsigned long long a_in = c->mode ? rows : K, a_out = c->mode ? M : rows, b_in = c->mode ? rows : K, b_out = c->mode ? N : EN;
@@ -84,7 +87,9 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
   }
   p->out = a->out, p->offsets = a->offsets, p->a_sf = a->a_sf, p->b_sf = a->b_sf;
   p->a_outer = a->a_outer, p->b_outer = a->b_outer;
-  p->rows = a->rows, p->experts = a->experts, p->M = a->M, p->N = a->N, p->K = a->K;
+  p->rows = a->rows, p->experts = a->experts, p->M = a->M, p->N = a->N, p->K = a->K, p->aux = a->aux;
+  p->out_sf = a->out_sf, p->signs = a->signs;
+  if (c->s2f6 && (!a->out_sf || a->N % 32)) return FB_ERR(FB_EINVAL, "gemm: the S2F6 epilogue needs its scale buffer and N %% 32 == 0");
   return FB_OK;
 }
 

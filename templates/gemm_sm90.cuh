@@ -23,6 +23,10 @@
  * FB_SWIGLU 1 (mode 0, BF16 output; w13 fwd): B's N = 2f rows per expert are gate [0, f) then up [f, 2f); a tile
  *   loads FB_TILE_N / 2 gate rows and the same up rows, so each thread holds g and u of the same output column, and
  *   writes A = bf16(fbm_siluf(g) * u) (fb_ops: the SwiGLU of NUMERICS.md on the FP32 g, u), rows x f.
+ * FB_SWIGLU 2 (mode 0, w2 dgrad): the accumulators are dA (rows x N = f); with H = [g | u] (p.aux, rows x 2f BF16)
+ *   the epilogue writes dH = [bf16(dg) | bf16(du)] (fbo_swiglu_bwd, fb_moe.h), rows x 2f.
+ * FB_S2F6 1 (mode 0, w2 fwd): the combine payload of NUMERICS.md from the FP32 result: per 32 columns RHT-32 (FB_RHT,
+ *   sign mask p.signs) then S2F6: int8 codes to p.out (rows x N), E8M0 to p.out_sf (rows x N/32), as fb_s2f6_quantize.
  * FB_MODE: 0 rows grouped (fwd, dgrad); 1 K grouped (wgrad). FB_OUT_BF16: BF16 output (RNE), else FP32.
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
  * writes acc * (S_dec(A) * S_dec(B)).
@@ -54,9 +58,18 @@
 #ifndef FB_SWIGLU
 #define FB_SWIGLU 0
 #endif
-#if FB_SWIGLU
+#ifndef FB_S2F6
+#define FB_S2F6 0
+#endif
+#if FB_S2F6
+#include "fb_formats.h"
+#endif
+#if FB_SWIGLU == 1
 #include "fb_math.h"
 #define BROWS (BN / 2) /* B rows per TMA box: gate half, then up half */
+#elif FB_SWIGLU == 2
+#include "fb_moe.h"
+#define BROWS BN
 #else
 #define BROWS BN
 #endif
@@ -252,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
         long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
 #if FB_MODE == 0
-#if FB_SWIGLU
+#if FB_SWIGLU == 1
         int arow = (int)(fbg_off(p, sc.e) + mt * BM), brow = (int)((long long)sc.e * p.N + nt * BROWS), k0 = 0;
         const int bup = p.N / 2; /* the up half's first row, after the gate half */
 #define FBG_LOAD_B(dst, kc) (fbg_tma_2d((dst), &p.tb, (kc), brow, FULL(s)), fbg_tma_2d((dst) + BROWS * 128, &p.tb, (kc), brow + bup, FULL(s)))
@@ -581,7 +594,100 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #else
         const long long orow = ((long long)sc.e * p.M + r) * p.N;
 #endif
-#if FB_SWIGLU
+#if FB_S2F6
+        /* the combine payload, per 32 columns (4 accumulator blocks; the quad holds the 32): signs, the 5 WHT stages in
+           order (stage 0 and 3, 4 in registers, 1 and 2 across lanes q ^ 1, q ^ 2), the NaN-keeping amax, E8M0, int8 */
+#pragma unroll
+        for (int B = 0; B < BN / 32; ++B) {
+          float t[8]; /* t[2 jj + e]: column 8 jj + 2 q + e of the block */
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) t[2 * jj + e] = acc[mw][4 * (4 * B + jj) + 2 * h + e] * so;
+#if FB_RHT
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if ((p.signs >> (8 * jj + 2 * q + e)) & 1u) t[2 * jj + e] = -t[2 * jj + e];
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) { const float u = t[2 * jj], v = t[2 * jj + 1]; t[2 * jj] = u + v, t[2 * jj + 1] = u - v; }
+#pragma unroll
+          for (int st = 1; st <= 2; ++st)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              const float o = __shfl_xor_sync(0xffffffffu, t[i], st);
+              t[i] = (q & st) ? o - t[i] : t[i] + o;
+            }
+#pragma unroll
+          for (int st = 1; st <= 2; st *= 2)
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj)
+              if (!(jj & st))
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float u = t[2 * jj + e], v = t[2 * (jj + st) + e];
+                  t[2 * jj + e] = u + v, t[2 * (jj + st) + e] = u - v;
+                }
+#endif
+          float a = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const float x = fabsf(t[i]);
+            if (x > a || x != x) a = a != a ? a : x;
+          }
+#pragma unroll
+          for (int st = 1; st <= 2; st *= 2) {
+            const float o = __shfl_xor_sync(0xffffffffu, a, st);
+            a = (a != a || o != o) ? __int_as_float(0x7FC00000) : (o > a ? o : a);
+          }
+          const unsigned ex = fbf_s2f6_exp(a);
+          const float inv = fbf_pow2(127 - (int)ex);
+          if (!live) continue;
+          signed char *orow8 = (signed char *)p.out + r * p.N + n0 + 32 * B;
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            unsigned short w = 0;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float v = rintf((t[2 * jj + e] * inv) * 64.0f);
+              if (v != v) v = 0.0f;
+              v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
+              w |= (unsigned short)(((unsigned)(int)v & 255u) << (8 * e));
+            }
+            *(unsigned short *)(orow8 + 8 * jj + 2 * q) = w;
+          }
+          if (q == 0) ((unsigned char *)p.out_sf)[r * (p.N / 32) + (n0 + 32 * B) / 32] = (unsigned char)ex;
+        }
+#elif FB_SWIGLU == 2
+        /* dH = [dg | du] from dA (these accumulators) and H = [g | u] (p.aux): lanes q and q^1 first swap dA pairs so
+           that each lane holds 4 consecutive columns, then it loads 8 bytes of g and of u and stores 8 bytes of each */
+        const unsigned short *hrow = (const unsigned short *)p.aux + r * 2 * p.N;
+        unsigned short *orow2 = (unsigned short *)p.out + r * 2 * p.N;
+#pragma unroll
+        for (int jb = 0; jb < BN / 8; jb += 2) {
+          const float v0 = acc[mw][4 * jb + 2 * h] * so, v1 = acc[mw][4 * jb + 2 * h + 1] * so;
+          const float v2 = acc[mw][4 * jb + 4 + 2 * h] * so, v3 = acc[mw][4 * jb + 4 + 2 * h + 1] * so;
+          const float r0 = __shfl_xor_sync(0xffffffffu, (q & 1) ? v0 : v2, 1);
+          const float r1 = __shfl_xor_sync(0xffffffffu, (q & 1) ? v1 : v3, 1);
+          const float d[4] = {(q & 1) ? r0 : v0, (q & 1) ? r1 : v1, (q & 1) ? v2 : r0, (q & 1) ? v3 : r1};
+          const int col = n0 + ((q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q);
+          if (!live) continue;
+          const uint2 gb = *(const uint2 *)(hrow + col), ub = *(const uint2 *)(hrow + p.N + col);
+          const u32 gw[2] = {gb.x, gb.y}, uw[2] = {ub.x, ub.y};
+          u32 dgw[2], duw[2];
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            float dg0, du0, dg1, du1;
+            fbo_swiglu_bwd(__uint_as_float(gw[t] << 16), __uint_as_float(uw[t] << 16), d[2 * t], &dg0, &du0);
+            fbo_swiglu_bwd(__uint_as_float(gw[t] & 0xFFFF0000u), __uint_as_float(uw[t] & 0xFFFF0000u), d[2 * t + 1], &dg1, &du1);
+            dgw[t] = (u32)fbo_bf16_rne(dg0) | ((u32)fbo_bf16_rne(dg1) << 16);
+            duw[t] = (u32)fbo_bf16_rne(du0) | ((u32)fbo_bf16_rne(du1) << 16);
+          }
+          *(uint2 *)(orow2 + col) = make_uint2(dgw[0], dgw[1]);
+          *(uint2 *)(orow2 + p.N + col) = make_uint2(duw[0], duw[1]);
+        }
+#elif FB_SWIGLU == 1
         /* A = silu(g) * u: g in the tile's first BN/2 columns, u in the same column of the second half (i + BN/4) */
         const long long arow_out = r * (p.N / 2) + nt * BROWS;
 #pragma unroll

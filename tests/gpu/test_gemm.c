@@ -12,6 +12,7 @@
 #include "fb_gemm_host.h"
 #include "fourbit.h"
 #include "fb_math.h"
+#include "fb_moe.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -26,7 +27,7 @@
 /* ---- what is tested ---- */
 typedef struct {
   const char *name;
-  int kind, mode, out_bf16, tensor_outer, swiglu;
+  int kind, mode, out_bf16, tensor_outer, epi; /* epi: 0 plain, 1 SwiGLU, 2 SwiGLU backward, 3 RHT-32 + S2F6 */
   int nv;
   int v[6][7]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16 */
 } gcase;
@@ -45,6 +46,13 @@ static const gcase cases[] = {
     {"gemm_t_bf16_swiglu", 0, 0, 1, 0, 1, 1, {{128, 256, 64, 4, 1, 2, 1}}},
     {"gemm_t_nvfp4_swiglu", 1, 0, 1, 0, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
     {"gemm_t_mxfp8_swiglu", 3, 0, 1, 0, 1, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    /* w2 dgrad with the SwiGLU-backward epilogue (dH from dA and H) */
+    {"gemm_t_bf16_swiglubwd", 0, 0, 1, 0, 2, 1, {{128, 256, 64, 4, 1, 2, 1}}},
+    {"gemm_t_mxfp8_swiglubwd", 3, 0, 1, 0, 2, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    /* w2 fwd with the combine payload (RHT-32 + S2F6) */
+    {"gemm_t_nvfp4_s2f6", 1, 0, 0, 0, 3, 1, {{128, 256, 128, 3, 1, 2, 1}}},
+    {"gemm_t_mxfp8_s2f6", 3, 0, 0, 0, 3, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    {"gemm_t_bf16_s2f6", 0, 0, 0, 0, 3, 1, {{128, 256, 64, 4, 1, 2, 1}}},
     /* FP8 wgmma with per-32 promotion: not a legal variant (the generator prunes it: Hopper's FP8 accumulation misses
        the tolerance); built by hand here to keep measuring how far off it is and how fast */
     {"gemm_t_mxfp8fp8_rows_f32", 2, 0, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
@@ -56,7 +64,8 @@ static fb_kernel_spec spec_of(const gcase *g) {
   fb_kernel_spec k;
   memset(&k, 0, sizeof k);
   snprintf(k.name, sizeof k.name, "%s_sm90a", g->name);
-  k.op = g->mode ? FB_OP_GEMM_WGRAD : g->swiglu ? FB_OP_GEMM_FWD13 : FB_OP_GEMM_FWD2;
+  k.op = g->mode ? FB_OP_GEMM_WGRAD : g->epi == 1 ? FB_OP_GEMM_FWD13 : g->epi == 2 ? FB_OP_GEMM_DGRAD2 : FB_OP_GEMM_FWD2;
+  if (g->epi == 3) k.q.format = FB_FMT_S2F6, k.q.rht = 32;
   k.src.format = g->kind == 1 ? FB_FMT_NVFP4 : g->kind >= 2 ? FB_FMT_MXFP8 : FB_FMT_BF16;
   k.act.format = k.src.format;
   if (g->kind == 1) {
@@ -134,7 +143,8 @@ typedef struct {
   int E, M, N, K;
   long long rows, off[9];
   /* device */
-  CUdeviceptr a, b, a_sf, b_sf, a_outer, b_outer, offsets, out;
+  CUdeviceptr a, b, a_sf, b_sf, a_outer, b_outer, offsets, out, h, osf;
+  uint16_t *hh; /* H for the SwiGLU backward: rows x 2N BF16 */
   size_t out_elems;
   double *ref; /* out_elems */
 } problem;
@@ -229,12 +239,19 @@ static void make_problem(problem *P, int kind, int mode, int tensor_outer, int d
         }
     }
   }
-  CU(fb_cu.MemAlloc(&P->out, P->out_elems * 4));
+  CU(fb_cu.MemAlloc(&P->out, P->out_elems * 4 * 2));
+  CU(fb_cu.MemAlloc(&P->osf, P->out_elems / 32 + 16));
+  if (!mode) {
+    P->hh = malloc((size_t)P->rows * 2 * P->N * 2);
+    for (size_t i = 0; i < (size_t)P->rows * 2 * P->N; ++i) P->hh[i] = fb_bf16_from_f32(gauss());
+    P->h = up(P->hh, (size_t)P->rows * 2 * P->N * 2);
+  }
   free(A), free(B), free(Ad), free(Bd);
 }
 
 static void free_problem(problem *P) {
-  CUdeviceptr *ps[] = {&P->a, &P->b, &P->a_sf, &P->b_sf, &P->a_outer, &P->b_outer, &P->offsets, &P->out};
+  CUdeviceptr *ps[] = {&P->a, &P->b, &P->a_sf, &P->b_sf, &P->a_outer, &P->b_outer, &P->offsets, &P->out, &P->h, &P->osf};
+  free(P->hh);
   for (size_t i = 0; i < sizeof ps / sizeof ps[0]; ++i)
     if (*ps[i]) fb_cu.MemFree(*ps[i]);
   free(P->ref);
@@ -248,22 +265,53 @@ static double bf16_ulp(double x) {
 }
 
 /* run unit u on problem P: 0 pass */
+#define RHT_SIGNS 0x9D2C5680u /* any fixed mask */
 static float *companion_out; /* the FP32 result of the last plain variant run (its tiles are the SwiGLU cases') */
 
 static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) {
   fb_gemm_cfg cfg;
   CK(fb_gemm_config(&u->k, &u->v, &cfg));
-  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K};
+  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K, P->h, P->osf, RHT_SIGNS};
   fb_kp_gemm kp;
   CK(fb_gemm_params(&cfg, &ga, &kp));
-  size_t nout = cfg.swiglu ? P->out_elems / 2 : P->out_elems, ob = nout * (cfg.out_bf16 ? 2 : 4);
+  if (cfg.s2f6) {
+    /* bit-exact against fb_s2f6_quantize (RHT-32, the same signs) of the FP32 result of the plain variant with these
+       tiles (the companion); and how far the dequantized payload is from the FP64 reference (S2F6's own error) */
+    size_t n = P->out_elems, ns = n / 32;
+    CU(fb_cu.MemsetD8(P->out, 0xAA, n));
+    CU(fb_cu.MemsetD8(P->osf, 0xAA, ns));
+    CK(fb_gemm_launch(kern, &cfg, &kp, sms));
+    CU(fb_cu.CtxSynchronize());
+    int8_t *q = malloc(n), *qr = malloc(n);
+    uint8_t *e = malloc(ns), *er = malloc(ns);
+    CU(fb_cu.MemcpyDtoH(q, P->out, n));
+    CU(fb_cu.MemcpyDtoH(e, P->osf, ns));
+    long badq = -1, bade = -1;
+    if (companion_out) {
+      CK(fb_s2f6_quantize(companion_out, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, qr, er));
+      badq = bade = 0;
+      for (size_t i = 0; i < n; ++i) badq += q[i] != qr[i];
+      for (size_t i = 0; i < ns; ++i) bade += e[i] != er[i];
+    }
+    float *y = malloc(n * 4);
+    CK(fb_s2f6_dequantize(q, e, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, y));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) num += (y[i] - P->ref[i]) * (y[i] - P->ref[i]), den += P->ref[i] * P->ref[i];
+    int fail = badq != 0 || bade != 0;
+    printf("  %-58s %-9s payload vs CPU S2F6 of the FP32 GEMM: codes %ld, scales %ld differ; dequantized vs FP64: rel %.2e  %s\n",
+           u->v.name, dist_name[P->dist], badq, bade, sqrt(num / den), fail ? (companion_out ? "FAIL" : "FAIL (no companion run)") : "ok");
+    free(q), free(qr), free(e), free(er), free(y);
+    return fail;
+  }
+  size_t nout = cfg.swiglu == 1 ? P->out_elems / 2 : cfg.swiglu == 2 ? P->out_elems * 2 : P->out_elems;
+  size_t ob = nout * (cfg.out_bf16 ? 2 : 4);
   CU(fb_cu.MemsetD8(P->out, 0xFF, ob)); /* NaN in both BF16 and FP32 */
   if (getenv("FB_GEMM_DEBUG")) printf("host: experts %d N %d K %d rows %lld smem %zu threads %u\n", kp.experts, kp.N, kp.K, kp.rows, fb_gemm_smem_bytes(&cfg), fb_gemm_threads(&cfg));
   CK(fb_gemm_launch(kern, &cfg, &kp, sms));
   CU(fb_cu.CtxSynchronize());
   void *h = malloc(ob);
   CU(fb_cu.MemcpyDtoH(h, P->out, ob));
-  if (!cfg.out_bf16 && !cfg.swiglu && !P->mode && cfg.tile_m == 128 && cfg.tile_n == 256 && cfg.consumers == 2 && !P->tensor_outer) {
+  if (!cfg.out_bf16 && !cfg.swiglu && !cfg.s2f6 && !P->mode && cfg.tile_m == 128 && cfg.tile_n == 256 && cfg.consumers == 2 && !P->tensor_outer) {
     free(companion_out);
     companion_out = malloc(ob);
     memcpy(companion_out, h, ob);
@@ -272,11 +320,16 @@ static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) 
   long nonfinite = 0, off_ulp = 0, not_rne = 0;
   const int f = P->N / 2;
   for (size_t i = 0; i < nout; ++i) {
-    double r = P->ref[i], g;
-    if (cfg.swiglu) { /* A = silu(g) * u on the FP64 reference's g and u */
+    double r = cfg.swiglu ? 0.0 : P->ref[i], g;
+    if (cfg.swiglu == 1) { /* A = silu(g) * u on the FP64 reference's g and u */
       size_t row = i / (size_t)f, n = i % (size_t)f;
       double gg = P->ref[row * P->N + n], uu = P->ref[row * P->N + f + n];
       r = gg / (1.0 + exp(-gg)) * uu;
+    } else if (cfg.swiglu == 2) { /* dH = [dg | du] from the FP64 reference's dA and H */
+      size_t row = i / (2 * (size_t)P->N), c = i % (2 * (size_t)P->N), n = c % (size_t)P->N;
+      double da = P->ref[row * P->N + n], gg = fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), uu = fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]);
+      double sg = 1.0 / (1.0 + exp(-gg));
+      r = c < (size_t)P->N ? da * uu * sg * (1.0 + gg * (1.0 - sg)) : da * gg * sg;
     }
     if (cfg.out_bf16) {
       uint16_t v = ((uint16_t *)h)[i];
@@ -293,7 +346,17 @@ static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) 
     if (fabs(g - r) > worst) worst = fabs(g - r);
   }
   long mism = -1;
-  if (cfg.swiglu && companion_out) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result */
+  if (cfg.swiglu == 2 && companion_out) { /* bit-exact against the CPU SwiGLU backward (fb_moe.h) of the FP32 GEMM result */
+    mism = 0;
+    for (size_t i = 0; i < nout; ++i) {
+      size_t row = i / (2 * (size_t)P->N), c = i % (2 * (size_t)P->N), n = c % (size_t)P->N;
+      float dg, du;
+      fbo_swiglu_bwd(fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]),
+                     companion_out[row * P->N + n], &dg, &du);
+      if (((uint16_t *)h)[i] != fb_bf16_from_f32(c < (size_t)P->N ? dg : du)) ++mism;
+    }
+  }
+  if (cfg.swiglu == 1 && companion_out) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result */
     mism = 0;
     for (size_t i = 0; i < nout; ++i) {
       size_t row = i / (size_t)f, n = i % (size_t)f;
@@ -307,7 +370,7 @@ static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) 
   int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= 1e-5);
   printf("  %-58s %-9s rel %.2e  max|d| %.2e  unwritten/NaN %ld", u->v.name, dist_name[P->dist], rel, worst, nonfinite);
   if (cfg.out_bf16) printf("  beyond rounding %.2e  >1ulp %ld  !=RNE(ref) %ld", relx, off_ulp, not_rne);
-  if (mism >= 0) printf("  vs CPU SwiGLU of the FP32 GEMM: %ld differ", mism);
+  if (mism >= 0) printf("  vs CPU %s of the FP32 GEMM: %ld differ", cfg.swiglu == 2 ? "SwiGLU bwd" : "SwiGLU", mism);
   if (mism > 0) fail = 1;
   printf("  %s\n", fail ? "FAIL" : "ok");
   return fail;
@@ -320,7 +383,8 @@ typedef struct {
 } bshape;
 static const bshape bshapes[] = {
     {"S1_w13fwd_balanced", 0, 48, 0, 4096, 5120, 0}, {"S1_w13fwd_zipf", 0, 48, 0, 4096, 5120, 1},
-    {"S1_w2fwd_balanced", 0, 48, 0, 5120, 2048, 0},  {"S2_w13fwd", 0, 8, 0, 4096, 5120, 2},
+    {"S1_w2fwd_balanced", 0, 48, 0, 5120, 2048, 0},  {"S1_w2dgrad_balanced", 0, 48, 0, 2048, 5120, 0},
+    {"S2_w13fwd", 0, 8, 0, 4096, 5120, 2},
     {"S1_wgrad13_balanced", 1, 48, 4096, 5120, 0, 0}, {"S1_wgrad13_zipf", 1, 48, 4096, 5120, 0, 1},
     {"S2_wgrad13", 1, 8, 4096, 5120, 0, 2},
 };
@@ -385,6 +449,7 @@ static float time_gemm(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gem
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a crash keeps what was printed */
   int compile_only = 0, debug = 0;
   const char *shapes_out = NULL, *peer = NULL;
   const char *only = NULL;
@@ -531,6 +596,8 @@ int main(int argc, char **argv) {
         CUdeviceptr A = balloc(ar * ak * (kind == 0 ? 2 : 1)), B = balloc(br * ak * (kind == 2 ? 1 : 2));
         CUdeviceptr asf = balloc(ar * ak / 16), bsf = balloc(br * ak / 32), ao = balloc(ar * 4), bo = balloc((size_t)b->E * 4);
         CUdeviceptr out = balloc(outn * 4), offs = up(off, sizeof(long long) * (size_t)(b->E + 1));
+        CUdeviceptr hbuf = balloc(b->mode ? 16 : (size_t)rows * 2 * b->N * 2); /* H for the SwiGLU backward */
+        if (!b->mode) fill_random(hbuf, (size_t)rows * 2 * b->N * 2, 0);
         fill_random(A, ar * ak * (kind == 0 ? 2 : 1), kind == 0 ? 0 : 1);
         fill_random(B, br * ak * (kind == 2 ? 1 : 2), kind == 2 ? 1 : 0);
         fill_random(asf, ar * ak / 16, kind == 1 ? 2 : 3); /* kind 3 reads the first ar * ak / 32 as E8M0 */
@@ -543,7 +610,7 @@ int main(int argc, char **argv) {
           fb_gemm_cfg cfg;
           CK(fb_gemm_config(&u->k, &u->v, &cfg));
           if (b->N % cfg.tile_n || (b->mode && b->M % cfg.tile_m)) continue;
-          fb_gemm_args ga = {A, B, out, offs, kind ? asf : 0, kind == 2 ? bsf : 0, kind == 1 ? ao : 0, kind == 1 ? bo : 0, rows, b->E, b->M, b->N, b->K};
+          fb_gemm_args ga = {A, B, out, offs, kind ? asf : 0, kind == 2 ? bsf : 0, kind == 1 ? ao : 0, kind == 1 ? bo : 0, rows, b->E, b->M, b->N, b->K, hbuf, bsf, 0x5A5A0F0Fu};
           fb_kp_gemm kp;
           CK(fb_gemm_params(&cfg, &ga, &kp));
           fb_kernel kern;
@@ -555,8 +622,8 @@ int main(int argc, char **argv) {
           double tf = flops / (ms * 1e-3) / 1e12, pe = pt[i][kind >= 2 ? 1 : 0], ce = dense[kind == 2 ? 1 : 0];
           printf("%-22s %-62s %8.3f %8.1f %8.1f %6.2f %6.1f%%\n", b->name, u->v.name, ms, tf, pe, pe > 0 ? tf / pe : 0, ce > 0 ? 100 * tf / ce : 0);
         }
-        CUdeviceptr fr[] = {A, B, asf, bsf, ao, bo, out, offs};
-        for (int q = 0; q < 8; ++q) fb_cu.MemFree(fr[q]);
+        CUdeviceptr fr[] = {A, B, asf, bsf, ao, bo, out, offs, hbuf};
+        for (int q = 0; q < 9; ++q) fb_cu.MemFree(fr[q]);
       }
     }
   }
