@@ -54,7 +54,6 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     return 1;
   case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
     if (!strstr(k->name, "_sm90a")) { *why = "Blackwell (tcgen05) GEMM templates arrive in a later issue: the GEMMs are sm_90a only"; return 0; }
-    if (k->op == FB_OP_GEMM_FWD13 && q->format != FB_FMT_BF16) { *why = "w13 fwd: the SwiGLU epilogue writes BF16 A; the fused quantization of A is not written yet"; return 0; }
     if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6) { *why = "w2 fwd: a combine payload other than BF16 or S2F6"; return 0; }
     if (k->op == FB_OP_GEMM_FWD2 && q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) { *why = "w2 fwd: the S2F6 epilogue applies RHT-32 only"; return 0; }
     if (k->src.format == FB_FMT_S2F6) { *why = "S2F6 GEMM operands: not a recipe format"; return 0; }
@@ -65,6 +64,10 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
       *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", NULL}};
     else
       *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", NULL}};
+    return 1;
+  case FB_OP_BCOPY:
+    if (q->format != FB_FMT_NVFP4 && q->format != FB_FMT_MXFP8) { *why = "bcopy: NVFP4 or MXFP8 sources only"; return 0; }
+    *c = (choice){"gemm_bcopy.cuh", {"threads", NULL}};
     return 1;
   case FB_OP_ROUTER:
     *c = (choice){"router.cuh", {"threads", NULL}};
@@ -241,6 +244,8 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
     fb_str_printf(d, "FB_OUT_BF16 %d\nFB_RHT %d\nFB_S2F6 %d\n", k->out_bf16 ? 1 : 0, s2f6 && q->rht ? 1 : 0, s2f6);
   } else if (!strcmp(tmpl, "swiglu.cuh")) {
     fb_str_printf(d, "FB_BWD %d\n", k->op == FB_OP_SWIGLU_BWD);
+  } else if (!strcmp(tmpl, "gemm_bcopy.cuh")) {
+    fb_str_printf(d, "FB_SRC %d\n", q->format == FB_FMT_NVFP4 ? 1 : 2);
   } else if (!strcmp(tmpl, "gemm_sm90.cuh")) {
     int kind = gemm_kind(k), wgrad = k->op == FB_OP_GEMM_WGRAD;
     int ao = kind == 1 ? (k->act.outer == FB_GRAN_TENSOR ? 2 : 1) : 0, bo = kind == 1 ? (k->src.outer == FB_GRAN_TENSOR ? 2 : 1) : 0;

@@ -20,7 +20,7 @@ fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long
   if (!strcmp(tm, "quant_nvfp4.cuh")) {
     if (k->q.two_d) *gx = cap((rows / 16 + (long long)ngroups + 1) * (cols / 16) / t + 1, 4096);
     else *gx = cap((rows + param(v, "rows", 16) - 1) / param(v, "rows", 16), 1ll << 31);
-  } else if (!strcmp(tm, "quant_mxfp8.cuh") || !strcmp(tm, "s2f6.cuh")) {
+  } else if (!strcmp(tm, "quant_mxfp8.cuh") || !strcmp(tm, "s2f6.cuh") || !strcmp(tm, "gemm_bcopy.cuh")) {
     *gx = cap((rows * cols / 32 + t - 1) / t, 16384);
   } else if (!strcmp(tm, "mx_col.cuh")) {
     long long tc = param(v, "cols", 64); /* a CTA per 1024-row band of tc columns */

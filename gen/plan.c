@@ -112,11 +112,10 @@ static fb_kernel_spec KG(fb_op op, const fb_qspec *q, const fb_qspec *src, const
 static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   const fb_model *m = &b->p->recipe->model;
   fb_format F = L->fwd_act.format, B = L->bwd_grad.format, D = L->dispatch;
-  char act[64], out13[64], comb[64], w[64], g_row[64], g_col[64], s_act[64], s_w[64], dst[64], dstw[64];
+  char act[64], comb[64], w[64], g_row[64], g_col[64], s_act[64], s_w[64], dst[64], dstw[64];
   qtag(&L->fwd_act, -1, act, sizeof act);
   qtag(&L->combine, -1, comb, sizeof comb);
   qtag(&L->fwd_weight, -1, w, sizeof w);
-  snprintf(out13, sizeof out13, "%s", act);
   srctag(&L->fwd_act, s_act, sizeof s_act);
   srctag(&L->fwd_weight, s_w, sizeof s_w);
   const char *f = fb_format_name(F), *bw = fb_format_name(B);
@@ -133,7 +132,16 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   if (D == FB_FMT_NVFP4) FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_nvfp4_%s", gran_tag(L->fwd_act.outer)));
   else FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_%s", fb_format_name(D)));
   if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, K(FB_OP_QUANT, &L->fwd_act, NULL, 0), "quant", "quantize dispatched tokens on arrival", "quant_%s_row", act));
-  FB_TRY(add(b, KG(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, &L->fwd_act), "gemm", "w13 fwd H = X W13^T; epilogue SwiGLU, quantize A", "gemm_fwd_%sx%s_%s_swiglu", f, f, out13));
+  /* Hopper has no FP4 tensor cores and its FP8 wgmma sums with about 14 bits: the sm_90a GEMMs multiply a decoded A
+     by an exact BF16 copy of the B operand (gemm_bcopy.cuh); Blackwell multiplies the formats themselves */
+  const int hopper = !strcmp(b->p->arch, "sm_90a");
+  if (hopper && F != FB_FMT_BF16)
+    FB_TRY(add(b, K(FB_OP_BCOPY, &L->fwd_weight, NULL, 0), "quant", "weights: exact BF16 copy for the Hopper GEMM (once per step)", "bcopy_%s", f));
+  /* the SwiGLU epilogue writes A in BF16; its per-token (or MXFP8) quantization is the dispatch's quant_*_row kernel,
+     a second pass, because a per-token scale needs the whole row of f values and a tile holds a slice of it */
+  FB_TRY(add(b, KG(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, &L->fwd_act), "gemm",
+             F == FB_FMT_BF16 ? "w13 fwd H = X W13^T; epilogue SwiGLU -> A" : "w13 fwd H = X W13^T; epilogue SwiGLU -> A (BF16; quant_*_row quantizes it)",
+             "gemm_fwd_%sx%s_bf16_swiglu", f, f));
   FB_TRY(add(b, KG(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, &L->fwd_act), "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
   FB_TRY(add(b, K(FB_OP_UNPERMUTE, &L->combine, NULL, 0), "combine", "combine: dequantize, inverse RHT, router-weighted sum", "unpermute_%s", comb));
 
@@ -152,6 +160,8 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
     FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_weight, 1), "requant", "weights: dequantize and transpose to BF16", "requant_%s_bf16_t", s_w));
     FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_act, 1), "requant", "saved X and A: dequantize and transpose to BF16", "requant_%s_bf16_t", s_act));
   }
+  if (hopper && B == FB_FMT_MXFP8)
+    FB_TRY(add(b, K(FB_OP_BCOPY, &L->bwd_grad, NULL, 0), "quant", "requantized W, X, A: exact BF16 copy for the Hopper GEMM", "bcopy_%s", bw));
   FB_TRY(add(b, KG(FB_OP_GEMM_DGRAD2, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
   FB_TRY(add(b, KG(FB_OP_GEMM_WGRAD, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
   FB_TRY(add(b, KG(FB_OP_GEMM_DGRAD13, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));

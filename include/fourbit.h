@@ -220,7 +220,8 @@ typedef enum {
   FB_OP_GEMM_FWD13, FB_OP_GEMM_FWD2, FB_OP_GEMM_DGRAD2, FB_OP_GEMM_WGRAD, FB_OP_GEMM_DGRAD13,
   FB_OP_REQUANT, FB_OP_ADAMW,
   FB_OP_S2F6_Q, FB_OP_S2F6_DQ, /* the combine payload's kernels on their own (tests, unfused paths) */
-  FB_OP_SWIGLU_FWD, FB_OP_SWIGLU_BWD /* SwiGLU on its own (tests, unfused paths; the GEMMs fuse it) */
+  FB_OP_SWIGLU_FWD, FB_OP_SWIGLU_BWD, /* SwiGLU on its own (tests, unfused paths; the GEMMs fuse it) */
+  FB_OP_BCOPY       /* sm_90a: the exact BF16 copy (K-permuted) of an NVFP4/MXFP8 GEMM operand (q: its format) */
 } fb_op;
 
 typedef struct {

@@ -13,6 +13,7 @@
 #include "fourbit.h"
 #include "fb_math.h"
 #include "fb_moe.h"
+#include "fb_kparams.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -376,6 +377,63 @@ static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) 
   return fail;
 }
 
+/* ---- the BF16 copy kernels (gemm_bcopy.cuh): bit-exact against fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref on
+   random bytes (every code and scale, NaN and subnormal ones included), then (--bench) timed at S1's W13 ---- */
+static int bcopy_units(unit *out, int max) {
+  int n = 0;
+  for (int src = 1; src <= 2; ++src) {
+    fb_kernel_spec k;
+    memset(&k, 0, sizeof k);
+    k.op = FB_OP_BCOPY;
+    k.q.format = src == 1 ? FB_FMT_NVFP4 : FB_FMT_MXFP8;
+    snprintf(k.name, sizeof k.name, "bcopy_%s_sm90a", src == 1 ? "nvfp4" : "mxfp8");
+    snprintf(k.family, sizeof k.family, "quant");
+    static const int th[2] = {128, 256};
+    fb_tune_family fam = {.nparams = 1, .nvariants = 2, .values = (int *)th};
+    snprintf(fam.family, sizeof fam.family, "quant");
+    snprintf(fam.param[0], sizeof fam.param[0], "threads");
+    fb_variant *vs;
+    int nv, pruned;
+    CK(fb_gen_variants(&k, &fam, &vs, &nv, &pruned, NULL, 0));
+    for (int j = 0; j < nv && n < max; ++j) {
+      memset(&out[n], 0, sizeof out[n]);
+      out[n].k = k, out[n].v = vs[j];
+      CK(fb_gen_source(&k, &vs[j], "tests/gpu/test_gemm.c", "-", &out[n].src));
+      ++n;
+    }
+    free(vs);
+  }
+  return n;
+}
+
+static int bcopy_check(const unit *u, const fb_kernel *kern, long long rows, long long K) {
+  int src = u->k.q.format == FB_FMT_NVFP4 ? 1 : 2;
+  size_t n = (size_t)(rows * K), cb = src == 1 ? n / 2 : n, sb = src == 1 ? n / 16 : n / 32;
+  uint8_t *c = malloc(cb), *sc = malloc(sb);
+  for (size_t i = 0; i < cb; ++i) c[i] = (uint8_t)rnd();
+  for (size_t i = 0; i < sb; ++i) sc[i] = (uint8_t)(i % 5 ? 0x30 + rnd() % 40 : rnd()); /* mostly normal, some anything */
+  uint16_t *ref = malloc(n * 2), *got = malloc(n * 2);
+  if (src == 1) CK(fb_gemm_weights_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
+  else CK(fb_gemm_mxfp8_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
+  CUdeviceptr dc = up(c, cb), ds = up(sc, sb), dout;
+  CU(fb_cu.MemAlloc(&dout, n * 2));
+  CU(fb_cu.MemsetD8(dout, 0xA5, n * 2));
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = dc, p.scales = ds, p.out = dout, p.rows = rows, p.cols = K;
+  unsigned gx, gy, th;
+  CK(fb_launch_dims(&u->k, &u->v, rows, K, 0, &gx, &gy, &th));
+  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  CU(fb_cu.CtxSynchronize());
+  CU(fb_cu.MemcpyDtoH(got, dout, n * 2));
+  long bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += got[i] != ref[i];
+  printf("  %-58s %lld x %lld  %ld of %zu differ  %s\n", u->v.name, rows, K, bad, n, bad ? "FAIL" : "ok");
+  fb_cu.MemFree(dc), fb_cu.MemFree(ds), fb_cu.MemFree(dout);
+  free(c), free(sc), free(ref), free(got);
+  return bad != 0;
+}
+
 /* ---- the benchmark (--bench): the design's shapes, each variant timed right after it passed its checks ---- */
 typedef struct {
   const char *name;
@@ -513,6 +571,8 @@ int main(int argc, char **argv) {
     }
     free(vs);
   }
+  int first_bcopy = nunits;
+  if (!only || strstr("bcopy", only) || strstr(only, "bcopy")) nunits += bcopy_units(units + nunits, 64 - nunits);
   int nt = 16;
   pthread_t th[16];
   for (int i = 0; i < nt; ++i) pthread_create(&th[i], NULL, compile_worker, NULL);
@@ -536,17 +596,26 @@ int main(int argc, char **argv) {
   CK(fb_cuda_device_info_get(0, &info));
   printf("device: %s, %d SMs\n", info.name, info.sm_count);
   int fails = bad, runs = 0;
+  for (int i = first_bcopy; i < nunits; ++i) {
+    unit *u = &units[i];
+    if (u->st != FB_OK) continue;
+    fb_kernel kern;
+    CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
+    int f = bcopy_check(u, &kern, 77, 320) | bcopy_check(u, &kern, 1024, 2048);
+    u->failed = f, fails += f, runs += 2;
+    fb_kernel_unload(&kern);
+  }
   for (int kind = 0; kind < 4; ++kind)
     for (int mode = 0; mode < 2; ++mode)
       for (int to = 0; to < 2; ++to) {
         int any = 0;
-        for (int i = 0; i < nunits; ++i)
+        for (int i = 0; i < first_bcopy; ++i)
           any |= units[i].st == FB_OK && units[i].g->kind == kind && units[i].g->mode == mode && units[i].g->tensor_outer == to;
         if (!any) continue;
         for (int dist = 0; dist < 2; ++dist) {
           problem P;
           make_problem(&P, kind, mode, to, dist);
-          for (int i = 0; i < nunits; ++i) {
+          for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
             if (u->st != FB_OK || u->g->kind != kind || u->g->mode != mode || u->g->tensor_outer != to) continue;
             fb_kernel kern;
@@ -591,7 +660,7 @@ int main(int argc, char **argv) {
       for (int kind = 0; kind < 4; ++kind) {
         if (kind == 1 && b->mode) continue;
         int any = 0;
-        for (int j = 0; j < nunits; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2) && units[j].g->kind == kind && units[j].g->mode == b->mode;
+        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2) && units[j].g->kind == kind && units[j].g->mode == b->mode;
         if (!any) continue;
         CUdeviceptr A = balloc(ar * ak * (kind == 0 ? 2 : 1)), B = balloc(br * ak * (kind == 2 ? 1 : 2));
         CUdeviceptr asf = balloc(ar * ak / 16), bsf = balloc(br * ak / 32), ao = balloc(ar * 4), bo = balloc((size_t)b->E * 4);
@@ -604,7 +673,7 @@ int main(int argc, char **argv) {
         fill_random(bsf, br * ak / 32, 3);
         fill_random(ao, ar * 4, 4);
         fill_random(bo, (size_t)b->E * 4, 4);
-        for (int j = 0; j < nunits; ++j) {
+        for (int j = 0; j < first_bcopy; ++j) {
           unit *u = &units[j];
           if (u->st != FB_OK || (u->failed && kind != 2) || u->g->kind != kind || u->g->mode != b->mode) continue;
           fb_gemm_cfg cfg;

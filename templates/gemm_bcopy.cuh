@@ -1,0 +1,50 @@
+/* gemm_bcopy.cuh — the exact BF16 copy of a block-scaled operand that the Hopper GEMMs (gemm_sm90.cuh, FB_KIND 1 and
+ * 3) multiply by, made once per step: NVFP4 (FB_SRC 1) e2m1(q) * float(sf) with no outer scale (the GEMM's epilogue
+ * applies it), or MXFP8 (FB_SRC 2) e4m3(q) * 2^(e-127); BF16 by round-to-nearest-even, which never acts for NVFP4
+ * (at most 6 significant bits) and acts for MXFP8 only below BF16's normal range. K is permuted inside every 32-group
+ * (NVFP4: position P holds element fb_gemm_kperm(P)) or 16-group (MXFP8: fb_gemm_kperm16) so that the copy meets the
+ * register fragment of the decoded A operand. As fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref (runtime/gemm_host.c).
+ * A thread per 32-group; reads p.in (codes), p.scales; writes p.out (BF16, rows x cols); p.rows, p.cols (cols % 32 == 0).
+ * Parameters: FB_KERNEL, FB_THREADS, FB_SRC. */
+#include "fb_formats.h"
+#include "fb_kparams.h"
+
+static __device__ __forceinline__ unsigned fbb_bf16(float x) { /* RNE, NaN kept quiet */
+  unsigned u = fbf_f2u(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  const long long ng = p.rows * p.cols / 32;
+  for (long long g = (long long)blockIdx.x * FB_THREADS + threadIdx.x; g < ng; g += (long long)gridDim.x * FB_THREADS) {
+    float v[32];
+#if FB_SRC == 1
+    const uint4 c = reinterpret_cast<const uint4 *>(p.in)[g];
+    const unsigned short s2 = reinterpret_cast<const unsigned short *>(p.scales)[g];
+    const float sf[2] = {fbf_e4m3_dec(s2 & 0xFFu), fbf_e4m3_dec(s2 >> 8)};
+    const unsigned w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = fbf_e2m1_dec((w[i >> 3] >> (4 * (i & 7))) & 15u) * sf[i >> 4];
+#else
+    const uint4 c0 = reinterpret_cast<const uint4 *>(p.in)[2 * g], c1 = reinterpret_cast<const uint4 *>(p.in)[2 * g + 1];
+    const float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.scales)[g]);
+    const unsigned w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = fbf_e4m3_dec((w[i >> 2] >> (8 * (i & 3))) & 255u) * sc;
+#endif
+    unsigned o[16];
+#pragma unroll
+    for (int P = 0; P < 32; P += 2) {
+#if FB_SRC == 1
+      const int e0 = 8 * (((P & 15) & 7) >> 1) + 4 * (P >> 4) + 2 * ((P & 15) >> 3) + (P & 1), e1 = e0 + 1;
+#else
+      const int p16 = P & 15, e0 = (P & 16) + 4 * ((p16 & 7) >> 1) + 2 * (p16 >> 3) + (p16 & 1), e1 = e0 + 1;
+#endif
+      o[P / 2] = fbb_bf16(v[e0]) | (fbb_bf16(v[e1]) << 16);
+    }
+    uint4 *d = reinterpret_cast<uint4 *>(p.out) + 4 * g;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) d[k] = make_uint4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);
+  }
+}
