@@ -42,6 +42,17 @@ except Exception as e:  # noqa: BLE001
 print(f"dense cuBLAS 8192^3: BF16 {dense_bf16:.0f} TFLOP/s, FP8 {dense_fp8:.0f} TFLOP/s")
 out.append(f"dense {dense_bf16:.1f} {dense_fp8:.1f}")
 del a, b, a8, b8
+# the BF16 weight copy's peer: torch's plain FP8 -> BF16 cast of S1's W13 (48 x 4096 x 5120), and its device copy
+w8 = torch.randn(48 * 4096, 5120, device=dev, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+t = median_ms(lambda: w8.to(torch.bfloat16))
+cast = 3 * w8.numel() / (t * 1e-3) / 1e9
+wb = torch.empty(w8.shape, device=dev, dtype=torch.bfloat16)
+wc = torch.empty_like(wb)
+t = median_ms(lambda: wc.copy_(wb))
+copy = 4 * wb.numel() / (t * 1e-3) / 1e9
+print(f"W13 FP8 -> BF16 cast {cast:.0f} GB/s, BF16 copy {copy:.0f} GB/s")
+out.append(f"bcopy {cast:.1f} {copy:.1f}")
+del w8, wb, wc
 
 for line in open(sys.argv[1]):
     f = line.split()
