@@ -6,7 +6,7 @@
  *   FB_WFMT 1  NVFP4: atomically maxes |w_new| (NaN ignored) per tensor (FB_AMAX 0: p.amax[0]) or per expert
  *              (FB_AMAX 1: p.amax[e]), as templates/amax.cuh does; p.amax must hold zeros before the launch.
  *              quant_nvfp4.cuh with FB_IN_F32 1 then quantizes the new masters in a second launch.
- *   FB_WFMT 2  MXFP8, fused: a thread per block of 32 along a row, quantized as fb_mxfp8_quantize
+ *   FB_WFMT 2  MXFP8, fused: a lane per 4 elements, 8 lanes per block of 32 along a row, quantized as fb_mxfp8_quantize
  *              (FB_SR: stochastic rounding, Philox key (p.seed, p.stream), counter p.step; else RN); p.out
  *              E4M3 codes, p.out_scales E8M0.
  * Reads and writes p.master, p.m, p.v; reads p.in (the gradient FP32), p.rows, p.cols, p.experts and the
@@ -58,60 +58,61 @@ static __device__ __forceinline__ void flag(const fb_kp_moe &p, unsigned bad) {
 }
 
 #if FB_WFMT == 2
+/* A lane per 4 consecutive elements, so that each of the warp's loads and stores is 512 (128) contiguous bytes; the
+ * 8 lanes of a block of 32 meet for its amax (three shuffles). cols % 32 == 0: no block straddles rows, and the
+ * 8 lanes of a block are all in range or all out. */
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_moe p) {
-  const long long nblk = p.rows * p.cols / 32;
+  const long long nvec = p.rows * p.cols / 4;
+  const int lane = threadIdx.x & 31;
   unsigned bad = 0;
-  for (long long b = (long long)blockIdx.x * FB_THREADS + threadIdx.x; b < nblk; b += (long long)gridDim.x * FB_THREADS) {
-    float w[32], a = 0.0f; /* only the new weights stay live: 4 at a time of m, v, g */
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const long long i = b * 32 + 4 * k;
+  /* warp-uniform trip count: the shuffles need every lane */
+  for (long long wv = (long long)blockIdx.x * FB_THREADS + (threadIdx.x & ~31); wv < nvec; wv += (long long)gridDim.x * FB_THREADS) {
+    const long long vi = wv + lane, i = vi * 4;
+    const bool ok = vi < nvec;
+    float w[4] = {0.0f, 0.0f, 0.0f, 0.0f}, a = 0.0f;
+    if (ok) {
       float m[4], v[4], g[4];
-      ld<4>(reinterpret_cast<const float *>(p.master) + i, w + 4 * k);
+      ld<4>(reinterpret_cast<const float *>(p.master) + i, w);
       ld<4>(reinterpret_cast<const float *>(p.m) + i, m);
       ld<4>(reinterpret_cast<const float *>(p.v) + i, v);
       ld<4>(reinterpret_cast<const float *>(p.in) + i, g);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        upd(p, w[4 * k + j], m[j], v[j], g[j]);
-        float x = fabsf(w[4 * k + j]);
-        bad |= (unsigned)!(x <= FBF_FLT_MAX);
-        if (x > a || x != x) a = a != a ? a : x; /* NaN propagates: the scale becomes 0xFF */
+        upd(p, w[j], m[j], v[j], g[j]);
+        bad |= (unsigned)!(fabsf(w[j]) <= FBF_FLT_MAX);
+        a = fbf_absmax_nan(a, w[j]); /* NaN propagates: the scale becomes 0xFF */
       }
-      st<4>(reinterpret_cast<float *>(p.master) + i, w + 4 * k);
+      st<4>(reinterpret_cast<float *>(p.master) + i, w);
       st<4>(reinterpret_cast<float *>(p.m) + i, m);
       st<4>(reinterpret_cast<float *>(p.v) + i, v);
     }
-    unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
-    float inv = fbf_pow2(127 - (int)e);
-    unsigned r[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) a = fbf_absmax_nan(a, __shfl_xor_sync(FB_FULL, a, o));
+    if (!ok) continue;
+    const unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
+    unsigned q;
 #if FB_SR
-    for (int h = 0; h < 2; ++h) {
-      unsigned long long c = (unsigned long long)b * 2 + h;
+    /* element i's random byte: byte i % 16 of Philox(counter i / 16): word vi % 4 of the call */
+    unsigned r4[4];
+    {
+      const unsigned long long c = (unsigned long long)vi >> 2;
       fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
-      fb_philox4x32_10(ctr, key, r + 4 * h);
+      fb_philox4x32_10(ctr, key, r4);
     }
-#endif
-    unsigned q[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      unsigned word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float x = w[4 * k + j] * inv;
-#if FB_SR
-        unsigned c = fbf_e4m3_sr(x, (r[k] >> (8 * j)) & 255u);
+    const unsigned rw = (vi & 2) ? ((vi & 1) ? r4[3] : r4[2]) : ((vi & 1) ? r4[1] : r4[0]);
+    if (e <= FBF_SRZ_EMAX) { /* fb_formats.h's branch-free block SR */
+      q = fbf_e4m3x4_srz(w[0], w[1], w[2], w[3], fbf_srz_scale(e), rw);
+    } else {
+      const float inv = fbf_pow2(127 - (int)e);
+      q = fbf_e4m3x2_sr(w[0] * inv, w[1] * inv, rw & 255u, (rw >> 8) & 255u) |
+          fbf_e4m3x2_sr(w[2] * inv, w[3] * inv, (rw >> 16) & 255u, rw >> 24) << 16;
+    }
 #else
-        unsigned c = fbf_e4m3_rn(x);
+    const float inv = fbf_pow2(127 - (int)e);
+    q = fbf_e4m3x2_rn(w[0] * inv, w[1] * inv) | fbf_e4m3x2_rn(w[2] * inv, w[3] * inv) << 16;
 #endif
-        word |= c << (8 * j);
-      }
-      q[k] = word;
-    }
-    uint4 *o = reinterpret_cast<uint4 *>(p.out) + b * 2;
-    o[0] = make_uint4(q[0], q[1], q[2], q[3]);
-    o[1] = make_uint4(q[4], q[5], q[6], q[7]);
-    reinterpret_cast<unsigned char *>(p.out_scales)[b] = (unsigned char)e;
+    reinterpret_cast<unsigned *>(p.out)[vi] = q;
+    if ((lane & 7) == 0) reinterpret_cast<unsigned char *>(p.out_scales)[vi >> 3] = (unsigned char)e;
   }
   flag(p, bad);
 }

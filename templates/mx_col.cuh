@@ -141,7 +141,8 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   /* a CTA owns a band of FB_COLS columns and SB = 1024 rows (tiles of TR rows, one after another), so that
    * it writes each output row's 32 scale bytes of the band as one whole sector at the end, rather than
    * bytes scattered over sectors that other CTAs fill (partial-sector writes cost a read of the sector) */
-  __shared__ unsigned char sc[FB_COLS][32];
+  __shared__ uint4 sc4[FB_COLS * 2];
+  unsigned char(*sc)[32] = reinterpret_cast<unsigned char(*)[32]>(sc4);
   const long long SB = 1024;
   const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -193,12 +194,21 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
     }
   }
     __syncthreads();
-    /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32 */
+    /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32; a whole
+     * band of a matrix whose rows are a multiple of 512 writes them as two aligned 16-byte stores */
     const int nsb = (int)((b1 - b0) >> 5);
-    for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
-      int cc = k / nsb, j = k % nsb;
-      long long col = c0 + cc;
-      if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = sc[cc][j];
+    if (nsb == 32 && p.rows % 512 == 0) {
+      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+        const long long col = c0 + (k >> 1);
+        if (col < p.cols)
+          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] = sc4[k];
+      }
+    } else {
+      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+        int cc = k / nsb, j = k % nsb;
+        long long col = c0 + cc;
+        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = sc[cc][j];
+      }
     }
   }
 }
