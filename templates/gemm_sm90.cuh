@@ -39,6 +39,9 @@
 #ifndef FB_DEBUG
 #define FB_DEBUG 0
 #endif
+#ifndef FB_EPI_CHEAP
+#define FB_EPI_CHEAP 0
+#endif
 
 #if FB_KIND == 2 && defined(FB_WEIGHTS_BF16)
 #if FB_WEIGHTS_BF16
@@ -679,8 +682,13 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #pragma unroll
           for (int t = 0; t < 2; ++t) {
             float dg0, du0, dg1, du1;
+#if FB_EPI_CHEAP /* diagnostics only (test_gemm --cheap-epilogue): the same data movement without the math */
+            dg0 = d[2 * t] * __uint_as_float(uw[t] << 16), du0 = d[2 * t] * __uint_as_float(gw[t] << 16);
+            dg1 = d[2 * t + 1] * __uint_as_float(uw[t] & 0xFFFF0000u), du1 = d[2 * t + 1] * __uint_as_float(gw[t] & 0xFFFF0000u);
+#else
             fbo_swiglu_bwd(__uint_as_float(gw[t] << 16), __uint_as_float(uw[t] << 16), d[2 * t], &dg0, &du0);
             fbo_swiglu_bwd(__uint_as_float(gw[t] & 0xFFFF0000u), __uint_as_float(uw[t] & 0xFFFF0000u), d[2 * t + 1], &dg1, &du1);
+#endif
             dgw[t] = (u32)fbo_bf16_rne(dg0) | ((u32)fbo_bf16_rne(dg1) << 16);
             duw[t] = (u32)fbo_bf16_rne(du0) | ((u32)fbo_bf16_rne(du1) << 16);
           }
@@ -697,7 +705,11 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
           for (int t = 0; t < 4; ++t) {
             const int i = 4 * (jb + t / 2) + 2 * h + (t & 1);
             const float g = acc[mw][i] * so, u = acc[mw][i + BN / 4] * so;
+#if FB_EPI_CHEAP
+            a4[t] = g * u;
+#else
             a4[t] = fbm_siluf(g) * u;
+#endif
           }
           u32 p0, p1;
           asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(a4[1]), "f"(a4[0]));

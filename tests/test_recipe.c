@@ -243,7 +243,7 @@ static void test_plan(void **state) {
   assert_int_equal(gemms, 7);
   int found = 0;
   for (int i = 0; i < p->nkernels; ++i)
-    if (!strcmp(p->kernels[i].name, "gemm_fwd_nvfp4xnvfp4_nvfp4_4o6_tok_swiglu_sm90a")) {
+    if (!strcmp(p->kernels[i].name, "gemm_fwd_nvfp4xnvfp4_bf16_swiglu_sm90a")) {
       found = 1;
       assert_int_equal(p->kernels[i].nlayers, 40);
       assert_int_equal(p->kernels[i].first_layer, 1);
