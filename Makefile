@@ -41,7 +41,7 @@ GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
-GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm
+GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
 
 # The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
@@ -132,6 +132,7 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_tune.sh (sweeps on the emulated worker)"; bash tests/test_tune.sh $(BUILD)/fourbit
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
 	$(Q)echo "== test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)"; $(BUILD)/gpu/test_gemm --compile-only > $(BUILD)/test_gemm_compile.log || { cat $(BUILD)/test_gemm_compile.log; exit 1; }; tail -1 $(BUILD)/test_gemm_compile.log
+	$(Q)echo "== test_train_gpu --compile-only (every kernel of the GPU train step compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_train_gpu --compile-only
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 

@@ -1,0 +1,869 @@
+/* experts_gpu.c — the expert layer on one GPU: the fb_expert_ops of experts_gpu.h. Every step of NUMERICS.md's "expert
+ * layer, op by op" runs as a generated kernel (templates/), in this order (T tokens, D d_model, F d_ff, E experts,
+ * R permuted rows, each expert's padded to FB_GPU_EXPERT_PAD = 128, the wgrad GEMM's K tile):
+ *
+ * forward
+ *   dispatch   quant_{nvfp4|mxfp8}_..._row on the T x D tokens (stream X), then permute (4 passes) gathers the
+ *              payload planes (codes, scales, per-token S_dec) into expert order: the payload w13 reads and the
+ *              backward reuses.
+ *   weights    the FP32 masters are copied up and quantized by quant_*_f32_row (NVFP4: per-expert or per-tensor amax
+ *              from the host, the only host work on them; streams W13 / W2), then bcopy makes the exact BF16 copy the
+ *              Hopper GEMMs multiply by. (The GPU AdamW kernel writes these directly once the optimizer runs on the
+ *              GPU; runtime/train.c's AdamW is on the host today.)
+ *   w13        GEMM H = X W13^T with BF16 output (R x 2F), then swiglu_fwd -> A (BF16), then A quantized as fwd.act
+ *              (stream A). Not the fused SwiGLU epilogue: that one computes silu(g)*u from the FP32 accumulators,
+ *              while the recipe's reference (model_experts.c) rounds H to BF16 first and the backward needs H.
+ *   w2         GEMM with the RHT-32 + S2F6 epilogue (the combine payload) -> unpermute (S2F6, inverse RHT, router
+ *              weights, BF16 out) -> y. The payload is also copied back: dL/dtopk_w needs Y^ (below).
+ * backward (MXFP8 with SR, the recipe's)
+ *   dY         built on the HOST: dY[row] = bf16(w * bf16(dy[t])) in expert order, and dtopk_w[t,s] = <dy[t], Y^[row]>
+ *              in double, with Y^ the S2F6 payload dequantized by the host library (no GPU kernel multiplies gathered
+ *              rows by the router weight or reduces these dot products yet). Copied up once.
+ *   w2 dgrad   quant_mxfp8_sr_row(dY, stream DY_ROW); requant W2 (NVFP4/MXFP8 -> FP32 -> transposed MXFP8 SR, stream
+ *              W2_T) as one E*D x F matrix, as the CPU does (so the SR element indices agree), then its F x (E*D) result
+ *              regrouped per expert into (E*F) x D with device-to-device copies (a requant that writes the grouped
+ *              layout would remove them: templates/mx_col.cuh's change, listed in the report), bcopy, GEMM -> dA
+ *              (BF16), swiglu_bwd(H, dA) -> dH (BF16). Unfused for the same reason as the forward.
+ *   w2 wgrad   quant_mxfp8_sr_col(dY, DY_COL) (D x R); requant A (A_T) (F x R) + bcopy; wgrad GEMM -> dW2 (E x D x F).
+ *   w13 dgrad  quant_mxfp8_sr_row(dH, DH_ROW); requant W13 (W13_T), regrouped, bcopy; GEMM -> dX rows (BF16);
+ *              unpermute (BF16, weights 1, FP32 out) -> dx.
+ *   w13 wgrad  quant_mxfp8_sr_col(dH, DH_COL); requant X (X_T) + bcopy; wgrad GEMM -> dW13.
+ * Copied back: y, dx, dw13, dw2 (what fb_expert_ops returns), the row map and the combine payload (for the host
+ * pieces above). Everything else stays on the device; a layer's saved tensors live there from its forward to its
+ * backward.
+ *
+ * Not done here (refused with FB_EINVAL naming the field): a BF16 forward, NVFP4 activations without per-token outer
+ * scales, a BF16 combine, an NVFP4 or BF16 backward, wgrad_rht, E5M2, exact (gradient-check) mode; dimensions the
+ * GEMM tiles do not divide (D and F multiples of 128). The router and its backward stay in model.c on the host.
+ *
+ * Agreement with the CPU path (model_experts.c): the dispatch payload, the quantized weights and their requantized
+ * transposes, and the routing are defined identically (bit-exact); the GEMMs sum in another order (their outputs
+ * agree to FP32 rounding, and what is quantized from them can flip at rounding ties); SR-quantized tensors laid out
+ * by permuted row (dY, dH, A_T, X_T) draw other random bits because the rows are padded to 128 here and to 32 there. */
+#include "experts_gpu.h"
+
+#include "fb_cuda.h"
+#include "fb_error.h"
+#include "fb_gemm_host.h"
+#include "fb_kparams.h"
+#include "model_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAD FB_GPU_EXPERT_PAD
+#define MAXK 128
+
+typedef struct {
+  char key[256];
+  fb_kernel_spec spec;
+  fb_variant v;
+  fb_kernel k;
+  int shared; /* k belongs to an earlier entry (the same variant for another shape) */
+} kent;
+
+struct fb_gpu_experts {
+  fb_gpu_experts_opts o;
+  fb_expert_ops ops;
+  fb_plan *plan;
+  int sms;
+  kent kt[MAXK];
+  int nk;
+  fb_gpu_experts_stats st;
+};
+
+/* GEMM shape a variant must divide (gemm = 0: any variant) */
+typedef struct { int gemm, mode, M, N, K; } gfit;
+
+static int vparam(const fb_variant *v, const char *n, int d) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], n)) return v->value[i];
+  return d;
+}
+
+static int fits(const fb_variant *v, const gfit *f) {
+  if (!f || !f->gemm) return 1;
+  int tm = vparam(v, "tile_m", 128), tn = vparam(v, "tile_n", 128), tk = vparam(v, "tile_k", 64);
+  if (f->N % tn) return 0;
+  if (f->mode == 0 && f->K % tk) return 0;
+  if (f->mode == 1 && (f->M % tm || PAD % tk)) return 0;
+  return 1;
+}
+
+/* The kernel of spec k (fitting f): from the table, else the cache (the caller's lookup), else NVRTC. */
+static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, const kent **out) {
+  char key[256];
+  snprintf(key, sizeof key, "%s|%d|%d|%d|%d|%d|%d|%d", k->name, f ? f->mode : 0, f ? f->M : 0, f ? f->N : 0, f ? f->K : 0,
+           k->out_bf16, k->top_k, k->experts);
+  for (int i = 0; i < g->nk; ++i)
+    if (!strcmp(g->kt[i].key, key)) { *out = &g->kt[i]; return FB_OK; }
+  if (g->nk == MAXK) return FB_ERR(FB_EINVAL, "experts gpu: more than %d kernels", MAXK);
+  const char *why = NULL;
+  if (!fb_gen_template(k, &why)) return FB_ERR(FB_EINVAL, "experts gpu: %s: %s", k->name, why ? why : "no template");
+  const fb_recipe *r = g->o.recipe;
+  const fb_tune_family *fam = NULL;
+  for (int i = 0; i < r->nfamilies; ++i)
+    if (!strcmp(r->families[i].family, k->family)) fam = &r->families[i];
+  if (!fam) return FB_ERR(FB_EINVAL, "experts gpu: %s: the recipe has no tune family '%s'", k->name, k->family);
+  fb_variant *vs = NULL;
+  int nv = 0, pick = -1;
+  FB_TRY(fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0));
+  void *cub = NULL;
+  size_t sz = 0;
+  char note[1400] = "";
+  if (g->o.lookup) {
+    char vn[192] = "";
+    char ln[1200] = "";
+    if (g->o.lookup(g->o.lookup_user, k, g->o.tokens, vn, sizeof vn, &cub, &sz, ln, sizeof ln) == FB_OK) {
+      for (int j = 0; j < nv && pick < 0; ++j)
+        if (!strcmp(vs[j].name, vn) && fits(&vs[j], f)) pick = j;
+      if (pick < 0) {
+        free(cub), cub = NULL;
+        snprintf(note, sizeof note, "cached %s does not fit this shape; ", vn);
+      } else {
+        snprintf(note, sizeof note, "cache: %s", ln);
+      }
+    } else {
+      snprintf(note, sizeof note, "not in the cache (%.900s); ", fb_errmsg());
+    }
+  }
+  for (int j = 0; j < nv && pick < 0; ++j)
+    if (fits(&vs[j], f)) pick = j;
+  if (pick < 0) {
+    free(vs);
+    return FB_ERR(FB_EINVAL, "experts gpu: %s: no variant of the recipe's '%s' tune family divides M %d N %d K %d", k->name,
+                  k->family, f ? f->M : 0, f ? f->N : 0, f ? f->K : 0);
+  }
+  kent *e = &g->kt[g->nk];
+  memset(e, 0, sizeof *e);
+  snprintf(e->key, sizeof e->key, "%s", key);
+  e->spec = *k, e->v = vs[pick];
+  free(vs);
+  for (int i = 0; i < g->nk; ++i)
+    if (!strcmp(g->kt[i].v.name, e->v.name) && !memcmp(&g->kt[i].spec, k, sizeof *k)) {
+      free(cub);
+      e->k = g->kt[i].k, e->shared = 1;
+      g->nk++;
+      *out = e;
+      return FB_OK;
+    }
+  fb_status s;
+  if (cub) {
+    s = g->o.compile_only ? FB_OK : fb_kernel_load(cub, e->v.name, &e->k);
+    free(cub);
+    if (s != FB_OK) return s;
+    g->st.from_cache++;
+  } else {
+    char *src = NULL;
+    FB_TRY(fb_gen_source(k, &e->v, r->path, g->plan->sha256, &src));
+    fb_cubin cb;
+    memset(&cb, 0, sizeof cb);
+    s = fb_nvrtc_compile(e->v.name, src, "sm_90a", &cb);
+    free(src);
+    if (s != FB_OK) return s;
+    s = g->o.compile_only ? FB_OK : fb_kernel_load(cb.cubin, e->v.name, &e->k);
+    g->st.compile_ms += cb.ms;
+    fb_cubin_free(&cb);
+    if (s != FB_OK) return s;
+    g->st.compiled++;
+    size_t n = strlen(note);
+    snprintf(note + n, sizeof note - n, "compiled (NVRTC)");
+  }
+  g->st.kernels++;
+  g->nk++;
+  if (g->o.log && g->o.verbose) fprintf(g->o.log, "  kernel %-64s %s\n", e->v.name, note);
+  *out = e;
+  return FB_OK;
+}
+
+/* ---- specs: the plan's where it has one of this name (the cache keys agree), else built here ---------------- */
+static void gran3(fb_gran o, char *b, size_t n) { snprintf(b, n, "%s", o == FB_GRAN_TOKEN ? "tok" : o == FB_GRAN_EXPERT ? "exp" : "ten"); }
+
+static fb_kernel_spec from_plan(const fb_gpu_experts *g, fb_kernel_spec k) {
+  for (int i = 0; i < g->plan->nkernels; ++i)
+    if (!strcmp(g->plan->kernels[i].name, k.name)) {
+      fb_kernel_spec p = g->plan->kernels[i];
+      p.top_k = k.top_k, p.experts = k.experts, p.out_bf16 = k.out_bf16, p.in_f32 = k.in_f32;
+      return p;
+    }
+  return k;
+}
+
+static fb_kernel_spec sp(fb_op op, const char *family, const char *fmt, ...) FB_PRINTF(3, 4);
+static fb_kernel_spec sp(fb_op op, const char *family, const char *fmt, ...) {
+  fb_kernel_spec k;
+  memset(&k, 0, sizeof k);
+  k.op = op;
+  snprintf(k.family, sizeof k.family, "%s", family);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(k.name, sizeof k.name, fmt, ap);
+  va_end(ap);
+  return k;
+}
+
+static fb_kernel_spec sp_quant(const fb_gpu_experts *g, const fb_qspec *q, int col, int in_f32) {
+  char tag[64];
+  fb_qspec qq = *q;
+  qq.rht = 0;
+  fb_qspec_tag(&qq, tag, sizeof tag);
+  fb_kernel_spec k = sp(FB_OP_QUANT, "quant", "quant_%s%s_%s_sm90a", tag, in_f32 ? "_f32" : "", col ? "col" : "row");
+  k.q = qq, k.col = col, k.in_f32 = in_f32;
+  return from_plan(g, k);
+}
+
+static fb_kernel_spec sp_requant(const fb_gpu_experts *g, const fb_qspec *dst, const fb_qspec *src) {
+  char tag[64], st[32], o[8];
+  fb_qspec_tag(dst, tag, sizeof tag);
+  gran3(src->outer, o, sizeof o);
+  if (src->format == FB_FMT_NVFP4) snprintf(st, sizeof st, "nvfp4_%s", o);
+  else snprintf(st, sizeof st, "%s", fb_format_name(src->format));
+  fb_kernel_spec k = sp(FB_OP_REQUANT, "requant", "requant_%s_%s_t_sm90a", st, tag);
+  k.q = *dst, k.col = 1;
+  k.src.format = src->format, k.src.outer = src->outer, k.src.four_over_six = src->four_over_six;
+  return from_plan(g, k);
+}
+
+static fb_kernel_spec sp_bcopy(const fb_gpu_experts *g, fb_format f) {
+  fb_kernel_spec k = sp(FB_OP_BCOPY, "quant", "bcopy_%s_sm90a", fb_format_name(f));
+  k.q.format = f;
+  return from_plan(g, k);
+}
+
+static fb_kernel_spec sp_permute(const fb_gpu_experts *g, const fb_qspec *q, int top_k, int experts) {
+  char o[8];
+  gran3(q->outer, o, sizeof o);
+  fb_kernel_spec k = q->format == FB_FMT_NVFP4 ? sp(FB_OP_PERMUTE, "permute", "permute_nvfp4_%s_sm90a", o)
+                                               : sp(FB_OP_PERMUTE, "permute", "permute_%s_sm90a", fb_format_name(q->format));
+  k.q.format = q->format, k.q.outer = q->format == FB_FMT_NVFP4 ? q->outer : FB_GRAN_TENSOR;
+  k.top_k = top_k, k.experts = experts;
+  return from_plan(g, k);
+}
+
+static fb_kernel_spec sp_unpermute(const fb_gpu_experts *g, const fb_qspec *q, int out_bf16, int top_k, int experts) {
+  fb_kernel_spec k = q->format == FB_FMT_S2F6 ? sp(FB_OP_UNPERMUTE, "combine", "unpermute_s2f6%s_sm90a", q->rht ? "_rht32" : "")
+                                              : sp(FB_OP_UNPERMUTE, "combine", "unpermute_bf16_sm90a");
+  k.q.format = q->format, k.q.rht = q->format == FB_FMT_S2F6 ? q->rht : 0;
+  k.out_bf16 = out_bf16, k.top_k = top_k, k.experts = experts;
+  return from_plan(g, k);
+}
+
+static fb_kernel_spec sp_swiglu(const fb_gpu_experts *g, int bwd) {
+  return from_plan(g, sp(bwd ? FB_OP_SWIGLU_BWD : FB_OP_SWIGLU_FWD, "swiglu", "swiglu_%s_bf16_sm90a", bwd ? "bwd" : "fwd"));
+}
+
+/* which: 0 w13 fwd (BF16 H), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
+static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, int which) {
+  const fb_qspec *w = which < 2 ? &p->fwd_weight : &p->bwd_saved, *a = which < 2 ? &p->fwd_act : &p->bwd_grad;
+  const char *f = fb_format_name(w->format);
+  fb_kernel_spec k;
+  if (which == 0) {
+    /* the plain rows-grouped GEMM with BF16 output: op FWD2 with a BF16 "payload" is that kernel */
+    k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_bf16_sm90a", f, f);
+    k.q.format = FB_FMT_BF16, k.out_bf16 = 1;
+  } else if (which == 1) {
+    char tag[64];
+    fb_qspec_tag(&p->combine, tag, sizeof tag);
+    k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_%s_sm90a", f, f, tag);
+    k.q = p->combine;
+  } else if (which == 2) {
+    k = sp(FB_OP_GEMM_DGRAD13, "gemm", "gemm_dgrad_%sx%s_bf16_sm90a", f, f);
+    k.out_bf16 = 1;
+  } else {
+    k = sp(FB_OP_GEMM_WGRAD, "gemm", "gemm_wgrad_%sx%s_f32_sm90a", f, f);
+  }
+  k.src = *w, k.act = *a;
+  return from_plan(g, k);
+}
+
+/* ---- device memory: an arena per call (scratch) and one per saved layer ------------------------------------- */
+typedef struct {
+  CUdeviceptr p[64];
+  int n;
+} arena;
+
+static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
+  *out = 0;
+  if (a->n == 64) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
+  CU_CHECK(fb_cu.MemAlloc(out, n ? n : 16));
+  CU_CHECK(fb_cu.MemsetD8(*out, 0, n ? n : 16)); /* padding rows and never-stored GEMM rows read as zeros */
+  a->p[a->n++] = *out;
+  return FB_OK;
+}
+static void afree(arena *a) {
+  for (int i = 0; i < a->n; ++i) fb_cu.MemFree(a->p[i]);
+  a->n = 0;
+}
+static fb_status up(arena *a, CUdeviceptr *out, const void *h, size_t n) {
+  FB_TRY(aalloc(a, out, n));
+  if (n) CU_CHECK(fb_cu.MemcpyHtoD(*out, h, n));
+  return FB_OK;
+}
+
+/* a quantized matrix on the device: codes, block scales, NVFP4 outer scales */
+typedef struct {
+  CUdeviceptr c, s, o;
+  size_t rows, cols, no;
+  fb_format f;
+} dq;
+
+typedef struct {
+  arena mem;
+  size_t R;
+  int32_t *row_of;
+  long long *off;
+  float *topk_w, *yhat;
+  CUdeviceptr d_rowof, d_off, d_w, H, yq, ye;
+  dq X, W13, W2, A;
+} gsaved;
+
+static void saved_free(gsaved *s) {
+  if (!s) return;
+  afree(&s->mem);
+  free(s->row_of), free(s->off), free(s->topk_w), free(s->yhat);
+  free(s);
+}
+
+/* ---- launches ------------------------------------------------------------------------------------------------ */
+static fb_status run_mem(const kent *e, fb_kp_mem *p, long long rows, long long cols, unsigned ng) {
+  unsigned gx, gy, th;
+  FB_TRY(fb_launch_dims(&e->spec, &e->v, rows, cols, ng, &gx, &gy, &th));
+  return fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p);
+}
+static fb_status run_moe(const kent *e, fb_kp_moe *p, long long rows, long long cols) {
+  unsigned gx, gy, th;
+  FB_TRY(fb_launch_dims(&e->spec, &e->v, rows, cols, 0, &gx, &gy, &th));
+  return fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p);
+}
+
+/* Quantize rows x cols (BF16, or FP32 with in_f32) along the rows as q says into *d. NVFP4 per-expert/tensor outer
+ * scales: the amax of each group of `grows` rows comes from the host copy hx (FP32 masters only). */
+static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, const float *hx,
+                            size_t rows, size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+  const kent *e;
+  fb_kernel_spec k = sp_quant(g, q, 0, in_f32);
+  FB_TRY(kget(g, &k, NULL, &e));
+  memset(d, 0, sizeof *d);
+  d->rows = rows, d->cols = cols, d->f = q->format;
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = in, p.rows = (long long)rows, p.cols = (long long)cols, p.seed = seed, p.stream = stream, p.step = step;
+  if (q->format == FB_FMT_NVFP4) {
+    FB_TRY(aalloc(a, &d->c, rows * cols / 2));
+    FB_TRY(aalloc(a, &d->s, rows * cols / 16));
+    unsigned ng = 1;
+    if (q->outer == FB_GRAN_TOKEN) {
+      d->no = rows;
+    } else {
+      if (!hx) return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a %s outer scale on activations (per token only)", fb_gran_name(q->outer));
+      ng = q->outer == FB_GRAN_EXPERT ? (unsigned)(rows / grows) : 1u;
+      d->no = ng;
+      float *am = calloc(ng, sizeof *am);
+      long long *go = malloc((ng + 1) * sizeof *go);
+      if (!am || !go) { free(am), free(go); return FB_ERR(FB_ENOMEM, "experts gpu: amax"); }
+      size_t per = rows / ng;
+      for (unsigned i = 0; i <= ng; ++i) go[i] = (long long)(i * per);
+      for (size_t i = 0; i < rows * cols; ++i) { /* NaN ignored, as NUMERICS.md's A */
+        size_t gi = i / cols / per;
+        am[gi] = fmaxf(am[gi], fabsf(hx[i]));
+      }
+      CUdeviceptr dam, dgo;
+      fb_status s = up(a, &dam, am, ng * sizeof *am);
+      if (s == FB_OK) s = up(a, &dgo, go, (ng + 1) * sizeof *go);
+      free(am), free(go);
+      FB_TRY(s);
+      p.amax = dam, p.group_offsets = dgo, p.ngroups = ng;
+    }
+    FB_TRY(aalloc(a, &d->o, d->no * sizeof(float)));
+    p.out = d->c, p.scales = d->s, p.s_dec = d->o;
+    return run_mem(e, &p, (long long)rows, (long long)cols, ng);
+  }
+  FB_TRY(aalloc(a, &d->c, rows * cols));
+  FB_TRY(aalloc(a, &d->s, rows * cols / 32));
+  p.out = d->c, p.scales = d->s;
+  return run_mem(e, &p, (long long)rows, (long long)cols, 0);
+}
+
+/* MXFP8 down the columns of a BF16 rows x cols matrix, stored transposed (cols x rows) */
+static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUdeviceptr in, size_t rows, size_t cols,
+                            uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+  const kent *e;
+  fb_kernel_spec k = sp_quant(g, q, 1, 0);
+  FB_TRY(kget(g, &k, NULL, &e));
+  memset(d, 0, sizeof *d);
+  d->rows = cols, d->cols = rows, d->f = FB_FMT_MXFP8;
+  FB_TRY(aalloc(a, &d->c, rows * cols));
+  FB_TRY(aalloc(a, &d->s, rows * cols / 32));
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = in, p.out = d->c, p.scales = d->s, p.rows = (long long)rows, p.cols = (long long)cols;
+  p.seed = seed, p.stream = stream, p.step = step;
+  return run_mem(e, &p, (long long)rows, (long long)cols, 0);
+}
+
+/* A saved src (rows x cols, quantized as sq says; group_rows: per-expert outer groups) dequantized, transposed and
+ * requantized as q (MXFP8 SR) along the new rows: cols x rows. */
+static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
+                         uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+  const kent *e;
+  fb_kernel_spec k = sp_requant(g, q, sq);
+  FB_TRY(kget(g, &k, NULL, &e));
+  memset(d, 0, sizeof *d);
+  size_t rows = src->rows, cols = src->cols;
+  d->rows = cols, d->cols = rows, d->f = FB_FMT_MXFP8;
+  FB_TRY(aalloc(a, &d->c, rows * cols));
+  FB_TRY(aalloc(a, &d->s, rows * cols / 32));
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = src->c, p.src_scales = src->s, p.src_s_dec = src->o, p.out = d->c, p.scales = d->s;
+  p.rows = (long long)rows, p.cols = (long long)cols, p.seed = seed, p.stream = stream, p.step = step;
+  unsigned ng = 0;
+  if (sq->format == FB_FMT_NVFP4 && sq->outer == FB_GRAN_EXPERT) {
+    ng = (unsigned)(rows / group_rows);
+    long long *go = malloc((ng + 1) * sizeof *go);
+    if (!go) return FB_ERR(FB_ENOMEM, "experts gpu: groups");
+    for (unsigned i = 0; i <= ng; ++i) go[i] = (long long)(i * group_rows);
+    CUdeviceptr dgo;
+    fb_status s = up(a, &dgo, go, (ng + 1) * sizeof *go);
+    free(go);
+    FB_TRY(s);
+    p.group_offsets = dgo, p.ngroups = ng;
+  }
+  return run_mem(e, &p, (long long)rows, (long long)cols, ng);
+}
+
+/* The transposed weights W^T: cols x (E * per) as requant wrote them, regrouped per expert into (E * cols) x per:
+ * row (e, c) = elements [e * per, (e + 1) * per) of row c. Codes and E8M0 scales (per % 32 == 0). */
+static fb_status regroup(arena *a, const dq *t, size_t E, dq *d) {
+  size_t C = t->rows, per = t->cols / E;
+  memset(d, 0, sizeof *d);
+  d->rows = E * C, d->cols = per, d->f = FB_FMT_MXFP8;
+  FB_TRY(aalloc(a, &d->c, C * E * per));
+  FB_TRY(aalloc(a, &d->s, C * E * per / 32));
+  for (size_t c = 0; c < C; ++c)
+    for (size_t e = 0; e < E; ++e) {
+      CU_CHECK(fb_cu.MemcpyDtoD(d->c + (e * C + c) * per, t->c + c * t->cols + e * per, per));
+      CU_CHECK(fb_cu.MemcpyDtoD(d->s + (e * C + c) * per / 32, t->s + (c * t->cols + e * per) / 32, per / 32));
+    }
+  return FB_OK;
+}
+
+/* The exact BF16 copy (K permuted) of a quantized matrix, for the B operand of the Hopper GEMMs. */
+static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr *out) {
+  const kent *e;
+  fb_kernel_spec k = sp_bcopy(g, m->f);
+  FB_TRY(kget(g, &k, NULL, &e));
+  FB_TRY(aalloc(a, out, m->rows * m->cols * 2));
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = m->c, p.scales = m->s, p.out = *out, p.rows = (long long)m->rows, p.cols = (long long)m->cols;
+  return run_mem(e, &p, (long long)m->rows, (long long)m->cols, 0);
+}
+
+static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, fb_gemm_args *ga) {
+  const kent *e;
+  FB_TRY(kget(g, k, f, &e));
+  fb_gemm_cfg cfg;
+  FB_TRY(fb_gemm_config(&e->spec, &e->v, &cfg));
+  fb_kp_gemm kp;
+  FB_TRY(fb_gemm_params(&cfg, ga, &kp));
+  return fb_gemm_launch(&e->k, &cfg, &kp, g->sms);
+}
+
+/* ---- checks ------------------------------------------------------------------------------------------------- */
+static fb_status check_prec(const fb_layer_prec *p, int layer) {
+  const fb_qspec *a = &p->fwd_act, *w = &p->fwd_weight;
+  if (a->format != FB_FMT_NVFP4 && a->format != FB_FMT_MXFP8)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: a %s forward is not wired on the GPU (NVFP4 or MXFP8)", layer, fb_format_name(a->format));
+  if (a->format == FB_FMT_NVFP4 && a->outer != FB_GRAN_TOKEN)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: fwd.act NVFP4 with a %s outer scale (the GPU path takes per-token)", layer, fb_gran_name(a->outer));
+  if (w->format == FB_FMT_NVFP4 && w->outer == FB_GRAN_TOKEN)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: fwd.weight NVFP4 per token", layer);
+  if (a->two_d || w->two_d) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: 16x16 NVFP4 blocks are not wired on the GPU", layer);
+  if (a->e5m2 || w->e5m2 || p->bwd_grad.e5m2 || p->bwd_saved.e5m2) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: E5M2", layer);
+  if (p->bwd_grad.format != FB_FMT_MXFP8 || p->bwd_saved.format != FB_FMT_MXFP8)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: the GPU backward is MXFP8 (bwd.grad %s, bwd.saved %s)", layer,
+                  fb_format_name(p->bwd_grad.format), fb_format_name(p->bwd_saved.format));
+  if (p->wgrad_rht) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: bwd.wgrad_rht %d is not wired on the GPU", layer, p->wgrad_rht);
+  if (p->combine.format != FB_FMT_S2F6 || (p->combine.rht && p->combine.rht != 32))
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: the GPU combine is S2F6 (RHT-32 or none), not %s", layer, fb_format_name(p->combine.format));
+  if (p->dispatch != a->format) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: dispatch %s is not the forward's format", layer, fb_format_name(p->dispatch));
+  return FB_OK;
+}
+
+/* every kernel of one layer precision, so that none compiles inside a step */
+static fb_status need_all(fb_gpu_experts *g, const fb_layer_prec *p) {
+  const fb_model *M = &g->o.recipe->model;
+  int D = M->d_model, F = M->d_ff, E = M->experts, K = M->top_k;
+  const kent *e;
+  fb_kernel_spec k;
+  k = sp_quant(g, &p->fwd_act, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_quant(g, &p->fwd_weight, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_permute(g, &p->fwd_act, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_bcopy(g, p->fwd_weight.format); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_bcopy(g, FB_FMT_MXFP8); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_swiglu(g, 0); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_unpermute(g, &p->combine, 1, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  fb_qspec bf = {0};
+  k = sp_unpermute(g, &bf, 0, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_quant(g, &p->bwd_grad, 1, 0); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_requant(g, &p->bwd_saved, &p->fwd_weight); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_requant(g, &p->bwd_saved, &p->fwd_act); FB_TRY(kget(g, &k, NULL, &e));
+  gfit f0 = {1, 0, 0, 2 * F, D}, f1 = {1, 0, 0, D, F}, f2 = {1, 0, 0, F, D}, f3 = {1, 0, 0, D, 2 * F};
+  gfit w2 = {1, 1, D, F, 0}, w13 = {1, 1, 2 * F, D, 0};
+  k = sp_gemm(g, p, 0); FB_TRY(kget(g, &k, &f0, &e));
+  k = sp_gemm(g, p, 1); FB_TRY(kget(g, &k, &f1, &e));
+  k = sp_gemm(g, p, 2); FB_TRY(kget(g, &k, &f2, &e)); FB_TRY(kget(g, &k, &f3, &e));
+  k = sp_gemm(g, p, 3); FB_TRY(kget(g, &k, &w2, &e)); FB_TRY(kget(g, &k, &w13, &e));
+  return FB_OK;
+}
+
+/* ---- forward -------------------------------------------------------------------------------------------------- */
+static void gpu_release(void *ctx, fb_moe_layer *L) {
+  (void)ctx;
+  saved_free(L->saved);
+  L->saved = NULL;
+}
+
+static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const int32_t *topk_idx, const float *topk_w,
+                             const float *w13, const float *w2, float *y) {
+  fb_gpu_experts *g = ctx;
+  if (L->saved) gpu_release(ctx, L);
+  if (L->exact) return FB_ERR(FB_EINVAL, "experts gpu: exact (gradient-check) mode runs on the CPU path");
+  const fb_layer_prec *p = L->prec;
+  FB_TRY(check_prec(p, L->layer));
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
+  uint32_t seed = L->seed, step = L->step;
+  fb_status rc = FB_OK;
+  arena tmp = {0};
+  uint16_t *hb = NULL;
+  int8_t *q6 = NULL;
+  uint8_t *e6 = NULL;
+  gsaved *s = calloc(1, sizeof *s);
+  if (!s) return FB_ERR(FB_ENOMEM, "experts gpu: saved state");
+  L->saved = s;
+  arena *m = &s->mem;
+  size_t maxr = fb_permute_max_rows(T, L->top_k, L->experts, PAD), nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
+  s->row_of = malloc(T * K * sizeof *s->row_of), s->off = malloc((E + 1) * sizeof *s->off);
+  s->topk_w = malloc(T * K * sizeof *s->topk_w);
+  hb = malloc(T * D * sizeof *hb + 16);
+  if (!s->row_of || !s->off || !s->topk_w || !hb) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
+  memcpy(s->topk_w, topk_w, T * K * sizeof *topk_w);
+
+  /* tokens up (BF16 values held in FP32: exact), routing up */
+  for (size_t i = 0; i < T * D; ++i) hb[i] = fb_bf16_from_f32(x[i]);
+  CUdeviceptr dx, didx, dchunk, dcounts, dtok;
+  FB_TRY_GOTO(up(&tmp, &dx, hb, T * D * 2), fail);
+  FB_TRY_GOTO(up(&tmp, &didx, topk_idx, T * K * 4), fail);
+  FB_TRY_GOTO(up(m, &s->d_w, topk_w, T * K * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &dchunk, nch * E * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &dcounts, E * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &dtok, maxr * 4), fail);
+  FB_TRY_GOTO(aalloc(m, &s->d_off, (E + 1) * 8), fail);
+  FB_TRY_GOTO(aalloc(m, &s->d_rowof, T * K * 4), fail);
+
+  /* dispatch: quantize the tokens, then the permutation gathers the payload into expert order */
+  dq tok;
+  FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, dx, NULL, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
+  {
+    const kent *e;
+    fb_kernel_spec k = sp_permute(g, &p->fwd_act, L->top_k, L->experts);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
+    size_t b[3];
+    int per_tok = tok.f == FB_FMT_NVFP4;
+    FB_TRY_GOTO(fb_payload_planes(tok.f, per_tok, D, b), fail);
+    dq *X = &s->X;
+    X->rows = maxr, X->cols = D, X->f = tok.f, X->no = per_tok ? maxr : 0;
+    FB_TRY_GOTO(aalloc(m, &X->c, maxr * b[0]), fail);
+    FB_TRY_GOTO(aalloc(m, &X->s, maxr * b[1]), fail);
+    if (per_tok) FB_TRY_GOTO(aalloc(m, &X->o, maxr * b[2]), fail);
+    fb_kp_moe pm;
+    memset(&pm, 0, sizeof pm);
+    pm.topk_idx = didx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = s->d_off, pm.row_of = s->d_rowof;
+    pm.token_of = dtok, pm.in = tok.c, pm.in_scales = tok.s, pm.in_outer = per_tok ? tok.o : 0;
+    pm.out = X->c, pm.out_scales = X->s, pm.out_outer = per_tok ? X->o : 0;
+    pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = PAD;
+    for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY_GOTO(run_moe(e, &pm, (long long)T, (long long)D), fail);
+    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(s->off, s->d_off, (E + 1) * 8), fail);
+    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(s->row_of, s->d_rowof, T * K * 4), fail);
+    s->R = (size_t)s->off[E];
+    X->rows = s->R, X->no = per_tok ? s->R : 0;
+  }
+  size_t R = s->R;
+
+  /* weights: FP32 masters up, quantized (per-expert groups of rows), BF16 copies for the GEMMs */
+  CUdeviceptr dw13, dw2, c13, c2;
+  FB_TRY_GOTO(up(&tmp, &dw13, w13, E * 2 * F * D * 4), fail);
+  FB_TRY_GOTO(up(&tmp, &dw2, w2, E * D * F * 4), fail);
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, dw13, w13, E * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13),
+                         step, &s->W13), fail);
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, dw2, w2, E * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
+              fail);
+  FB_TRY_GOTO(bf16copy(g, &tmp, &s->W13, &c13), fail);
+  FB_TRY_GOTO(bf16copy(g, &tmp, &s->W2, &c2), fail);
+
+  /* w13: H (BF16), A = SwiGLU(H), A quantized as fwd.act */
+  FB_TRY_GOTO(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2), fail);
+  CUdeviceptr dA;
+  FB_TRY_GOTO(aalloc(&tmp, &dA, (R ? R : 1) * F * 2), fail);
+  if (R) {
+    fb_kernel_spec k = sp_gemm(g, p, 0);
+    gfit f = {1, 0, 0, (int)(2 * F), (int)D};
+    fb_gemm_args ga = {s->X.c, c13, s->H, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)E, 0, (int)(2 * F), (int)D, 0, 0, 0};
+    FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
+    const kent *e;
+    k = sp_swiglu(g, 0);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
+    fb_kp_moe ps;
+    memset(&ps, 0, sizeof ps);
+    ps.in = s->H, ps.out = dA, ps.rows = (long long)R, ps.cols = (long long)F;
+    FB_TRY_GOTO(run_moe(e, &ps, (long long)R, (long long)F), fail);
+  }
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, NULL, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A),
+              fail);
+  s->A.rows = R;
+
+  /* w2 with the combine payload, then the combine */
+  FB_TRY_GOTO(aalloc(m, &s->yq, (R ? R : 1) * D), fail);
+  FB_TRY_GOTO(aalloc(m, &s->ye, (R ? R : 1) * D / 32), fail);
+  uint32_t signs = fb_rht_signs(seed, 0);
+  if (R) {
+    fb_kernel_spec k = sp_gemm(g, p, 1);
+    gfit f = {1, 0, 0, (int)D, (int)F};
+    fb_gemm_args ga = {s->A.c, c2, s->yq, s->d_off, s->A.s, 0, s->A.o, s->W2.o, (long long)R, (int)E, 0, (int)D, (int)F, 0, s->ye, signs};
+    FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
+  }
+  CUdeviceptr dy;
+  FB_TRY_GOTO(aalloc(&tmp, &dy, T * D * 2), fail);
+  {
+    const kent *e;
+    fb_kernel_spec k = sp_unpermute(g, &p->combine, 1, L->top_k, L->experts);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
+    fb_kp_moe pu;
+    memset(&pu, 0, sizeof pu);
+    pu.in = s->yq, pu.in_scales = s->ye, pu.row_of = s->d_rowof, pu.topk_w = s->d_w, pu.out = dy;
+    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k, pu.signs = signs;
+    FB_TRY_GOTO(run_moe(e, &pu, (long long)T, (long long)D), fail);
+  }
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(hb, dy, T * D * 2), fail);
+  for (size_t i = 0; i < T * D; ++i) y[i] = fb_bf16_to_f32(hb[i]);
+  /* Y^ for dL/dtopk_w (host, in the backward) */
+  q6 = malloc(R * D + 1), e6 = malloc(R * D / 32 + 1), s->yhat = malloc(R * D * sizeof *s->yhat + 4);
+  if (!q6 || !e6 || !s->yhat) { rc = FB_ERR(FB_ENOMEM, "experts gpu: combine payload"); goto fail; }
+  if (R) {
+    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(q6, s->yq, R * D), fail);
+    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(e6, s->ye, R * D / 32), fail);
+    FB_TRY_GOTO(fb_s2f6_dequantize(q6, e6, R, D, p->combine.rht != 0, signs, s->yhat), fail);
+  }
+  afree(&tmp);
+  free(hb), free(q6), free(e6);
+  return FB_OK;
+fail:
+  afree(&tmp);
+  free(hb), free(q6), free(e6);
+  gpu_release(ctx, L);
+  return rc;
+}
+
+/* ---- backward ------------------------------------------------------------------------------------------------- */
+static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float *dx, float *dw13, float *dw2,
+                              float *dtopk_w) {
+  fb_gpu_experts *g = ctx;
+  gsaved *s = L->saved;
+  if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
+  const fb_layer_prec *p = L->prec;
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k,
+         R = s->R;
+  uint32_t seed = L->seed, step = L->step;
+  int lay = L->layer;
+  fb_status rc = FB_OK;
+  arena tmp = {0};
+  uint16_t *hy = calloc(R * D + 1, sizeof *hy);
+  if (!hy) { rc = FB_ERR(FB_ENOMEM, "experts gpu: dY"); goto done; }
+
+  /* host: dtopk_w and dY = w * dy in expert order (as model_experts.c) */
+  for (size_t t = 0; t < T; ++t)
+    for (size_t k = 0; k < K; ++k) {
+      int32_t r = s->row_of[t * K + k];
+      if (r < 0) { dtopk_w[t * K + k] = 0.0f; continue; }
+      const float *yr = s->yhat + (size_t)r * D, *gr = dy + t * D;
+      double acc = 0;
+      for (size_t j = 0; j < D; ++j) acc += (double)gr[j] * (double)yr[j];
+      dtopk_w[t * K + k] = (float)acc;
+      float w = s->topk_w[t * K + k];
+      for (size_t j = 0; j < D; ++j) hy[(size_t)r * D + j] = fb_bf16_from_f32(w * fbr_rb(gr[j], 0));
+    }
+  memset(dw13, 0, E * 2 * F * D * sizeof *dw13);
+  memset(dw2, 0, E * D * F * sizeof *dw2);
+  memset(dx, 0, T * D * sizeof *dx);
+  if (!R) goto done;
+  CUdeviceptr dY, dA, dH, dXr, ddx, dgw2, dgw13, cW2t, cW13t, cAt, cXt;
+  FB_TRY_GOTO(up(&tmp, &dY, hy, R * D * 2), done);
+
+  /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward */
+  dq dYq, W2t, W2g;
+  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dY, NULL, R, D, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq), done);
+  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, seed, fb_moe_stream(lay, FB_MOE_OP_W2_T), step, &W2t), done);
+  FB_TRY_GOTO(regroup(&tmp, &W2t, E, &W2g), done);
+  FB_TRY_GOTO(bf16copy(g, &tmp, &W2g, &cW2t), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dA, R * F * 2), done);
+  {
+    fb_kernel_spec k = sp_gemm(g, p, 2);
+    gfit f = {1, 0, 0, (int)F, (int)D};
+    fb_gemm_args ga = {dYq.c, cW2t, dA, s->d_off, dYq.s, 0, 0, 0, (long long)R, (int)E, 0, (int)F, (int)D, 0, 0, 0};
+    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
+    const kent *e;
+    k = sp_swiglu(g, 1);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
+    FB_TRY_GOTO(aalloc(&tmp, &dH, R * 2 * F * 2), done);
+    fb_kp_moe ps;
+    memset(&ps, 0, sizeof ps);
+    ps.in = s->H, ps.in2 = dA, ps.out = dH, ps.rows = (long long)R, ps.cols = (long long)F;
+    FB_TRY_GOTO(run_moe(e, &ps, (long long)R, (long long)F), done);
+  }
+
+  /* w2 wgrad: dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
+  dq dYt, At;
+  FB_TRY_GOTO(quant_cols(g, &tmp, &p->bwd_grad, dY, R, D, seed, fb_moe_stream(lay, FB_MOE_OP_DY_COL), step, &dYt), done);
+  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_act, &s->A, 0, seed, fb_moe_stream(lay, FB_MOE_OP_A_T), step, &At), done);
+  FB_TRY_GOTO(bf16copy(g, &tmp, &At, &cAt), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dgw2, E * D * F * 4), done);
+  {
+    fb_kernel_spec k = sp_gemm(g, p, 3);
+    gfit f = {1, 1, (int)D, (int)F, 0};
+    fb_gemm_args ga = {dYt.c, cAt, dgw2, s->d_off, dYt.s, 0, 0, 0, (long long)R, (int)E, (int)D, (int)F, 0, 0, 0, 0};
+    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
+  }
+
+  /* w13 dgrad: dX = Q(dH along 2f) Q(W13 requantized along 2f)^T, summed back to the tokens */
+  dq dHq, W13t, W13g;
+  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dH, NULL, R, 2 * F, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq),
+              done);
+  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_W13_T), step, &W13t),
+              done);
+  FB_TRY_GOTO(regroup(&tmp, &W13t, E, &W13g), done);
+  FB_TRY_GOTO(bf16copy(g, &tmp, &W13g, &cW13t), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dXr, R * D * 2), done);
+  FB_TRY_GOTO(aalloc(&tmp, &ddx, T * D * 4), done);
+  {
+    fb_kernel_spec k = sp_gemm(g, p, 2);
+    gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
+    fb_gemm_args ga = {dHq.c, cW13t, dXr, s->d_off, dHq.s, 0, 0, 0, (long long)R, (int)E, 0, (int)D, (int)(2 * F), 0, 0, 0};
+    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
+    const kent *e;
+    fb_qspec bf = {0};
+    k = sp_unpermute(g, &bf, 0, L->top_k, L->experts);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
+    fb_kp_moe pu;
+    memset(&pu, 0, sizeof pu);
+    pu.in = dXr, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = ddx;
+    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k;
+    FB_TRY_GOTO(run_moe(e, &pu, (long long)T, (long long)D), done);
+  }
+
+  /* w13 wgrad: dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
+  dq dHt, Xt;
+  FB_TRY_GOTO(quant_cols(g, &tmp, &p->bwd_grad, dH, R, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_DH_COL), step, &dHt), done);
+  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_act, &s->X, 0, seed, fb_moe_stream(lay, FB_MOE_OP_X_T), step, &Xt), done);
+  FB_TRY_GOTO(bf16copy(g, &tmp, &Xt, &cXt), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dgw13, E * 2 * F * D * 4), done);
+  {
+    fb_kernel_spec k = sp_gemm(g, p, 3);
+    gfit f = {1, 1, (int)(2 * F), (int)D, 0};
+    fb_gemm_args ga = {dHt.c, cXt, dgw13, s->d_off, dHt.s, 0, 0, 0, (long long)R, (int)E, (int)(2 * F), (int)D, 0, 0, 0, 0};
+    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
+  }
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dx, ddx, T * D * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw2, dgw2, E * D * F * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw13, dgw13, E * 2 * F * D * 4), done);
+done:
+  afree(&tmp);
+  free(hy);
+  gpu_release(ctx, L);
+  return rc;
+}
+
+/* ---- create, probe ------------------------------------------------------------------------------------------ */
+fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **out) {
+  *out = NULL;
+  const fb_model *M = &o->recipe->model;
+  if (M->d_model % 128) return FB_USERERR(FB_EINVAL, "%s: model.d_model = %d: the GPU expert GEMMs take multiples of 128", o->recipe->path, M->d_model);
+  if (M->d_ff % 128) return FB_USERERR(FB_EINVAL, "%s: model.d_ff = %d: the GPU expert GEMMs take multiples of 128 (try --d-ff 128)", o->recipe->path, M->d_ff);
+  fb_cuda_device_info info;
+  memset(&info, 0, sizeof info);
+  if (!o->compile_only) {
+    FB_TRY(fb_cuda_use_device(0));
+    FB_TRY(fb_cuda_device_info_get(0, &info));
+    if (info.cc_major != 9)
+      return FB_ERR(FB_EINVAL, "experts gpu: %s (sm_%d%d): the GPU expert layer runs on sm_90a (Hopper) only", info.name,
+                    info.cc_major, info.cc_minor);
+  }
+  fb_gpu_experts *g = calloc(1, sizeof *g);
+  if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
+  g->o = *o, g->sms = info.sm_count;
+  g->ops = (fb_expert_ops){"gpu", g, gpu_forward, gpu_backward, gpu_release};
+  fb_status s = fb_plan_resolve(o->recipe, "sm_90a", &g->plan);
+  for (int l = 0; s == FB_OK && l < g->plan->nlayers; ++l) {
+    int seen = 0;
+    for (int j = 0; j < l; ++j) seen |= !memcmp(&g->plan->layers[j], &g->plan->layers[l], sizeof g->plan->layers[l]);
+    if (seen) continue;
+    s = check_prec(&g->plan->layers[l], l + 1);
+    if (s == FB_OK) s = need_all(g, &g->plan->layers[l]);
+  }
+  if (s != FB_OK) { fb_gpu_experts_free(g); return s; }
+  *out = g;
+  return FB_OK;
+}
+
+const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g) { return &g->ops; }
+fb_gpu_experts_stats fb_gpu_experts_stats_get(const fb_gpu_experts *g) { return g->st; }
+
+void fb_gpu_experts_free(fb_gpu_experts *g) {
+  if (!g) return;
+  for (int i = 0; i < g->nk; ++i)
+    if (!g->o.compile_only && !g->kt[i].shared) fb_kernel_unload(&g->kt[i].k);
+  fb_plan_free(g->plan);
+  free(g);
+}
+
+fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes) {
+  *out = NULL, *bytes = 0;
+  const gsaved *s = L->saved;
+  if (!s) return FB_ERR(FB_EINVAL, "experts gpu: probe of layer %d without a saved forward", L->layer);
+  size_t R = s->R, T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts,
+         K = (size_t)L->top_k;
+  const void *host = NULL;
+  CUdeviceptr d = 0;
+  size_t n = 0;
+  const dq *m = NULL;
+  const char *part = NULL;
+  if (!strncmp(name, "x_", 2)) m = &s->X, part = name + 2;
+  else if (!strncmp(name, "w13_", 4)) m = &s->W13, part = name + 4;
+  else if (!strncmp(name, "w2_", 3)) m = &s->W2, part = name + 3;
+  else if (!strncmp(name, "a_", 2)) m = &s->A, part = name + 2;
+  if (m) {
+    size_t el = m->rows * m->cols;
+    int nv = m->f == FB_FMT_NVFP4;
+    if (!strcmp(part, "codes")) d = m->c, n = nv ? el / 2 : el;
+    else if (!strcmp(part, "scales")) d = m->s, n = nv ? el / 16 : el / 32;
+    else if (!strcmp(part, "sdec") && nv && m->o) d = m->o, n = (m == &s->X || m == &s->A ? m->rows : m->no) * 4;
+  } else if (!strcmp(name, "h")) d = s->H, n = R * 2 * F * 2;
+  else if (!strcmp(name, "y_codes")) d = s->yq, n = R * D;
+  else if (!strcmp(name, "y_scales")) d = s->ye, n = R * D / 32;
+  else if (!strcmp(name, "offsets")) host = s->off, n = (E + 1) * 8;
+  else if (!strcmp(name, "row_of")) host = s->row_of, n = T * K * 4;
+  if (!d && !host) return FB_ERR(FB_ENOTFOUND, "experts gpu: layer %d has no saved tensor '%s'", L->layer, name);
+  void *h = malloc(n ? n : 1);
+  if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: probe");
+  if (host) memcpy(h, host, n);
+  else if (n) {
+    int r_ = (int)fb_cu.MemcpyDtoH(h, d, n);
+    if (r_) { free(h); return FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); }
+  }
+  *out = h, *bytes = n;
+  return FB_OK;
+}

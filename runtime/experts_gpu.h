@@ -1,0 +1,51 @@
+/* experts_gpu.h — the expert layer on one GPU (sm_90a): an fb_expert_ops (include/fourbit_train.h) whose forward and
+ * backward run the generated kernels (templates/) in the order of NUMERICS.md's "expert layer, op by op" table.
+ * One rank, no NCCL (expert parallelism is a later step).
+ *
+ * Entry points: fb_gpu_experts_create(), fb_gpu_experts_ops(), fb_gpu_experts_stats(), fb_gpu_experts_free(),
+ * fb_gpu_experts_probe() (tests: the saved device tensors of a layer between its forward and backward). */
+#ifndef FB_EXPERTS_GPU_H
+#define FB_EXPERTS_GPU_H
+#include "fourbit_train.h"
+#include <stdio.h>
+
+/* Where a kernel's cubin comes from before NVRTC: the caller's cache lookup (cli/train.c wraps fb_tune_lookup; the
+ * runtime does not link the tuner). On FB_OK *cubin (malloc'd, the callee frees it after loading) holds the variant
+ * named var_name; anything else means "compile the default here". note: one line for people. */
+typedef fb_status (*fb_gpu_kernel_lookup)(void *user, const fb_kernel_spec *k, long long tokens, char *var_name,
+                                          size_t var_len, void **cubin, size_t *size, char *note, size_t notelen);
+
+typedef struct {
+  const fb_recipe *recipe;       /* its model and layer rules; kept by reference */
+  int tokens;                    /* tokens per step: the shape bucket of cache lookups */
+  fb_gpu_kernel_lookup lookup;   /* NULL: compile every kernel's default variant with NVRTC */
+  void *lookup_user;
+  FILE *log;                     /* kernel notices (NULL: quiet) */
+  int verbose;                   /* one line per kernel instead of the summary */
+  int compile_only;              /* no GPU: generate and compile every kernel the layers need, load nothing (the ops
+                                    must not be called) */
+} fb_gpu_experts_opts;
+
+typedef struct {
+  int kernels, from_cache, compiled;
+  double compile_ms;             /* NVRTC wall time, summed */
+} fb_gpu_experts_stats;
+
+typedef struct fb_gpu_experts fb_gpu_experts;
+
+/* Makes GPU 0 current, checks the model against what the kernels take (FB_EINVAL naming the dimension), and loads
+ * every kernel the recipe's layers need (cache, else NVRTC), so that no compile happens inside a step. */
+fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **out);
+const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g);
+fb_gpu_experts_stats fb_gpu_experts_stats_get(const fb_gpu_experts *g);
+void fb_gpu_experts_free(fb_gpu_experts *g);
+
+/* A saved tensor of L (after forward, before backward), copied to the host (malloc'd *out, *bytes). Names:
+ * x_codes x_scales x_sdec (the dispatched payload, R rows), w13_codes w13_scales w13_sdec, w2_codes w2_scales
+ * w2_sdec, a_codes a_scales a_sdec, h (R x 2f BF16), y_codes y_scales (the S2F6 combine payload), offsets
+ * (long long [E+1]), row_of (int32 [T*k]). FB_ENOTFOUND for a name the layer does not have. */
+fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes);
+
+/* Destination rows of each expert are padded to this (the wgrad GEMM's K tile; the CPU path pads to 32). */
+#define FB_GPU_EXPERT_PAD 128
+#endif

@@ -1,0 +1,425 @@
+/* test_train_gpu.c — the GPU expert layer (runtime/experts_gpu.c) against the CPU reference (runtime/model_experts.c)
+ * and a whole train step of recipes/tiny.lua on the GPU against the same step on the CPU.
+ *   test_train_gpu                 everything below, on GPU 0; a PASS/FAIL table; exit 0 only if every row passed
+ *   test_train_gpu --compile-only  no GPU: every kernel the GPU step needs is generated and compiled for sm_90a
+ *                                  (the variants that divide the shapes exist); runs in `make test`
+ * Without a GPU: "SKIPPED (not passed)", exit 77.
+ *
+ * The model: recipes/tiny.lua shrunk as the CPU tests do (6 layers, d_model 128, 8 experts, top-2, vocab 256) but with
+ * d_ff 128 (the GEMM tiles: 128 along K), 256 tokens of 32. Layers 1-5 run the NVFP4 forward, layer 6 the MXFP8 one.
+ *
+ * Rows of the table:
+ *   layer L: bit-exact   the quantized tensors whose definition is the same on both paths, compared byte for byte
+ *                        with the numerics library applied to the same inputs: the routing (offsets, row_of of
+ *                        fb_permute_ref with the GPU's padding of 128), the dispatched payload (codes, scales,
+ *                        per-token S_dec: quantize in token order, then gather), the quantized weights (codes, scales,
+ *                        per-expert S_dec), and A (SwiGLU of the GPU's H, quantized: the SwiGLU + quantizer chain).
+ *   layer L: H           the w13 GEMM's BF16 output against the FP64 product of the exactly dequantized operands:
+ *                        every element within one BF16 ulp (only the FP32 summation order differs).
+ *   layer L: y, dtopk_w  GPU forward vs the CPU forward on the same inputs: relative Frobenius error <= 2e-2 (the GEMM
+ *                        order; NVFP4 / S2F6 codes of values at rounding ties may flip).
+ *   layer L RN: dx dw13 dw2   the backward with round-to-nearest in place of SR on both paths (the recipe otherwise):
+ *                        relative error <= 2e-2 — this checks the backward wiring without the SR noise.
+ *   layer L SR: dx dw13 dw2   the recipe's SR backward: the two paths draw different random bits (rows padded to 128 on
+ *                        the GPU, 32 on the CPU, and SR indices follow the row), so the tolerance is the SR noise: 0.15.
+ *   step: loss, grads    fb_train_loss_grad of step 0 with the CPU ops and with the GPU ops: loss within 1e-2
+ *                        relative, every parameter's gradient within 0.15 (SR noise, as above).
+ *   determinism          two GPU trainers, same seed, 2 steps each: losses and every master weight bit-identical. */
+#include "experts_gpu.h"
+#include "fb_cuda.h"
+#include "fourbit_train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RECIPE "recipes/tiny.lua"
+static const fb_model SHAPE = {6, 128, 128, 8, 2, 256, 4};
+#define TOKENS 256
+
+static int nrows, nfail;
+static void row(const char *what, const char *measure, double got, double tol, int pass) {
+  ++nrows;
+  nfail += !pass;
+  if (tol >= 0) printf("  %-34s %-28s %12.4g  <= %-8.3g %s\n", what, measure, got, tol, pass ? "PASS" : "FAIL");
+  else printf("  %-34s %-28s %12.4g  %-11s %s\n", what, measure, got, "", pass ? "PASS" : "FAIL");
+  fflush(stdout);
+}
+
+#define CK(call)                                                                                                       \
+  do {                                                                                                                 \
+    fb_status s_ = (call);                                                                                             \
+    if (s_ != FB_OK) {                                                                                                 \
+      printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_errmsg());                                               \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
+  } while (0)
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
+static double unif(void) { return ((rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static float gauss(void) { return (float)(sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif())); }
+static float rb(float x) { return fb_bf16_to_f32(fb_bf16_from_f32(x)); }
+
+static double relerr(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double d = (double)a[i] - (double)b[i];
+    num += d * d, den += (double)b[i] * b[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static long ndiff(const void *a, const void *b, size_t n) {
+  long w = 0;
+  for (size_t i = 0; i < n; ++i) w += ((const uint8_t *)a)[i] != ((const uint8_t *)b)[i];
+  return w;
+}
+
+static void *probe(const fb_moe_layer *L, const char *name, size_t want) {
+  void *h;
+  size_t n;
+  CK(fb_gpu_experts_probe(L, name, &h, &n));
+  if (n != want) {
+    printf("probe %s: %zu bytes, expected %zu\n", name, n, want);
+    exit(1);
+  }
+  return h;
+}
+
+/* ---- one expert layer: the GPU ops against the CPU ops on the same inputs ------------------------------------ */
+typedef struct {
+  size_t T, D, F, E, K;
+  float *x, *tw, *w13, *w2, *dy;
+  int32_t *idx;
+} inputs;
+
+static void make_inputs(inputs *in) {
+  size_t T = in->T, D = in->D, F = in->F, E = in->E, K = in->K;
+  in->x = malloc(T * D * 4), in->tw = malloc(T * K * 4), in->w13 = malloc(E * 2 * F * D * 4), in->w2 = malloc(E * D * F * 4);
+  in->dy = malloc(T * D * 4), in->idx = malloc(T * K * 4);
+  for (size_t i = 0; i < T * D; ++i) in->x[i] = rb(gauss()), in->dy[i] = 1e-3f * gauss();
+  for (size_t i = 0; i < E * 2 * F * D; ++i) in->w13[i] = 0.08f * gauss();
+  for (size_t i = 0; i < E * D * F; ++i) in->w2[i] = 0.08f * gauss();
+  for (size_t t = 0; t < T; ++t) {
+    float s = 0;
+    for (size_t k = 0; k < K; ++k) {
+      int32_t e;
+      int dup;
+      do { /* distinct experts per token, skewed: expert 0 gets more */
+        e = (int32_t)(unif() < 0.3 ? 0 : rnd() % E);
+        dup = 0;
+        for (size_t j = 0; j < k; ++j) dup |= in->idx[t * K + j] == e;
+      } while (dup);
+      in->idx[t * K + k] = e;
+      in->tw[t * K + k] = (float)unif() + 0.05f, s += in->tw[t * K + k];
+    }
+    for (size_t k = 0; k < K; ++k) in->tw[t * K + k] /= s;
+  }
+}
+
+typedef struct { float *y, *dx, *dw13, *dw2, *dtw; } outs;
+static void outs_alloc(outs *o, const inputs *in) {
+  o->y = malloc(in->T * in->D * 4), o->dx = malloc(in->T * in->D * 4), o->dw13 = malloc(in->E * 2 * in->F * in->D * 4);
+  o->dw2 = malloc(in->E * in->D * in->F * 4), o->dtw = malloc(in->T * in->K * 4);
+}
+static void outs_free(outs *o) { free(o->y), free(o->dx), free(o->dw13), free(o->dw2), free(o->dtw); }
+
+static fb_moe_layer layer_of(const inputs *in, int layer, const fb_layer_prec *p) {
+  fb_moe_layer L;
+  memset(&L, 0, sizeof L);
+  L.layer = layer, L.prec = p, L.tokens = (int)in->T, L.d_model = (int)in->D, L.d_ff = (int)in->F, L.experts = (int)in->E;
+  L.top_k = (int)in->K, L.seed = 20260101u, L.step = 3;
+  return L;
+}
+
+/* the bit-exact rows: the saved GPU tensors against the numerics library on the same inputs */
+static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in) {
+  const fb_layer_prec *p = L->prec;
+  size_t T = in->T, D = in->D, F = in->F, E = in->E, K = in->K;
+  int nv = p->fwd_act.format == FB_FMT_NVFP4;
+  char what[128];
+  long bad = 0;
+  /* routing */
+  size_t maxr = fb_permute_max_rows(T, (int)K, (int)E, FB_GPU_EXPERT_PAD), R = 0;
+  int32_t *cnt = malloc(E * 4), *rof = malloc(T * K * 4), *tok = malloc(maxr * 4);
+  long long *off = malloc((E + 1) * 8);
+  CK(fb_permute_ref(in->idx, T, (int)K, (int)E, FB_GPU_EXPERT_PAD, cnt, off, rof, tok, &R));
+  long long *goff = probe(L, "offsets", (E + 1) * 8);
+  int32_t *grof = probe(L, "row_of", T * K * 4);
+  bad = ndiff(goff, off, (E + 1) * 8) + ndiff(grof, rof, T * K * 4);
+  snprintf(what, sizeof what, "%s: routing", tag);
+  row(what, "bytes that differ", (double)bad, -1, bad == 0);
+  /* dispatch payload */
+  size_t b[3];
+  CK(fb_payload_planes(p->fwd_act.format, nv, D, b));
+  void *tq[3] = {malloc(T * b[0]), malloc(T * b[1]), malloc(T * 4)}, *rq[3] = {malloc(R * b[0] + 1), malloc(R * b[1] + 1), malloc(R * 4 + 4)};
+  uint32_t sx = fb_moe_stream(L->layer, FB_MOE_OP_X);
+  if (nv) {
+    fb_nvfp4_opts o = {.outer = FB_OUTER_ROW, .four_over_six = p->fwd_act.four_over_six, .rounding = p->fwd_act.rounding,
+                       .seed = L->seed, .stream = sx, .step = L->step};
+    CK(fb_nvfp4_quantize(in->x, T, D, &o, tq[0], tq[1], tq[2], NULL));
+  } else {
+    fb_sr_opts so = {p->fwd_act.rounding, L->seed, sx, L->step};
+    CK(fb_mxfp8_quantize(in->x, T, D, FB_MX_ROWWISE, &so, tq[0], tq[1]));
+  }
+  const void *tin[3] = {tq[0], tq[1], nv ? tq[2] : NULL};
+  void *tout[3] = {rq[0], rq[1], nv ? rq[2] : NULL};
+  CK(fb_permute_gather_ref(tin, b, T, tok, R, tout));
+  static const char *xn[3] = {"x_codes", "x_scales", "x_sdec"};
+  bad = 0;
+  for (int q = 0; q < (nv ? 3 : 2); ++q) {
+    void *gq = probe(L, xn[q], R * b[q]);
+    bad += ndiff(gq, rq[q], R * b[q]);
+    free(gq);
+  }
+  snprintf(what, sizeof what, "%s: dispatch payload", tag);
+  row(what, "bytes that differ", (double)bad, -1, bad == 0);
+  /* weights */
+  bad = 0;
+  for (int w = 0; w < 2; ++w) {
+    size_t rows = w ? E * D : E * 2 * F, cols = w ? F : D, grp = w ? D : 2 * F;
+    const float *src = w ? in->w2 : in->w13;
+    uint32_t st = fb_moe_stream(L->layer, w ? FB_MOE_OP_W2 : FB_MOE_OP_W13);
+    const fb_qspec *q = &p->fwd_weight;
+    char nm[32];
+    if (q->format == FB_FMT_NVFP4) {
+      size_t *go = malloc((E + 1) * sizeof *go);
+      for (size_t e = 0; e <= E; ++e) go[e] = e * grp;
+      fb_nvfp4_opts o = {.outer = q->outer == FB_GRAN_EXPERT ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = go, .ngroups = E,
+                         .rounding = q->rounding, .seed = L->seed, .stream = st, .step = L->step};
+      size_t no = fb_nvfp4_nouter(&o, rows);
+      uint8_t *c = malloc(rows * cols / 2), *s = malloc(rows * cols / 16);
+      float *sd = malloc(no * 4);
+      CK(fb_nvfp4_quantize(src, rows, cols, &o, c, s, sd, NULL));
+      snprintf(nm, sizeof nm, "%s_codes", w ? "w2" : "w13");
+      void *g1 = probe(L, nm, rows * cols / 2);
+      snprintf(nm, sizeof nm, "%s_scales", w ? "w2" : "w13");
+      void *g2 = probe(L, nm, rows * cols / 16);
+      snprintf(nm, sizeof nm, "%s_sdec", w ? "w2" : "w13");
+      void *g3 = probe(L, nm, no * 4);
+      bad += ndiff(g1, c, rows * cols / 2) + ndiff(g2, s, rows * cols / 16) + ndiff(g3, sd, no * 4);
+      free(go), free(c), free(s), free(sd), free(g1), free(g2), free(g3);
+    } else {
+      fb_sr_opts so = {q->rounding, L->seed, st, L->step};
+      uint8_t *c = malloc(rows * cols), *s = malloc(rows * cols / 32);
+      CK(fb_mxfp8_quantize(src, rows, cols, FB_MX_ROWWISE, &so, c, s));
+      snprintf(nm, sizeof nm, "%s_codes", w ? "w2" : "w13");
+      void *g1 = probe(L, nm, rows * cols);
+      snprintf(nm, sizeof nm, "%s_scales", w ? "w2" : "w13");
+      void *g2 = probe(L, nm, rows * cols / 32);
+      bad += ndiff(g1, c, rows * cols) + ndiff(g2, s, rows * cols / 32);
+      free(c), free(s), free(g1), free(g2);
+    }
+  }
+  snprintf(what, sizeof what, "%s: quantized weights", tag);
+  row(what, "bytes that differ", (double)bad, -1, bad == 0);
+  /* H against the FP64 product of the dequantized operands; A from the GPU's H */
+  uint16_t *h = probe(L, "h", R * 2 * F * 2), *a = malloc(R * F * 2);
+  float *xd = malloc(R * D * 4), *wd = malloc(E * 2 * F * D * 4), *af = malloc(R * F * 4);
+  {
+    void *c = probe(L, "x_codes", R * b[0]), *s = probe(L, "x_scales", R * b[1]);
+    if (nv) {
+      float *sd = probe(L, "x_sdec", R * 4);
+      fb_nvfp4_opts o = {.outer = FB_OUTER_ROW};
+      CK(fb_nvfp4_dequantize(c, s, sd, R, D, &o, xd));
+      free(sd);
+    } else {
+      CK(fb_mxfp8_dequantize(c, s, R, D, xd));
+    }
+    free(c), free(s);
+    size_t rows = E * 2 * F;
+    if (p->fwd_weight.format == FB_FMT_NVFP4) {
+      void *wc = probe(L, "w13_codes", rows * D / 2), *ws = probe(L, "w13_scales", rows * D / 16);
+      size_t *go = malloc((E + 1) * sizeof *go);
+      for (size_t e = 0; e <= E; ++e) go[e] = e * 2 * F;
+      fb_nvfp4_opts o = {.outer = p->fwd_weight.outer == FB_GRAN_EXPERT ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = go, .ngroups = E};
+      float *sd = probe(L, "w13_sdec", fb_nvfp4_nouter(&o, rows) * 4);
+      CK(fb_nvfp4_dequantize(wc, ws, sd, rows, D, &o, wd));
+      free(wc), free(ws), free(sd), free(go);
+    } else {
+      void *wc = probe(L, "w13_codes", rows * D), *ws = probe(L, "w13_scales", rows * D / 32);
+      CK(fb_mxfp8_dequantize(wc, ws, rows, D, wd));
+      free(wc), free(ws);
+    }
+  }
+  long hbad = 0;
+  for (size_t e = 0; e < E; ++e)
+    for (long long r = off[e]; r < off[e] + cnt[e]; ++r)
+      for (size_t n = 0; n < 2 * F; ++n) {
+        double acc = 0;
+        for (size_t k = 0; k < D; ++k) acc += (double)xd[(size_t)r * D + k] * wd[(e * 2 * F + n) * D + k];
+        double got = fb_bf16_to_f32(h[(size_t)r * 2 * F + n]);
+        int ex;
+        frexp(fabs(acc) > 1e-30 ? fabs(acc) : 1e-30, &ex);
+        hbad += fabs(got - acc) > ldexp(1.0, ex - 8);
+      }
+  snprintf(what, sizeof what, "%s: H (w13 GEMM)", tag);
+  row(what, "elements > 1 BF16 ulp off", (double)hbad, -1, hbad == 0);
+  CK(fb_swiglu_fwd_ref(h, R, F, a));
+  for (size_t i = 0; i < R * F; ++i) af[i] = fb_bf16_to_f32(a[i]);
+  bad = 0;
+  uint32_t sa = fb_moe_stream(L->layer, FB_MOE_OP_A);
+  if (nv) {
+    fb_nvfp4_opts o = {.outer = FB_OUTER_ROW, .four_over_six = p->fwd_act.four_over_six, .rounding = p->fwd_act.rounding,
+                       .seed = L->seed, .stream = sa, .step = L->step};
+    uint8_t *c = malloc(R * F / 2), *s = malloc(R * F / 16);
+    float *sd = malloc(R * 4);
+    CK(fb_nvfp4_quantize(af, R, F, &o, c, s, sd, NULL));
+    void *g1 = probe(L, "a_codes", R * F / 2), *g2 = probe(L, "a_scales", R * F / 16), *g3 = probe(L, "a_sdec", R * 4);
+    bad = ndiff(g1, c, R * F / 2) + ndiff(g2, s, R * F / 16) + ndiff(g3, sd, R * 4);
+    free(c), free(s), free(sd), free(g1), free(g2), free(g3);
+  } else {
+    fb_sr_opts so = {p->fwd_act.rounding, L->seed, sa, L->step};
+    uint8_t *c = malloc(R * F), *s = malloc(R * F / 32);
+    CK(fb_mxfp8_quantize(af, R, F, FB_MX_ROWWISE, &so, c, s));
+    void *g1 = probe(L, "a_codes", R * F), *g2 = probe(L, "a_scales", R * F / 32);
+    bad = ndiff(g1, c, R * F) + ndiff(g2, s, R * F / 32);
+    free(c), free(s), free(g1), free(g2);
+  }
+  snprintf(what, sizeof what, "%s: A = quant(SwiGLU(H))", tag);
+  row(what, "bytes that differ", (double)bad, -1, bad == 0);
+  free(h), free(a), free(xd), free(wd), free(af);
+  for (int q = 0; q < 3; ++q) free(tq[q]), free(rq[q]);
+  free(cnt), free(rof), free(tok), free(off), free(goff), free(grof);
+}
+
+static void layer_case(const fb_expert_ops *gpu, const inputs *in, int layer, const fb_layer_prec *p0, int rn_bwd) {
+  fb_layer_prec p = *p0;
+  if (rn_bwd) p.bwd_grad.rounding = FB_ROUND_RN, p.bwd_saved.rounding = FB_ROUND_RN;
+  const fb_expert_ops *cpu = fb_expert_ops_cpu();
+  fb_moe_layer Lc = layer_of(in, layer, &p), Lg = layer_of(in, layer, &p);
+  outs c, g;
+  outs_alloc(&c, in), outs_alloc(&g, in);
+  char tag[48], what[128];
+  snprintf(tag, sizeof tag, "layer %d (%s fwd)%s", layer, fb_format_name(p.fwd_act.format), rn_bwd ? " RN bwd" : "");
+  CK(cpu->forward(cpu->ctx, &Lc, in->x, in->idx, in->tw, in->w13, in->w2, c.y));
+  CK(gpu->forward(gpu->ctx, &Lg, in->x, in->idx, in->tw, in->w13, in->w2, g.y));
+  if (!rn_bwd) exact_rows(tag, &Lg, in);
+  CK(cpu->backward(cpu->ctx, &Lc, in->dy, c.dx, c.dw13, c.dw2, c.dtw));
+  CK(gpu->backward(gpu->ctx, &Lg, in->dy, g.dx, g.dw13, g.dw2, g.dtw));
+  double tol = rn_bwd ? 2e-2 : 0.15, e;
+  if (!rn_bwd) {
+    e = relerr(g.y, c.y, in->T * in->D);
+    snprintf(what, sizeof what, "%s: y", tag), row(what, "rel. Frobenius error", e, 2e-2, e <= 2e-2);
+    e = relerr(g.dtw, c.dtw, in->T * in->K);
+    snprintf(what, sizeof what, "%s: dtopk_w", tag), row(what, "rel. Frobenius error", e, 2e-2, e <= 2e-2);
+  }
+  e = relerr(g.dx, c.dx, in->T * in->D);
+  snprintf(what, sizeof what, "%s: dx", tag), row(what, "rel. Frobenius error", e, tol, e <= tol);
+  e = relerr(g.dw13, c.dw13, in->E * 2 * in->F * in->D);
+  snprintf(what, sizeof what, "%s: dw13", tag), row(what, "rel. Frobenius error", e, tol, e <= tol);
+  e = relerr(g.dw2, c.dw2, in->E * in->D * in->F);
+  snprintf(what, sizeof what, "%s: dw2", tag), row(what, "rel. Frobenius error", e, tol, e <= tol);
+  /* the GPU layer twice: bit-identical */
+  outs g2;
+  outs_alloc(&g2, in);
+  fb_moe_layer L2 = layer_of(in, layer, &p);
+  CK(gpu->forward(gpu->ctx, &L2, in->x, in->idx, in->tw, in->w13, in->w2, g2.y));
+  CK(gpu->backward(gpu->ctx, &L2, in->dy, g2.dx, g2.dw13, g2.dw2, g2.dtw));
+  long bad = ndiff(g.y, g2.y, in->T * in->D * 4) + ndiff(g.dx, g2.dx, in->T * in->D * 4) +
+             ndiff(g.dw13, g2.dw13, in->E * 2 * in->F * in->D * 4) + ndiff(g.dw2, g2.dw2, in->E * in->D * in->F * 4) +
+             ndiff(g.dtw, g2.dtw, in->T * in->K * 4);
+  snprintf(what, sizeof what, "%s: GPU run twice", tag), row(what, "bytes that differ", (double)bad, -1, bad == 0);
+  outs_free(&c), outs_free(&g), outs_free(&g2);
+}
+
+/* ---- whole steps ---------------------------------------------------------------------------------------------- */
+static fb_trainer *trainer(const fb_recipe *r, const fb_expert_ops *ops) {
+  fb_train_opts o;
+  fb_train_opts_default(&o, 10, TOKENS, 1234);
+  fb_trainer *t = NULL;
+  CK(fb_train_create(r, &o, ops, &t));
+  return t;
+}
+
+static void step_rows(const fb_recipe *r, const fb_expert_ops *gpu) {
+  fb_trainer *tc = trainer(r, NULL), *tg = trainer(r, gpu);
+  double lc, lg;
+  CK(fb_train_loss_grad(tc, 0, 1, &lc));
+  CK(fb_train_loss_grad(tg, 0, 1, &lg));
+  double e = fabs(lg - lc) / fabs(lc);
+  char what[96];
+  snprintf(what, sizeof what, "step: loss (cpu %.5f, gpu %.5f)", lc, lg);
+  row(what, "relative difference", e, 1e-2, e <= 1e-2);
+  double worst = 0;
+  const char *wn = "";
+  for (int i = 0; i < fb_train_nparams(tc); ++i) {
+    fb_param_view a = fb_train_param(tc, i), b = fb_train_param(tg, i);
+    double x = relerr(b.g, a.g, a.n);
+    if (x > worst || !(x == x)) worst = x, wn = a.name;
+  }
+  snprintf(what, sizeof what, "step: gradients (worst %s)", wn);
+  row(what, "rel. Frobenius error", worst, 0.15, worst <= 0.15);
+  fb_train_free(tc), fb_train_free(tg);
+  /* determinism: two GPU trainers, 2 steps */
+  fb_trainer *a = trainer(r, gpu), *b = trainer(r, gpu);
+  long bad = 0;
+  for (int s = 0; s < 2; ++s) {
+    fb_step_stats sa, sb;
+    CK(fb_train_step(a, &sa));
+    CK(fb_train_step(b, &sb));
+    bad += sa.loss != sb.loss || sa.grad_norm != sb.grad_norm;
+    if (s == 1) printf("  (GPU steps: loss %.5f -> %.5f, %.1f ms/step)\n", lg, sa.loss, sa.ms);
+  }
+  for (int i = 0; i < fb_train_nparams(a); ++i) {
+    fb_param_view x = fb_train_param(a, i), y = fb_train_param(b, i);
+    bad += ndiff(x.w, y.w, x.n * 4);
+  }
+  row("determinism: 2 GPU runs x 2 steps", "losses + master bytes differ", (double)bad, -1, bad == 0);
+  fb_train_free(a), fb_train_free(b);
+}
+
+int main(int argc, char **argv) {
+  int compile_only = argc > 1 && !strcmp(argv[1], "--compile-only");
+  fb_recipe *r = NULL;
+  CK(fb_train_recipe_load(RECIPE, &SHAPE, &r));
+  fb_gpu_experts_opts go = {.recipe = r, .tokens = TOKENS, .log = stdout, .compile_only = compile_only};
+  if (compile_only) {
+    fb_gpu_experts *g = NULL;
+    fb_status s = fb_gpu_experts_create(&go, &g);
+    if (s != FB_OK) {
+      printf("test_train_gpu --compile-only: FAIL: %s\n", fb_errmsg());
+      return 1;
+    }
+    fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
+    printf("test_train_gpu --compile-only: PASS: the %d kernels of the GPU train step of %s (d_ff %d) compile for sm_90a (%.1f s of NVRTC)\n",
+           st.kernels, RECIPE, SHAPE.d_ff, st.compile_ms / 1e3);
+    fb_gpu_experts_free(g);
+    fb_recipe_free(r);
+    return 0;
+  }
+  int ndev = 0;
+  if (fb_cuda_device_count(&ndev) != FB_OK || ndev < 1) {
+    printf("test_train_gpu: SKIPPED (not passed): no GPU (%s)\n", ndev < 1 && fb_errmsg()[0] ? fb_errmsg() : "0 devices");
+    fb_recipe_free(r);
+    return 77;
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  fb_gpu_experts *g = NULL;
+  CK(fb_gpu_experts_create(&go, &g));
+  fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
+  printf("test_train_gpu: %s (%d layers, d_model %d, d_ff %d, %d experts top-%d), %d tokens; %d kernels compiled in %.1f s\n", RECIPE,
+         SHAPE.layers, SHAPE.d_model, SHAPE.d_ff, SHAPE.experts, SHAPE.top_k, TOKENS, st.compiled, st.compile_ms / 1e3);
+  printf("  %-34s %-28s %12s  %-11s %s\n", "check", "measure", "value", "tolerance", "result");
+  const fb_expert_ops *ops = fb_gpu_experts_ops(g);
+  inputs in = {TOKENS, (size_t)SHAPE.d_model, (size_t)SHAPE.d_ff, (size_t)SHAPE.experts, (size_t)SHAPE.top_k, 0, 0, 0, 0, 0, 0};
+  make_inputs(&in);
+  fb_layer_prec p1, p6;
+  fb_recipe_layer(r, 1, &p1), fb_recipe_layer(r, 6, &p6);
+  layer_case(ops, &in, 1, &p1, 0);
+  layer_case(ops, &in, 1, &p1, 1);
+  layer_case(ops, &in, 6, &p6, 0);
+  layer_case(ops, &in, 6, &p6, 1);
+  step_rows(r, ops);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("test_train_gpu: %s: %d of %d checks passed (%.1f s)\n", nfail ? "FAIL" : "PASS", nrows - nfail, nrows,
+         (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+  free(in.x), free(in.tw), free(in.w13), free(in.w2), free(in.dy), free(in.idx);
+  fb_gpu_experts_free(g);
+  fb_recipe_free(r);
+  return nfail ? 1 : 0;
+}
