@@ -3,6 +3,8 @@
  * parsing and the train loop that `fourbit compare` (cli/compare.c) shares: fb_cli_train_parse,
  * fb_cli_train_one. */
 #include "cli.h"
+#include "../runtime/experts_gpu.h"
+#include "../tuner/tune.h"
 #include "fourbit_train.h"
 
 #include <getopt.h>
@@ -15,7 +17,8 @@
 #include <unistd.h>
 
 static const char *OPTIONS_HELP =
-    "  --device cpu|gpu     where the train step runs (default cpu; gpu: not available yet)\n"
+    "  --device cpu|gpu     where the expert layers run (default cpu; gpu: one H200-class GPU, sm_90a, the\n"
+    "                       generated kernels; d_model and d_ff multiples of 128, e.g. --d-ff 128)\n"
     "  --steps N            steps of the run and of its schedule (default 300)\n"
     "  --batch T            tokens per step, a multiple of --seq-len (default: the recipe's batch.tokens,\n"
     "                       or the --model-override preset's)\n"
@@ -34,7 +37,10 @@ static const char *OPTIONS_HELP =
     "  --successors N       successors per state of the synthetic Markov language (default 4)\n"
     "  --print-every N      a line every N steps (default 1; the last step always)\n"
     "  --quiet              no per-step lines (the summary only)\n"
-    "  --gpus N, --cache DIR, --require-tuned   GPU options (accepted; the GPU path is not wired yet)\n";
+    "  --cache DIR          GPU: kernels from this kernel cache (fourbit tune's winners, else the cached default\n"
+    "                       variant); without it every kernel's default variant is compiled with NVRTC at start\n"
+    "  --require-tuned      GPU: fail, listing them, when a kernel has no tuned winner in --cache\n"
+    "  --gpus N             GPUs (1: expert parallelism over NCCL is not wired yet)\n";
 
 static const struct option OPTS[] = {
     {"device", required_argument, 0, 'D'}, {"steps", required_argument, 0, 's'},
@@ -136,13 +142,12 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
   if (dims[5]) c->over.top_k = dims[5];
   if (dims[6]) c->over.vocab = dims[6];
   if (dims[7]) c->over.conv_width = dims[7];
-  if (!strcmp(c->device, "gpu")) {
-    fprintf(stderr, "fourbit %s: --device gpu: not available yet (the GPU train step is not wired into the runtime; "
-                    "use --device cpu)\n", cmd);
+  if (c->gpus > 1) {
+    fprintf(stderr, "fourbit %s: --gpus %d: one rank only (expert parallelism over NCCL is not wired yet)\n", cmd, c->gpus);
     return 2;
   }
-  if (c->gpus > 1) {
-    fprintf(stderr, "fourbit %s: --gpus %d: the CPU path runs one rank\n", cmd, c->gpus);
+  if (strcmp(c->device, "gpu") && (c->cache || c->require_tuned)) {
+    fprintf(stderr, "fourbit %s: --cache and --require-tuned go with --device gpu\n", cmd);
     return 2;
   }
   if (c->stop_at && c->stop_at > c->steps) {
@@ -152,14 +157,85 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
   return 0;
 }
 
-static volatile sig_atomic_t g_stop;
-static void on_sigint(int sig) { (void)sig; g_stop = 1; }
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+/* --device gpu: kernels from the cache through the tuner's train-start lookup */
+typedef struct {
+  fb_cache *cache;
+  fb_fingerprint fp;
+  const fb_recipe *r;
+  fb_plan *plan;
+  int winners, defaults, missing;
+  char untuned[2048];
+} gpu_lookup;
+
+static fb_status lookup_kernel(void *user, const fb_kernel_spec *k, long long tokens, char *var_name, size_t var_len,
+                               void **cubin, size_t *size, char *note, size_t notelen) {
+  gpu_lookup *u = user;
+  fb_tune_choice ch;
+  fb_status s = fb_tune_lookup(u->cache, &u->fp, u->r, u->plan, k, tokens, &ch, cubin, size, note, notelen);
+  if (s == FB_OK) snprintf(var_name, var_len, "%s", ch.var.name);
+  if (s != FB_OK || !ch.from_winner) {
+    size_t n = strlen(u->untuned);
+    if (!strstr(u->untuned, k->name) && n + strlen(k->name) + 3 < sizeof u->untuned)
+      snprintf(u->untuned + n, sizeof u->untuned - n, "%s%s", n ? ", " : "", k->name);
+  }
+  if (s == FB_OK) ch.from_winner ? ++u->winners : ++u->defaults;
+  else ++u->missing;
+  return s;
+}
+
+/* The GPU expert ops (kernels loaded or compiled now, with one notice line); 0 ok, else the exit status. */
+static int gpu_setup(const char *cmd, const fb_cli_train_cfg *c, const fb_recipe *r, int tokens, gpu_lookup *u,
+                     fb_gpu_experts **g) {
+  memset(u, 0, sizeof *u);
+  u->r = r;
+  if (c->cache) {
+    if (fb_cache_open(c->cache, &u->cache) != FB_OK) {
+      fprintf(stderr, "fourbit %s: --cache %s: %s\n", cmd, c->cache, fb_errmsg());
+      return 2;
+    }
+    if (fb_cuda_load() != FB_OK || fb_tune_fingerprint(&u->fp) != FB_OK || fb_plan_resolve(r, "sm_90a", &u->plan) != FB_OK) {
+      fprintf(stderr, "fourbit %s: --device gpu: %s\n", cmd, fb_errmsg());
+      return 1;
+    }
+  }
+  fb_gpu_experts_opts go = {.recipe = r, .tokens = tokens, .lookup = c->cache ? lookup_kernel : NULL, .lookup_user = u,
+                            .log = stdout};
+  double t0 = now_s();
+  fb_status s = fb_gpu_experts_create(&go, g);
+  if (s != FB_OK) {
+    fprintf(stderr, "fourbit %s: --device gpu: %s\n", cmd, fb_errmsg());
+    return s == FB_EINVAL ? 2 : 1;
+  }
+  fb_gpu_experts_stats st = fb_gpu_experts_stats_get(*g);
+  if (c->cache)
+    printf("kernels: %d (%d from the cache: %d tuned winners, %d default variants; %d compiled with NVRTC in %.1f s: not in the "
+           "cache or not fitting this shape) in %.1f s\n", st.kernels, st.from_cache, u->winners, u->defaults, st.compiled,
+           st.compile_ms / 1e3, now_s() - t0);
+  else
+    printf("kernels: no --cache: compiled the default variant of each of %d kernels with NVRTC: %.1f s of compile, %.1f s in all\n",
+           st.kernels, st.compile_ms / 1e3, now_s() - t0);
+  if (c->require_tuned && (u->untuned[0] || !c->cache)) {
+    fprintf(stderr, "fourbit %s: --require-tuned: no tuned winner for: %s\n", cmd, c->cache ? u->untuned : "(no --cache given)");
+    return 2;
+  }
+  return 0;
+}
+
+static void gpu_teardown(gpu_lookup *u, fb_gpu_experts *g) {
+  fb_gpu_experts_free(g);
+  if (u->cache) fb_cache_close(u->cache);
+  fb_plan_free(u->plan);
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig) { (void)sig; g_stop = 1; }
+
 
 static void bar(int done, int total, double eta) {
   char b[41];
@@ -176,6 +252,10 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   fb_trainer *t = NULL;
   FILE *log = NULL;
   int rc = 0;
+  int gpu = !strcmp(c->device, "gpu");
+  gpu_lookup gl;
+  fb_gpu_experts *ge = NULL;
+  memset(&gl, 0, sizeof gl);
   fb_status s = fb_train_recipe_load(path, &c->over, &r);
   if (s != FB_OK) {
     fprintf(stderr, "fourbit %s: %s\n", cmd, fb_errmsg());
@@ -189,7 +269,8 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   o.markov_succ = c->succ;
   if (c->warmup >= 0) o.warmup = c->warmup;
   if (o.min_lr > o.lr) o.min_lr = o.lr;
-  s = fb_train_create(r, &o, NULL, &t);
+  if (gpu && (rc = gpu_setup(cmd, c, r, o.tokens, &gl, &ge)) != 0) goto out;
+  s = fb_train_create(r, &o, gpu ? fb_gpu_experts_ops(ge) : NULL, &t);
   if (s != FB_OK) {
     fprintf(stderr, "fourbit %s: %s: %s\n", cmd, path, fb_errmsg());
     rc = s == FB_ENOMEM ? 1 : 2;
@@ -225,8 +306,10 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     printf("train %s (%s): %d layers, d_model %d, d_ff %d, %d experts top-%d, vocab %d, conv %d; %.2fM parameters\n",
            r->name, r->path, M->layers, M->d_model, M->d_ff, M->experts, M->top_k, M->vocab, M->conv_width,
            (double)fb_train_param_count(t) / 1e6);
-    printf("  device cpu (the CPU reference of the recipe's numerics), plan sha256 %.16s..., %d tokens/step "
-           "(%d x %d), seed %u\n", p->sha256, o.tokens, o.tokens / o.seq_len, o.seq_len, o.seed);
+    printf("  device %s, plan sha256 %.16s..., %d tokens/step (%d x %d), seed %u\n",
+           gpu ? "gpu (the expert layers on GPU 0; the rest, the router and AdamW on the CPU)"
+               : "cpu (the CPU reference of the recipe's numerics)",
+           p->sha256, o.tokens, o.tokens / o.seq_len, o.seq_len, o.seed);
     printf("  data: Markov chain over %d tokens, %d successors each: entropy rate %.4f nats/token (the loss floor)\n",
            M->vocab, o.markov_succ, res->floor);
     if (c->resume) printf("  resumed from %s at step %d\n", c->resume, fb_train_step_index(t));
@@ -307,6 +390,7 @@ out:
     rc = 1;
   }
   fb_train_free(t);
+  if (gpu) gpu_teardown(&gl, ge);
   fb_recipe_free(r);
   return rc;
 }
