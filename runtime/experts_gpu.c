@@ -21,7 +21,7 @@
  *              rows by the router weight or reduces these dot products yet). Copied up once.
  *   w2 dgrad   quant_mxfp8_sr_row(dY, stream DY_ROW); requant W2 (NVFP4/MXFP8 -> FP32 -> transposed MXFP8 SR, stream
  *              W2_T) as one E*D x F matrix, as the CPU does (so the SR element indices agree), then its F x (E*D) result
- *              regrouped per expert into (E*F) x D with device-to-device copies (a requant that writes the grouped
+ *              regrouped per expert into (E*F) x D with strided device copies (a requant that writes the grouped
  *              layout would remove them: templates/mx_col.cuh's change, listed in the report), bcopy, GEMM -> dA
  *              (BF16), swiglu_bwd(H, dA) -> dH (BF16). Unfused for the same reason as the forward.
  *   w2 wgrad   quant_mxfp8_sr_col(dY, DY_COL) (D x R); requant A (A_T) (F x R) + bcopy; wgrad GEMM -> dW2 (E x D x F).
@@ -48,6 +48,7 @@
 #include "fb_kparams.h"
 #include "model_internal.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -434,19 +435,44 @@ static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const f
   return run_mem(e, &p, (long long)rows, (long long)cols, ng);
 }
 
+/* A strided device copy: height rows of width bytes, through cuMemCpy2D (resolved here: fb_cu does not list it),
+ * else a copy per row. */
+typedef CUresult (*memcpy2d_fn)(const CUDA_MEMCPY2D *);
+static fb_status copy2d(CUdeviceptr dst, size_t dpitch, CUdeviceptr src, size_t spitch, size_t width, size_t height) {
+  static memcpy2d_fn fn;
+  static int tried;
+  if (!tried) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h) fn = (memcpy2d_fn)dlsym(h, "cuMemcpy2D_v2");
+    tried = 1;
+  }
+  if (fn) {
+    CUDA_MEMCPY2D m;
+    memset(&m, 0, sizeof m);
+    m.srcMemoryType = CU_MEMORYTYPE_DEVICE, m.srcDevice = src, m.srcPitch = spitch;
+    m.dstMemoryType = CU_MEMORYTYPE_DEVICE, m.dstDevice = dst, m.dstPitch = dpitch;
+    m.WidthInBytes = width, m.Height = height;
+    CU_CHECK(fn(&m));
+    return FB_OK;
+  }
+  for (size_t r = 0; r < height; ++r) CU_CHECK(fb_cu.MemcpyDtoD(dst + r * dpitch, src + r * spitch, width));
+  return FB_OK;
+}
+
 /* The transposed weights W^T: cols x (E * per) as requant wrote them, regrouped per expert into (E * cols) x per:
- * row (e, c) = elements [e * per, (e + 1) * per) of row c. Codes and E8M0 scales (per % 32 == 0). */
+ * row (e, c) = elements [e * per, (e + 1) * per) of row c. Codes and E8M0 scales (per % 32 == 0). Two strided copies
+ * per expert; a requantize-transpose that writes this layout itself would need none (templates/mx_col.cuh: an output
+ * offset per source row group). */
 static fb_status regroup(arena *a, const dq *t, size_t E, dq *d) {
   size_t C = t->rows, per = t->cols / E;
   memset(d, 0, sizeof *d);
   d->rows = E * C, d->cols = per, d->f = FB_FMT_MXFP8;
   FB_TRY(aalloc(a, &d->c, C * E * per));
   FB_TRY(aalloc(a, &d->s, C * E * per / 32));
-  for (size_t c = 0; c < C; ++c)
-    for (size_t e = 0; e < E; ++e) {
-      CU_CHECK(fb_cu.MemcpyDtoD(d->c + (e * C + c) * per, t->c + c * t->cols + e * per, per));
-      CU_CHECK(fb_cu.MemcpyDtoD(d->s + (e * C + c) * per / 32, t->s + (c * t->cols + e * per) / 32, per / 32));
-    }
+  for (size_t e = 0; e < E; ++e) {
+    FB_TRY(copy2d(d->c + e * C * per, per, t->c + e * per, t->cols, per, C));
+    FB_TRY(copy2d(d->s + e * C * per / 32, per / 32, t->s + e * per / 32, t->cols / 32, per / 32, C));
+  }
   return FB_OK;
 }
 
