@@ -20,11 +20,12 @@ FBM_FN float fbm_u2f(unsigned u) { return fbf_u2f(u); }
 /* e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by a degree-7 Taylor polynomial in
  * Horner form with fmaf, then scaled by 2^n in two exact steps (so that subnormal results round once). */
 FBM_FN float fbm_expf(float x) {
-  if (x != x) return x;
-  if (x > 88.8f) return fbm_u2f(0x7F800000u); /* +Inf */
-  if (x < -104.0f) return 0.0f;
-  float n = rintf(x * 1.44269504088896341f);
-  float r = fmaf(n, -0.693145751953125f, x);   /* ln2 high part: 12 bits, n * hi exact */
+  /* branch-free: the polynomial path runs on x clamped into its range and the special cases are selected at the
+     end (in-range results are the same operations as before; a GPU epilogue evaluating many of these in a row keeps
+     them in one basic block, so their latencies overlap) */
+  const float xc = fminf(fmaxf(x, -104.0f), 88.8f);
+  float n = rintf(xc * 1.44269504088896341f);
+  float r = fmaf(n, -0.693145751953125f, xc);  /* ln2 high part: 12 bits, n * hi exact */
   r = fmaf(n, -1.42860677e-06f, r);            /* ln2 - hi */
   float p = 1.98412698e-04f;                   /* 1/7! */
   p = fmaf(p, r, 1.38888889e-03f);             /* 1/6! */
@@ -35,7 +36,10 @@ FBM_FN float fbm_expf(float x) {
   p = fmaf(p, r, 1.0f);
   p = fmaf(p, r, 1.0f);
   int k = (int)n, k1 = k / 2, k2 = k - k1; /* 2^k = 2^k1 * 2^k2, each a normal float */
-  return (p * fbm_u2f((unsigned)(k1 + 127) << 23)) * fbm_u2f((unsigned)(k2 + 127) << 23);
+  float e = (p * fbm_u2f((unsigned)(k1 + 127) << 23)) * fbm_u2f((unsigned)(k2 + 127) << 23);
+  e = x > 88.8f ? fbm_u2f(0x7F800000u) : e; /* +Inf */
+  e = x < -104.0f ? 0.0f : e;
+  return x != x ? x : e;
 }
 
 FBM_FN float fbm_sigmoidf(float x) { return 1.0f / (1.0f + fbm_expf(-x)); }
