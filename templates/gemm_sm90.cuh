@@ -665,52 +665,74 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #elif FB_SWIGLU == 2
         /* dH = [dg | du] from dA (these accumulators) and H = [g | u] (p.aux): lanes q and q^1 first swap dA pairs so
            that each lane holds 4 consecutive columns, then it loads 8 bytes of g and of u and stores 8 bytes of each */
-        const unsigned short *hrow = (const unsigned short *)p.aux + r * 2 * p.N;
+        const unsigned short *hrow = (const unsigned short *)p.aux + (live ? r : 0) * 2 * p.N;
         unsigned short *orow2 = (unsigned short *)p.out + r * 2 * p.N;
+        /* the swaps first, in place: afterwards slots 4 jb + 2 h + {0, 1} and 4 (jb + 1) + 2 h + {0, 1} hold dA of this
+           lane's 4 consecutive columns; then batches of 4 pairs: 8 loads of H, 16 independent SwiGLU backwards, stores */
 #pragma unroll
         for (int jb = 0; jb < BN / 8; jb += 2) {
-          const float v0 = acc[mw][4 * jb + 2 * h] * so, v1 = acc[mw][4 * jb + 2 * h + 1] * so;
-          const float v2 = acc[mw][4 * jb + 4 + 2 * h] * so, v3 = acc[mw][4 * jb + 4 + 2 * h + 1] * so;
+          float *a0 = &acc[mw][4 * jb + 2 * h], *a1 = &acc[mw][4 * jb + 4 + 2 * h];
+          const float v0 = a0[0] * so, v1 = a0[1] * so, v2 = a1[0] * so, v3 = a1[1] * so;
           const float r0 = __shfl_xor_sync(0xffffffffu, (q & 1) ? v0 : v2, 1);
           const float r1 = __shfl_xor_sync(0xffffffffu, (q & 1) ? v1 : v3, 1);
-          const float d[4] = {(q & 1) ? r0 : v0, (q & 1) ? r1 : v1, (q & 1) ? v2 : r0, (q & 1) ? v3 : r1};
-          const int col = n0 + ((q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q);
-          if (!live) continue;
-          const uint2 gb = *(const uint2 *)(hrow + col), ub = *(const uint2 *)(hrow + p.N + col);
-          const u32 gw[2] = {gb.x, gb.y}, uw[2] = {ub.x, ub.y};
-          u32 dgw[2], duw[2];
+          a0[0] = (q & 1) ? r0 : v0, a0[1] = (q & 1) ? r1 : v1, a1[0] = (q & 1) ? v2 : r0, a1[1] = (q & 1) ? v3 : r1;
+        }
+        if (!live) continue;
 #pragma unroll
-          for (int t = 0; t < 2; ++t) {
-            float dg0, du0, dg1, du1;
-#if FB_EPI_CHEAP /* diagnostics only (test_gemm --cheap-epilogue): the same data movement without the math */
-            dg0 = d[2 * t] * __uint_as_float(uw[t] << 16), du0 = d[2 * t] * __uint_as_float(gw[t] << 16);
-            dg1 = d[2 * t + 1] * __uint_as_float(uw[t] & 0xFFFF0000u), du1 = d[2 * t + 1] * __uint_as_float(gw[t] & 0xFFFF0000u);
-#else
-            fbo_swiglu_bwd(__uint_as_float(gw[t] << 16), __uint_as_float(uw[t] << 16), d[2 * t], &dg0, &du0);
-            fbo_swiglu_bwd(__uint_as_float(gw[t] & 0xFFFF0000u), __uint_as_float(uw[t] & 0xFFFF0000u), d[2 * t + 1], &dg1, &du1);
-#endif
-            dgw[t] = (u32)fbo_bf16_rne(dg0) | ((u32)fbo_bf16_rne(dg1) << 16);
-            duw[t] = (u32)fbo_bf16_rne(du0) | ((u32)fbo_bf16_rne(du1) << 16);
+        for (int jb0 = 0; jb0 < BN / 8; jb0 += 8) {
+          uint2 gb[4], ub[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const int jb = jb0 + 2 * b, col = n0 + ((q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q);
+            if (jb < BN / 8) gb[b] = *(const uint2 *)(hrow + col), ub[b] = *(const uint2 *)(hrow + p.N + col);
           }
-          *(uint2 *)(orow2 + col) = make_uint2(dgw[0], dgw[1]);
-          *(uint2 *)(orow2 + p.N + col) = make_uint2(duw[0], duw[1]);
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const int jb = jb0 + 2 * b;
+            if (jb >= BN / 8) continue;
+            const float d[4] = {acc[mw][4 * jb + 2 * h], acc[mw][4 * jb + 2 * h + 1], acc[mw][4 * jb + 4 + 2 * h], acc[mw][4 * jb + 4 + 2 * h + 1]};
+            const int col = n0 + ((q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q);
+            const u32 gw[2] = {gb[b].x, gb[b].y}, uw[2] = {ub[b].x, ub[b].y};
+            u32 dgw[2], duw[2];
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+              float dg0, du0, dg1, du1;
+#if FB_EPI_CHEAP /* diagnostics only (test_gemm --cheap-epilogue): the same data movement without the math */
+              dg0 = d[2 * t] * __uint_as_float(uw[t] << 16), du0 = d[2 * t] * __uint_as_float(gw[t] << 16);
+              dg1 = d[2 * t + 1] * __uint_as_float(uw[t] & 0xFFFF0000u), du1 = d[2 * t + 1] * __uint_as_float(gw[t] & 0xFFFF0000u);
+#else
+              fbo_swiglu_bwd(__uint_as_float(gw[t] << 16), __uint_as_float(uw[t] << 16), d[2 * t], &dg0, &du0);
+              fbo_swiglu_bwd(__uint_as_float(gw[t] & 0xFFFF0000u), __uint_as_float(uw[t] & 0xFFFF0000u), d[2 * t + 1], &dg1, &du1);
+#endif
+              dgw[t] = (u32)fbo_bf16_rne(dg0) | ((u32)fbo_bf16_rne(dg1) << 16);
+              duw[t] = (u32)fbo_bf16_rne(du0) | ((u32)fbo_bf16_rne(du1) << 16);
+            }
+            *(uint2 *)(orow2 + col) = make_uint2(dgw[0], dgw[1]);
+            *(uint2 *)(orow2 + p.N + col) = make_uint2(duw[0], duw[1]);
+          }
         }
 #elif FB_SWIGLU == 1
         /* A = silu(g) * u: g in the tile's first BN/2 columns, u in the same column of the second half (i + BN/4) */
         const long long arow_out = r * (p.N / 2) + nt * BROWS;
+        /* first every A of this row half, in place over g (independent chains the scheduler can interleave), then
+           the packing, the swaps and the stores */
+#pragma unroll
+        for (int jb = 0; jb < BN / 16; ++jb)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 4 * jb + 2 * h + e;
+            const float g = acc[mw][i] * so, u = acc[mw][i + BN / 4] * so;
+#if FB_EPI_CHEAP
+            acc[mw][i] = g * u;
+#else
+            acc[mw][i] = fbm_siluf(g) * u;
+#endif
+          }
 #pragma unroll
         for (int jb = 0; jb < BN / 16; jb += 2) {
           float a4[4];
 #pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            const int i = 4 * (jb + t / 2) + 2 * h + (t & 1);
-            const float g = acc[mw][i] * so, u = acc[mw][i + BN / 4] * so;
-#if FB_EPI_CHEAP
-            a4[t] = g * u;
-#else
-            a4[t] = fbm_siluf(g) * u;
-#endif
-          }
+          for (int t = 0; t < 4; ++t) a4[t] = acc[mw][4 * (jb + t / 2) + 2 * h + (t & 1)];
           u32 p0, p1;
           asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(a4[1]), "f"(a4[0]));
           asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(a4[3]), "f"(a4[2]));
