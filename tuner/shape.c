@@ -4,12 +4,18 @@
  * Sizes, with T tokens per rank, k = top_k, E experts, E_r = E / ep experts per rank, D = d_model, F = d_ff:
  *   dispatch side (role "dispatch", router, permute, unpermute): T rows of D (router: T x E logits)
  *   expert side (everything else on activations): T k rows (the dispatched copies) of D; SwiGLU: T k x F
- *   weights (role "weights", AdamW): E_r x 2F rows of D (W13), per-expert groups */
+ *   weights (role "weights", AdamW): E_r x 2F rows of D (W13), per-expert groups
+ *   bcopy: as the quantizers (weights: E_r x 2F rows of D), codes + scales in, BF16 out
+ *   GEMMs (NUMERICS.md's op table), rows per expert R_e = T k / E_r balanced, padded to 128 (the permutation pads
+ *   to the row tile): w13 fwd N = 2F, K = D; w2 fwd N = D, K = F; w2 dgrad N = F, K = D; w13 dgrad N = D, K = 2F;
+ *   wgrad dW2 = dY^T A (M = D, N = F) and dW13 = dH^T X (M = 2F, N = D), K = R_e */
 #include "tune.h"
 
 #include "fb_error.h"
+#include "fb_gemm_host.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +50,33 @@ fb_status fb_tune_shape(const fb_kernel_spec *k, const fb_model *m, int ep, long
   case FB_OP_ADAMW:
     s->rows = W, s->cols = D, s->experts = (int)Er, s->ngroups = (unsigned)Er, s->bytes = 28.0 * W * D;
     break;
+  case FB_OP_GEMM_FWD13:
+  case FB_OP_GEMM_FWD2:
+  case FB_OP_GEMM_DGRAD2:
+  case FB_OP_GEMM_DGRAD13:
+  case FB_OP_GEMM_WGRAD: {
+    long long re = (TK + Er - 1) / Er;
+    re = (re + 127) / 128 * 128;
+    s->rows_per_expert = re, s->rows = re * Er, s->experts = (int)Er, s->ngroups = (unsigned)Er, s->tile = 128;
+    double ab = k->act.format == FB_FMT_NVFP4 ? 0.5 + 1.0 / 16 : k->act.format == FB_FMT_BF16 ? 2.0 : 1.0 + 1.0 / 32;
+    if (k->op == FB_OP_GEMM_WGRAD) {
+      s->gm = (int)D, s->gn = (int)F, s->gm2 = (int)(2 * F), s->gn2 = (int)D;
+      s->flops = 2.0 * s->rows * ((double)s->gm * s->gn + (double)s->gm2 * s->gn2);
+      s->bytes = (ab + 2.0) * s->rows * (D + F + 2 * F + D) + 4.0 * Er * (D * F + 2 * F * D);
+    } else {
+      s->gn = (int)(k->op == FB_OP_GEMM_FWD13 ? 2 * F : k->op == FB_OP_GEMM_DGRAD2 ? F : D);
+      s->gk = (int)(k->op == FB_OP_GEMM_FWD13 || k->op == FB_OP_GEMM_DGRAD2 ? D : k->op == FB_OP_GEMM_FWD2 ? F : 2 * F);
+      s->flops = 2.0 * s->rows * s->gn * s->gk;
+      s->bytes = ab * s->rows * s->gk + 2.0 * Er * s->gn * s->gk + (k->op == FB_OP_GEMM_DGRAD2 ? 6.0 : 2.0) * s->rows * s->gn;
+    }
+    s->cols = s->gn;
+    return FB_OK; /* rows: whole 128-row tiles already */
+  }
+  case FB_OP_BCOPY:
+    if (weights) s->rows = W, s->cols = D, s->ngroups = (unsigned)Er;
+    else s->rows = dispatch ? T : TK, s->cols = D;
+    s->bytes = (k->q.format == FB_FMT_NVFP4 ? 0.5 + 1.0 / 16 : 1.0 + 1.0 / 32) * s->rows * s->cols + 2.0 * s->rows * s->cols;
+    break;
   default: /* the quantizers on rows x cols */
     if (weights || k->in_f32) s->rows = W, s->cols = D, s->ngroups = (unsigned)Er;
     else s->rows = dispatch ? T : TK, s->cols = D;
@@ -55,6 +88,35 @@ fb_status fb_tune_shape(const fb_kernel_spec *k, const fb_model *m, int ep, long
   }
   if (s->rows % 32) s->rows += 32 - s->rows % 32; /* whole MX blocks down a column */
   return FB_OK;
+}
+
+int fb_tune_is_gemm(const fb_kernel_spec *k) {
+  return k->op == FB_OP_GEMM_FWD13 || k->op == FB_OP_GEMM_FWD2 || k->op == FB_OP_GEMM_DGRAD2 || k->op == FB_OP_GEMM_WGRAD ||
+         k->op == FB_OP_GEMM_DGRAD13;
+}
+
+int fb_tune_gemm_fits(const fb_kernel_spec *k, const fb_variant *v, const fb_tune_shape_t *s, char *why, size_t n) {
+  fb_gemm_cfg c;
+  if (fb_gemm_config(k, v, &c) != FB_OK) {
+    snprintf(why, n, "%s", fb_errmsg());
+    return 0;
+  }
+  if (c.mode) {
+    int pm[2] = {s->gm, s->gm2}, pn[2] = {s->gn, s->gn2};
+    for (int i = 0; i < 2; ++i)
+      if (pm[i] % c.tile_m || pn[i] % c.tile_n) {
+        snprintf(why, n, "tile %d x %d does not divide M x N = %d x %d", c.tile_m, c.tile_n, pm[i], pn[i]);
+        return 0;
+      }
+    if (s->rows_per_expert % c.tile_k) {
+      snprintf(why, n, "tile_k %d does not divide the rows per expert (%lld)", c.tile_k, s->rows_per_expert);
+      return 0;
+    }
+  } else if (s->gn % c.tile_n || s->gk % c.tile_k) {
+    snprintf(why, n, "tile_n x tile_k %d x %d does not divide N x K = %d x %d", c.tile_n, c.tile_k, s->gn, s->gk);
+    return 0;
+  }
+  return 1;
 }
 
 long long fb_tune_now_ms(void) {

@@ -572,8 +572,8 @@ static void tune_spec_bucket(run_ctx *x, summary_row *row) {
 }
 
 int fb_tune_measurable(const fb_kernel_spec *k) {
-  return !(k->op == FB_OP_GEMM_FWD13 || k->op == FB_OP_GEMM_FWD2 || k->op == FB_OP_GEMM_DGRAD2 || k->op == FB_OP_GEMM_WGRAD ||
-           k->op == FB_OP_GEMM_DGRAD13);
+  (void)k; /* the memory-bound kernels: tests/gpu/harness.c's checks; the GEMMs and bcopy: tests/gpu/gemm_harness.c's */
+  return 1;
 }
 
 /* ---- the plan's kernels and their variants ----------------------------------------------------------------- */
@@ -589,8 +589,8 @@ static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, 
       ++notemp;
       continue;
     }
-    if (!fb_tune_measurable(s)) { /* the worker's check and timing cover the memory-bound kernels */
-      printf("%s: a GEMM: the tuner's worker has no check and timing for it yet (tests/gpu/test_gemm.c checks it): not tuned\n", s->name);
+    if (!fb_tune_measurable(s)) {
+      printf("%s: the tuner's worker has no check and timing for it: not tuned\n", s->name);
       continue;
     }
     const fb_tune_family *fam = NULL;
@@ -602,6 +602,27 @@ static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, 
     if (!fam || fb_gen_variants(s, fam, &vs, &nv, &x->pruned, x->pruned_why, sizeof x->pruned_why) != FB_OK) {
       fprintf(stderr, "fourbit tune: %s: %s\n", s->name, fam ? fb_errmsg() : "no tune family");
       continue;
+    }
+    if (fb_tune_is_gemm(s) && nv) { /* the variants whose tiles divide the model's widths (N and K do not depend on the
+                                       tokens; the rows per expert are whole 128-row tiles) */
+      fb_tune_shape_t sh;
+      char why[160] = "", first[200] = "";
+      int kept = 0, dropped = 0;
+      if (fb_tune_shape(s, &r->model, r->ep, r->tokens, &sh) == FB_OK) {
+        for (int v = 0; v < nv; ++v) {
+          if (fb_tune_gemm_fits(s, &vs[v], &sh, why, sizeof why)) vs[kept++] = vs[v];
+          else if (!dropped++) snprintf(first, sizeof first, "%s", why);
+        }
+        nv = kept;
+      }
+      if (dropped) {
+        char tmp[600];
+        int l = snprintf(tmp, sizeof tmp, "%s%s%d do not fit the model's GEMM widths, e.g. %s", x->pruned_why, x->pruned ? "; " : "", dropped, first);
+        (void)l;
+        snprintf(x->pruned_why, sizeof x->pruned_why, "%.255s", tmp);
+        x->pruned += dropped;
+      }
+      if (!nv) printf("%s: no GEMM variant fits the model's widths (%s): not tuned\n", s->name, first);
     }
     if (!nv) { free(vs); continue; }
     x->spec = *s;

@@ -10,7 +10,7 @@
 #define FB_TUNER_TUNE_H
 #include "fourbit.h"
 
-#define FB_TUNE_PROTO 1
+#define FB_TUNE_PROTO 2
 #define FB_TUNE_MAXBATCH 64
 
 enum { FB_MSG_HELLO = 1, FB_MSG_DEVICE, FB_MSG_LOAD, FB_MSG_VERIFIED, FB_MSG_TIME, FB_MSG_TIMES, FB_MSG_QUIT };
@@ -22,8 +22,18 @@ typedef struct {
   int experts, top_k;   /* router, permute, unpermute: all experts; adamw: experts per rank */
   int tile;             /* permute: rows per expert padded to this */
   double bytes;         /* bytes one launch reads + writes (for GB/s) */
+  /* the GEMMs: rows (above) = experts x rows_per_expert, balanced, each padded to 128; cols = N. Mode 0 (fwd,
+     dgrad): D = A B^T with N = gn, K = gk; wgrad: M = gm, N = gn, K = the rows of each expert, and a second
+     problem gm2 x gn2 (the wgrad spec computes dW2 and dW13: one launch of each is timed together) */
+  long long rows_per_expert;
+  int gm, gn, gk, gm2, gn2;
+  double flops;
 } fb_tune_shape_t;
 fb_status fb_tune_shape(const fb_kernel_spec *k, const fb_model *m, int ep, long long tokens, fb_tune_shape_t *s);
+/* A GEMM op (FB_OP_GEMM_*) */
+int fb_tune_is_gemm(const fb_kernel_spec *k);
+/* Whether GEMM variant v of k can run shape s (its tiles divide N, K, M and the rows per expert); why says not. */
+int fb_tune_gemm_fits(const fb_kernel_spec *k, const fb_variant *v, const fb_tune_shape_t *s, char *why, size_t n);
 
 typedef struct {
   int proto, ok;
@@ -101,7 +111,7 @@ fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe 
 /* `fourbit tune RECIPE --warm-start-bench`: lookup + cuModuleLoadData of every kernel of the recipe from the cache,
  * against NVRTC compiles of the same kernels. Needs a GPU. */
 int fb_tune_warm_start_bench(const fb_tune_opts *o);
-/* Whether the worker can check and time spec k (tests/gpu/harness.c's run_case covers it): not the GEMMs yet. */
+/* Whether the worker can check and time spec k: every op with a template (GEMMs: tests/gpu/gemm_harness.c). */
 int fb_tune_measurable(const fb_kernel_spec *k);
 /* The device fingerprint of GPU 0 (the driver + this toolchain). */
 fb_status fb_tune_fingerprint(fb_fingerprint *fp);

@@ -14,6 +14,7 @@
 #include "fb_math.h"
 #include "fb_moe.h"
 #include "fb_kparams.h"
+#include "gemm_harness.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -134,248 +135,6 @@ static int regs_of(const char *log) {
 }
 
 /* ---- data ---- */
-static uint64_t rs = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
-static double unif(void) { return ((rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-static float gauss(void) { return (float)(sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif())); }
-
-typedef struct {
-  int kind, mode, tensor_outer, dist;
-  int E, M, N, K;
-  long long rows, off[9];
-  /* device */
-  CUdeviceptr a, b, a_sf, b_sf, a_outer, b_outer, offsets, out, h, osf;
-  uint16_t *hh; /* H for the SwiGLU backward: rows x 2N BF16 */
-  size_t out_elems;
-  double *ref; /* out_elems */
-} problem;
-
-static const char *dist_name[] = {"balanced", "skewed"};
-
-static CUdeviceptr up(const void *h, size_t n) {
-  CUdeviceptr p;
-  CU(fb_cu.MemAlloc(&p, n ? n : 16));
-  if (n) CU(fb_cu.MemcpyHtoD(p, h, n));
-  return p;
-}
-
-static void make_problem(problem *P, int kind, int mode, int tensor_outer, int dist) {
-  memset(P, 0, sizeof *P);
-  P->kind = kind, P->mode = mode, P->tensor_outer = tensor_outer, P->dist = dist;
-  P->E = 4, P->N = 768;
-  static const int rows0[2][4] = {{192, 192, 192, 192}, {701, 37, 0, 129}};
-  static const int rows1[2][4] = {{256, 256, 256, 256}, {256, 0, 384, 128}};
-  P->K = mode ? 0 : 512, P->M = mode ? 512 : 0;
-  for (int e = 0; e < P->E; ++e) P->off[e + 1] = P->off[e] + (mode ? rows1 : rows0)[dist][e];
-  P->rows = P->off[P->E];
-  /* logical operands: A is ar x ak, B is br x ak (both K-major) */
-  size_t ar = mode ? (size_t)P->M : (size_t)P->rows, ak = mode ? (size_t)P->rows : (size_t)P->K;
-  size_t br = mode ? (size_t)P->N : (size_t)P->E * P->N;
-  float *A = malloc(ar * ak * 4), *B = malloc(br * ak * 4), *Ad = malloc(ar * ak * 4), *Bd = malloc(br * ak * 4);
-  for (size_t i = 0; i < ar * ak; ++i) A[i] = gauss() * ldexpf(1.0f, (int)((i / ak) % 7) - 3);
-  for (size_t i = 0; i < br * ak; ++i) B[i] = gauss() * 0.05f;
-  if (kind == 0) {
-    uint16_t *ha = malloc(ar * ak * 2), *hb = malloc(br * ak * 2);
-    for (size_t i = 0; i < ar * ak; ++i) ha[i] = fb_bf16_from_f32(A[i]), Ad[i] = fb_bf16_to_f32(ha[i]);
-    for (size_t i = 0; i < br * ak; ++i) hb[i] = fb_bf16_from_f32(B[i]), Bd[i] = fb_bf16_to_f32(hb[i]);
-    P->a = up(ha, ar * ak * 2), P->b = up(hb, br * ak * 2);
-    free(ha), free(hb);
-  } else if (kind == 1) {
-    fb_nvfp4_opts oa = {.outer = tensor_outer ? FB_OUTER_TENSOR : FB_OUTER_ROW, .four_over_six = 1};
-    size_t goff[9];
-    for (int e = 0; e <= P->E; ++e) goff[e] = (size_t)e * P->N;
-    fb_nvfp4_opts ob = {.outer = tensor_outer ? FB_OUTER_TENSOR : FB_OUTER_GROUP, .group_offsets = goff, .ngroups = (size_t)P->E};
-    uint8_t *ca = malloc(ar * ak / 2), *sa = malloc(ar * ak / 16), *cb = malloc(br * ak / 2), *sb = malloc(br * ak / 16);
-    float *da = malloc(fb_nvfp4_nouter(&oa, ar) * 4), *db = malloc(fb_nvfp4_nouter(&ob, br) * 4);
-    CK(fb_nvfp4_quantize(A, ar, ak, &oa, ca, sa, da, NULL));
-    CK(fb_nvfp4_quantize(B, br, ak, &ob, cb, sb, db, NULL));
-    CK(fb_nvfp4_dequantize(ca, sa, da, ar, ak, &oa, Ad));
-    CK(fb_nvfp4_dequantize(cb, sb, db, br, ak, &ob, Bd));
-    uint16_t *wcopy = malloc(br * ak * 2);
-    CK(fb_gemm_weights_bf16_ref(cb, sb, br, ak, wcopy));
-    P->a = up(ca, ar * ak / 2), P->a_sf = up(sa, ar * ak / 16), P->b = up(wcopy, br * ak * 2);
-    P->a_outer = up(da, fb_nvfp4_nouter(&oa, ar) * 4), P->b_outer = up(db, fb_nvfp4_nouter(&ob, br) * 4);
-    free(ca), free(sa), free(cb), free(sb), free(da), free(db), free(wcopy);
-  } else if (kind == 3) {
-    fb_sr_opts rn = {FB_ROUND_RN, 0, 0, 0};
-    uint8_t *ca = malloc(ar * ak), *sa = malloc(ar * ak / 32), *cb = malloc(br * ak), *sb = malloc(br * ak / 32);
-    uint16_t *bcopy = malloc(br * ak * 2);
-    CK(fb_mxfp8_quantize(A, ar, ak, FB_MX_ROWWISE, &rn, ca, sa));
-    CK(fb_mxfp8_quantize(B, br, ak, FB_MX_ROWWISE, &rn, cb, sb));
-    CK(fb_mxfp8_dequantize(ca, sa, ar, ak, Ad));
-    CK(fb_mxfp8_dequantize(cb, sb, br, ak, Bd));
-    CK(fb_gemm_mxfp8_bf16_ref(cb, sb, br, ak, bcopy));
-    P->a = up(ca, ar * ak), P->a_sf = up(sa, ar * ak / 32), P->b = up(bcopy, br * ak * 2);
-    free(ca), free(sa), free(cb), free(sb), free(bcopy);
-  } else {
-    fb_sr_opts rn = {FB_ROUND_RN, 0, 0, 0};
-    uint8_t *ca = malloc(ar * ak), *sa = malloc(ar * ak / 32), *cb = malloc(br * ak), *sb = malloc(br * ak / 32);
-    CK(fb_mxfp8_quantize(A, ar, ak, FB_MX_ROWWISE, &rn, ca, sa));
-    CK(fb_mxfp8_quantize(B, br, ak, FB_MX_ROWWISE, &rn, cb, sb));
-    CK(fb_mxfp8_dequantize(ca, sa, ar, ak, Ad));
-    CK(fb_mxfp8_dequantize(cb, sb, br, ak, Bd));
-    P->a = up(ca, ar * ak), P->a_sf = up(sa, ar * ak / 32), P->b = up(cb, br * ak), P->b_sf = up(sb, br * ak / 32);
-    free(ca), free(sa), free(cb), free(sb);
-  }
-  P->offsets = up(P->off, sizeof(long long) * (size_t)(P->E + 1));
-  /* the FP64 reference */
-  P->out_elems = mode ? (size_t)P->E * P->M * P->N : (size_t)P->rows * P->N;
-  P->ref = calloc(P->out_elems, sizeof(double));
-  for (int e = 0; e < P->E; ++e) {
-    if (!mode) {
-      for (long long r = P->off[e]; r < P->off[e + 1]; ++r)
-        for (int n = 0; n < P->N; ++n) {
-          const float *x = Ad + (size_t)r * ak, *w = Bd + ((size_t)e * P->N + n) * ak;
-          double s = 0;
-          for (size_t k = 0; k < ak; ++k) s += (double)x[k] * w[k];
-          P->ref[(size_t)r * P->N + n] = s;
-        }
-    } else {
-      for (int m = 0; m < P->M; ++m)
-        for (int n = 0; n < P->N; ++n) {
-          const float *x = Ad + (size_t)m * ak, *w = Bd + (size_t)n * ak;
-          double s = 0;
-          for (long long r = P->off[e]; r < P->off[e + 1]; ++r) s += (double)x[r] * w[r];
-          P->ref[((size_t)e * P->M + m) * P->N + n] = s;
-        }
-    }
-  }
-  CU(fb_cu.MemAlloc(&P->out, P->out_elems * 4 * 2));
-  CU(fb_cu.MemAlloc(&P->osf, P->out_elems / 32 + 16));
-  if (!mode) {
-    P->hh = malloc((size_t)P->rows * 2 * P->N * 2);
-    for (size_t i = 0; i < (size_t)P->rows * 2 * P->N; ++i) P->hh[i] = fb_bf16_from_f32(gauss());
-    P->h = up(P->hh, (size_t)P->rows * 2 * P->N * 2);
-  }
-  free(A), free(B), free(Ad), free(Bd);
-}
-
-static void free_problem(problem *P) {
-  CUdeviceptr *ps[] = {&P->a, &P->b, &P->a_sf, &P->b_sf, &P->a_outer, &P->b_outer, &P->offsets, &P->out, &P->h, &P->osf};
-  free(P->hh);
-  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; ++i)
-    if (*ps[i]) fb_cu.MemFree(*ps[i]);
-  free(P->ref);
-  memset(P, 0, sizeof *P);
-}
-
-static double bf16_ulp(double x) {
-  int e;
-  frexp(fabs(x) > 1e-38 ? fabs(x) : 1e-38, &e);
-  return ldexp(1.0, e - 8);
-}
-
-/* run unit u on problem P: 0 pass */
-#define RHT_SIGNS 0x9D2C5680u /* any fixed mask */
-static float *companion_out; /* the FP32 result of the last plain variant run (its tiles are the SwiGLU cases') */
-
-static int run(const unit *u, const fb_kernel *kern, const problem *P, int sms) {
-  fb_gemm_cfg cfg;
-  CK(fb_gemm_config(&u->k, &u->v, &cfg));
-  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K, P->h, P->osf, RHT_SIGNS};
-  fb_kp_gemm kp;
-  CK(fb_gemm_params(&cfg, &ga, &kp));
-  if (cfg.s2f6) {
-    /* bit-exact against fb_s2f6_quantize (RHT-32, the same signs) of the FP32 result of the plain variant with these
-       tiles (the companion); and how far the dequantized payload is from the FP64 reference (S2F6's own error) */
-    size_t n = P->out_elems, ns = n / 32;
-    CU(fb_cu.MemsetD8(P->out, 0xAA, n));
-    CU(fb_cu.MemsetD8(P->osf, 0xAA, ns));
-    CK(fb_gemm_launch(kern, &cfg, &kp, sms));
-    CU(fb_cu.CtxSynchronize());
-    int8_t *q = malloc(n), *qr = malloc(n);
-    uint8_t *e = malloc(ns), *er = malloc(ns);
-    CU(fb_cu.MemcpyDtoH(q, P->out, n));
-    CU(fb_cu.MemcpyDtoH(e, P->osf, ns));
-    long badq = -1, bade = -1;
-    if (companion_out) {
-      CK(fb_s2f6_quantize(companion_out, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, qr, er));
-      badq = bade = 0;
-      for (size_t i = 0; i < n; ++i) badq += q[i] != qr[i];
-      for (size_t i = 0; i < ns; ++i) bade += e[i] != er[i];
-    }
-    float *y = malloc(n * 4);
-    CK(fb_s2f6_dequantize(q, e, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, y));
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; ++i) num += (y[i] - P->ref[i]) * (y[i] - P->ref[i]), den += P->ref[i] * P->ref[i];
-    int fail = badq != 0 || bade != 0;
-    printf("  %-58s %-9s payload vs CPU S2F6 of the FP32 GEMM: codes %ld, scales %ld differ; dequantized vs FP64: rel %.2e  %s\n",
-           u->v.name, dist_name[P->dist], badq, bade, sqrt(num / den), fail ? (companion_out ? "FAIL" : "FAIL (no companion run)") : "ok");
-    free(q), free(qr), free(e), free(er), free(y);
-    return fail;
-  }
-  size_t nout = cfg.swiglu == 1 ? P->out_elems / 2 : cfg.swiglu == 2 ? P->out_elems * 2 : P->out_elems;
-  size_t ob = nout * (cfg.out_bf16 ? 2 : 4);
-  CU(fb_cu.MemsetD8(P->out, 0xFF, ob)); /* NaN in both BF16 and FP32 */
-  if (getenv("FB_GEMM_DEBUG")) printf("host: experts %d N %d K %d rows %lld smem %zu threads %u\n", kp.experts, kp.N, kp.K, kp.rows, fb_gemm_smem_bytes(&cfg), fb_gemm_threads(&cfg));
-  CK(fb_gemm_launch(kern, &cfg, &kp, sms));
-  CU(fb_cu.CtxSynchronize());
-  void *h = malloc(ob);
-  CU(fb_cu.MemcpyDtoH(h, P->out, ob));
-  if (!cfg.out_bf16 && !cfg.swiglu && !cfg.s2f6 && !P->mode && cfg.tile_m == 128 && cfg.tile_n == 256 && cfg.consumers == 2 && !P->tensor_outer) {
-    free(companion_out);
-    companion_out = malloc(ob);
-    memcpy(companion_out, h, ob);
-  }
-  double num = 0, den = 0, worst = 0, exc = 0;
-  long nonfinite = 0, off_ulp = 0, not_rne = 0;
-  const int f = P->N / 2;
-  for (size_t i = 0; i < nout; ++i) {
-    double r = cfg.swiglu ? 0.0 : P->ref[i], g;
-    if (cfg.swiglu == 1) { /* A = silu(g) * u on the FP64 reference's g and u */
-      size_t row = i / (size_t)f, n = i % (size_t)f;
-      double gg = P->ref[row * P->N + n], uu = P->ref[row * P->N + f + n];
-      r = gg / (1.0 + exp(-gg)) * uu;
-    } else if (cfg.swiglu == 2) { /* dH = [dg | du] from the FP64 reference's dA and H */
-      size_t row = i / (2 * (size_t)P->N), c = i % (2 * (size_t)P->N), n = c % (size_t)P->N;
-      double da = P->ref[row * P->N + n], gg = fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), uu = fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]);
-      double sg = 1.0 / (1.0 + exp(-gg));
-      r = c < (size_t)P->N ? da * uu * sg * (1.0 + gg * (1.0 - sg)) : da * gg * sg;
-    }
-    if (cfg.out_bf16) {
-      uint16_t v = ((uint16_t *)h)[i];
-      g = fb_bf16_to_f32(v);
-      if (fabs(g - r) > bf16_ulp(r)) ++off_ulp;
-      double ex = fabs(g - r) - 0.5 * bf16_ulp(r); /* beyond the output's own rounding */
-      if (ex > 0) exc += ex * ex;
-      if (v != fb_bf16_from_f32((float)r)) ++not_rne;
-    } else {
-      g = ((float *)h)[i];
-    }
-    if (!isfinite(g)) { ++nonfinite; continue; }
-    num += (g - r) * (g - r), den += r * r;
-    if (fabs(g - r) > worst) worst = fabs(g - r);
-  }
-  long mism = -1;
-  if (cfg.swiglu == 2 && companion_out) { /* bit-exact against the CPU SwiGLU backward (fb_moe.h) of the FP32 GEMM result */
-    mism = 0;
-    for (size_t i = 0; i < nout; ++i) {
-      size_t row = i / (2 * (size_t)P->N), c = i % (2 * (size_t)P->N), n = c % (size_t)P->N;
-      float dg, du;
-      fbo_swiglu_bwd(fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]),
-                     companion_out[row * P->N + n], &dg, &du);
-      if (((uint16_t *)h)[i] != fb_bf16_from_f32(c < (size_t)P->N ? dg : du)) ++mism;
-    }
-  }
-  if (cfg.swiglu == 1 && companion_out) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result */
-    mism = 0;
-    for (size_t i = 0; i < nout; ++i) {
-      size_t row = i / (size_t)f, n = i % (size_t)f;
-      float gg = companion_out[row * P->N + n], uu = companion_out[row * P->N + f + n];
-      if (((uint16_t *)h)[i] != fb_bf16_from_f32(fbm_siluf(gg) * uu)) ++mism;
-    }
-  }
-  free(h);
-  double rel = den > 0 ? sqrt(num / den) : sqrt(num), relx = den > 0 ? sqrt(exc / den) : sqrt(exc);
-  /* FP32 output: the error itself; BF16 output: what exceeds half a BF16 ulp of the reference (the rounding) */
-  int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= 1e-5);
-  printf("  %-58s %-9s rel %.2e  max|d| %.2e  unwritten/NaN %ld", u->v.name, dist_name[P->dist], rel, worst, nonfinite);
-  if (cfg.out_bf16) printf("  beyond rounding %.2e  >1ulp %ld  !=RNE(ref) %ld", relx, off_ulp, not_rne);
-  if (mism >= 0) printf("  vs CPU %s of the FP32 GEMM: %ld differ", cfg.swiglu == 2 ? "SwiGLU bwd" : "SwiGLU", mism);
-  if (mism > 0) fail = 1;
-  printf("  %s\n", fail ? "FAIL" : "ok");
-  return fail;
-}
 
 /* ---- the BF16 copy kernels (gemm_bcopy.cuh): bit-exact against fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref on
    random bytes (every code and scale, NaN and subnormal ones included), then (--bench) timed at S1's W13 ---- */
@@ -406,34 +165,6 @@ static int bcopy_units(unit *out, int max) {
   return n;
 }
 
-static int bcopy_check(const unit *u, const fb_kernel *kern, long long rows, long long K) {
-  int src = u->k.q.format == FB_FMT_NVFP4 ? 1 : 2;
-  size_t n = (size_t)(rows * K), cb = src == 1 ? n / 2 : n, sb = src == 1 ? n / 16 : n / 32;
-  uint8_t *c = malloc(cb), *sc = malloc(sb);
-  for (size_t i = 0; i < cb; ++i) c[i] = (uint8_t)rnd();
-  for (size_t i = 0; i < sb; ++i) sc[i] = (uint8_t)(i % 5 ? 0x30 + rnd() % 40 : rnd()); /* mostly normal, some anything */
-  uint16_t *ref = malloc(n * 2), *got = malloc(n * 2);
-  if (src == 1) CK(fb_gemm_weights_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
-  else CK(fb_gemm_mxfp8_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
-  CUdeviceptr dc = up(c, cb), ds = up(sc, sb), dout;
-  CU(fb_cu.MemAlloc(&dout, n * 2));
-  CU(fb_cu.MemsetD8(dout, 0xA5, n * 2));
-  fb_kp_mem p;
-  memset(&p, 0, sizeof p);
-  p.in = dc, p.scales = ds, p.out = dout, p.rows = rows, p.cols = K;
-  unsigned gx, gy, th;
-  CK(fb_launch_dims(&u->k, &u->v, rows, K, 0, &gx, &gy, &th));
-  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-  CU(fb_cu.CtxSynchronize());
-  CU(fb_cu.MemcpyDtoH(got, dout, n * 2));
-  long bad = 0;
-  /* a NaN is any NaN: the hardware's product with a NaN scale or code carries its own payload */
-  for (size_t i = 0; i < n; ++i) bad += got[i] != ref[i] && !((got[i] & 0x7FFF) > 0x7F80 && (ref[i] & 0x7FFF) > 0x7F80);
-  printf("  %-58s %lld x %lld  %ld of %zu differ  %s\n", u->v.name, rows, K, bad, n, bad ? "FAIL" : "ok");
-  fb_cu.MemFree(dc), fb_cu.MemFree(ds), fb_cu.MemFree(dout);
-  free(c), free(sc), free(ref), free(got);
-  return bad != 0;
-}
 
 /* ---- the benchmark (--bench): the design's shapes, each variant timed right after it passed its checks ---- */
 typedef struct {
@@ -462,54 +193,6 @@ static long long bcounts(const bshape *b, long long *cnt) {
   return tot;
 }
 
-/* Benchmark data at training-like magnitudes (outputs of order 1), so that epilogues with special-case paths (SwiGLU's
- * division when exp overflows, S2F6's scales) take the paths real activations take:
- * what 0: BF16 N(0, scale^2); 1: E4M3 codes of magnitude 2^-2..2^1 (E2M1 nibbles: any); 2: E4M3 block scales 0.5..0.94;
- * 3: E8M0 scales 2^-1..2^1; 4: FP32 1.0 */
-static void fill_random(CUdeviceptr p, size_t n, int what, float scale) {
-  size_t blk = 32u << 20;
-  uint8_t *h = malloc(blk);
-  for (size_t i = 0; i < blk; i += 2) {
-    uint64_t r = rnd();
-    if (what == 0) { uint16_t v = fb_bf16_from_f32(gauss() * scale); memcpy(h + i, &v, 2); }
-    else if (what == 1) h[i] = (uint8_t)((r & 0x80) | (0x28 + (r >> 8) % 0x20)), h[i + 1] = (uint8_t)(((r >> 16) & 0x80) | (0x28 + (r >> 24) % 0x20));
-    else if (what == 2) h[i] = h[i + 1] = (uint8_t)(0x30 + (r & 7));
-    else if (what == 3) h[i] = h[i + 1] = (uint8_t)(126 + (r % 3));
-    else { float one = 1.0f; memcpy(h + (i & ~(size_t)3), &one, 4); }
-  }
-  for (size_t o = 0; o < n; o += blk) CU(fb_cu.MemcpyHtoD(p + o, h, n - o < blk ? n - o : blk));
-  free(h);
-}
-
-static CUdeviceptr balloc(size_t n) {
-  CUdeviceptr p;
-  CU(fb_cu.MemAlloc(&p, n ? n : 16));
-  return p;
-}
-
-static int cmpf(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* median ms of 10 launches after 3 warm-ups */
-static float time_gemm(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms) {
-  CUevent a, b;
-  CU(fb_cu.EventCreate(&a, 0));
-  CU(fb_cu.EventCreate(&b, 0));
-  float t[10];
-  for (int i = 0; i < 3; ++i) CK(fb_gemm_launch(k, c, p, sms));
-  for (int i = 0; i < 10; ++i) {
-    CU(fb_cu.EventRecord(a, NULL));
-    CK(fb_gemm_launch(k, c, p, sms));
-    CU(fb_cu.EventRecord(b, NULL));
-    CU(fb_cu.EventSynchronize(b));
-    CU(fb_cu.EventElapsedTime(&t[i], a, b));
-  }
-  fb_cu.EventDestroy(a), fb_cu.EventDestroy(b);
-  qsort(t, 10, sizeof t[0], cmpf);
-  return (t[4] + t[5]) / 2;
-}
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a crash keeps what was printed */
@@ -607,7 +290,7 @@ int main(int argc, char **argv) {
     if (u->st != FB_OK) continue;
     fb_kernel kern;
     CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-    int f = bcopy_check(u, &kern, 77, 320) | bcopy_check(u, &kern, 1024, 2048);
+    int f = gemm_bcopy_check(&u->k, &u->v, &kern, 77, 320, stdout) | gemm_bcopy_check(&u->k, &u->v, &kern, 1024, 2048, stdout);
     u->failed = f, fails += f, runs += 2;
     fb_kernel_unload(&kern);
   }
@@ -619,21 +302,21 @@ int main(int argc, char **argv) {
           any |= units[i].st == FB_OK && units[i].g->kind == kind && units[i].g->mode == mode && units[i].g->tensor_outer == to;
         if (!any) continue;
         for (int dist = 0; dist < 2; ++dist) {
-          problem P;
-          make_problem(&P, kind, mode, to, dist);
+          gemm_problem P;
+          gemm_make_problem(&P, kind, mode, to, dist);
           for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
             if (u->st != FB_OK || u->g->kind != kind || u->g->mode != mode || u->g->tensor_outer != to) continue;
             fb_kernel kern;
             CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-            int f = run(u, &kern, &P, info.sm_count);
+            int f = gemm_run(&u->k, &u->v, &kern, &P, info.sm_count, stdout, 0);
             u->failed |= f;
             if (u->g->kind == 2) { if (f) printf("    (FP8 wgmma with promotion: not a legal variant; measured, not counted)\n"); }
             else fails += f;
             ++runs;
             fb_kernel_unload(&kern);
           }
-          free_problem(&P);
+          gemm_free_problem(&P);
         }
       }
   printf("test_gemm: %d runs, %d failed\n", runs, fails);
@@ -651,7 +334,7 @@ int main(int argc, char **argv) {
     }
     if (f) fclose(f);
     else printf("bench: no peer file %s: ratios missing\n", peer);
-    /* the BF16 copy at S1's W13 (48 experts x 4096 x 5120), each variant checked just before (bcopy_check above) */
+    /* the BF16 copy at S1's W13 (48 experts x 4096 x 5120), each variant checked just before (gemm_bcopy_check above) */
     printf("\n== bench (H200): the BF16 operand copy at S1's W13 (48 x 4096 x 5120); peer = torch FP8 -> BF16 cast %.0f GB/s,"
            " ceiling = torch BF16 copy %.0f GB/s, same run\n", bpeer[0], bpeer[1]);
     for (int i = first_bcopy; i < nunits; ++i) {
@@ -660,9 +343,9 @@ int main(int argc, char **argv) {
       const long long R = 48ll * 4096, K = 5120;
       int src = u->k.q.format == FB_FMT_NVFP4 ? 1 : 2;
       size_t n = (size_t)(R * K), cb = src == 1 ? n / 2 : n, sb = src == 1 ? n / 16 : n / 32;
-      CUdeviceptr dc = balloc(cb), ds = balloc(sb), dout = balloc(n * 2);
-      fill_random(dc, cb, 1, 1);
-      fill_random(ds, sb, src == 1 ? 2 : 3, 1);
+      CUdeviceptr dc = gemm_balloc(cb), ds = gemm_balloc(sb), dout = gemm_balloc(n * 2);
+      gemm_fill_random(dc, cb, 1, 1);
+      gemm_fill_random(ds, sb, src == 1 ? 2 : 3, 1);
       fb_kp_mem kpm;
       memset(&kpm, 0, sizeof kpm);
       kpm.in = dc, kpm.scales = ds, kpm.out = dout, kpm.rows = R, kpm.cols = K;
@@ -682,7 +365,7 @@ int main(int argc, char **argv) {
         CU(fb_cu.EventSynchronize(b));
         CU(fb_cu.EventElapsedTime(&t[r], a, b));
       }
-      qsort(t, 10, sizeof t[0], cmpf);
+      qsort(t, 10, sizeof t[0], gemm_cmpf);
       double ms = (t[4] + t[5]) / 2, gbs = (double)(cb + sb + n * 2) / (ms * 1e-3) / 1e9;
       printf("  %-40s %7.3f ms %7.0f GB/s  %.2fx the cast  %5.1f%% of copy\n", u->v.name, ms, gbs, bpeer[0] > 0 ? gbs / bpeer[0] : 0,
              bpeer[1] > 0 ? 100 * gbs / bpeer[1] : 0);
@@ -708,20 +391,20 @@ int main(int argc, char **argv) {
         int any = 0;
         for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].g->kind == kind && units[j].g->mode == b->mode;
         if (!any) continue;
-        CUdeviceptr A = balloc(ar * ak * (kind == 0 ? 2 : 1)), B = balloc(br * ak * (kind == 2 ? 1 : 2));
-        CUdeviceptr asf = balloc(ar * ak / 16), bsf = balloc(br * ak / 32), ao = balloc(ar * 4), bo = balloc((size_t)b->E * 4);
-        CUdeviceptr out = balloc(outn * 4), offs = up(off, sizeof(long long) * (size_t)(b->E + 1));
-        CUdeviceptr hbuf = balloc(b->mode ? 16 : (size_t)rows * 2 * b->N * 2); /* H for the SwiGLU backward */
+        CUdeviceptr A = gemm_balloc(ar * ak * (kind == 0 ? 2 : 1)), B = gemm_balloc(br * ak * (kind == 2 ? 1 : 2));
+        CUdeviceptr asf = gemm_balloc(ar * ak / 16), bsf = gemm_balloc(br * ak / 32), ao = gemm_balloc(ar * 4), bo = gemm_balloc((size_t)b->E * 4);
+        CUdeviceptr out = gemm_balloc(outn * 4), offs = gemm_up(off, sizeof(long long) * (size_t)(b->E + 1));
+        CUdeviceptr hbuf = gemm_balloc(b->mode ? 16 : (size_t)rows * 2 * b->N * 2); /* H for the SwiGLU backward */
         /* A of order 1, B scaled by 1/sqrt(K): outputs of order 1 */
         const float bscale = (float)(1.0 / sqrt((double)ak));
-        if (!b->mode) fill_random(hbuf, (size_t)rows * 2 * b->N * 2, 0, 1);
-        fill_random(A, ar * ak * (kind == 0 ? 2 : 1), kind == 0 ? 0 : 1, 1);
-        if (kind == 2) fill_random(B, br * ak, 1, 1);
-        else fill_random(B, br * ak * 2, 0, bscale);
-        fill_random(asf, ar * ak / 16, kind == 1 ? 2 : 3, 1); /* kind 3 reads the first ar * ak / 32 as E8M0 */
-        fill_random(bsf, br * ak / 32, 3, 1);
-        fill_random(ao, ar * 4, 4, 1);
-        fill_random(bo, (size_t)b->E * 4, 4, 1);
+        if (!b->mode) gemm_fill_random(hbuf, (size_t)rows * 2 * b->N * 2, 0, 1);
+        gemm_fill_random(A, ar * ak * (kind == 0 ? 2 : 1), kind == 0 ? 0 : 1, 1);
+        if (kind == 2) gemm_fill_random(B, br * ak, 1, 1);
+        else gemm_fill_random(B, br * ak * 2, 0, bscale);
+        gemm_fill_random(asf, ar * ak / 16, kind == 1 ? 2 : 3, 1); /* kind 3 reads the first ar * ak / 32 as E8M0 */
+        gemm_fill_random(bsf, br * ak / 32, 3, 1);
+        gemm_fill_random(ao, ar * 4, 4, 1);
+        gemm_fill_random(bo, (size_t)b->E * 4, 4, 1);
         for (int j = 0; j < first_bcopy; ++j) {
           unit *u = &units[j];
           if (u->st != FB_OK || (u->failed && kind != 2 && !cheap) || u->g->kind != kind || u->g->mode != b->mode) continue;
@@ -733,7 +416,7 @@ int main(int argc, char **argv) {
           CK(fb_gemm_params(&cfg, &ga, &kp));
           fb_kernel kern;
           CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-          float ms = time_gemm(&kern, &cfg, &kp, info.sm_count);
+          float ms = gemm_time(&kern, &cfg, &kp, info.sm_count);
           fb_kernel_unload(&kern);
           /* peer: torch's FP8 row-wise grouped GEMM for MXFP8 kinds, BF16 otherwise; ceiling: the dense rate of the
              instruction the kernel runs (FP8 for kind 2, BF16 for the rest) */

@@ -9,12 +9,22 @@
  *                    in which each candidate runs once between CUDA events, on input sets rotated so that all sets
  *                    together exceed 2.5 x the L2 size (each launch reads its inputs from HBM); median and spread
  *   QUIT
+ * The GEMMs (tests/gpu/gemm_harness.c): LOAD checks the variant on a small grouped problem (4 experts of 701, 37, 0
+ * and 129 rows; N 768, K 512; wgrad 4 experts of 256, 0, 384, 128 rows, M 512) against the FP64 reference of the
+ * exactly dequantized operands: FP32 out within a relative error of 1e-5, BF16 out (SwiGLU and SwiGLU backward
+ * included) within 1e-5 beyond BF16's rounding, the S2F6 combine payload dequantized within 2e-2 (S2F6's own error;
+ * test_gemm checks it bit for bit against a companion run). The problem is made once per operand kind and reused.
+ * TIME runs the GEMM at the bucket's shape (shape.c: the model's widths, balanced rows per expert padded to 128) on
+ * operands at training magnitudes; the wgrad spec's time is one dW2 and one dW13 launch together. bcopy (the BF16
+ * operand copy) is checked bit-exact by gemm_bcopy_check.
  * Any CUDA error exits (the harness's CK/CU), which the driver records as the candidate's failure.
  * The FOURBIT_TUNE_FAULT test hook (LOAD.fault): the candidate is first launched with invalid pointers.
  * Linked with tests/gpu/harness.c; build/emu/fourbit-worker links tests/emu/driver.cpp instead of the driver, so the
  * protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which means nothing). */
 #include "harness.h"
+#include "gemm_harness.h"
 #include "../tune.h"
+#include "fb_error.h"
 
 #include <math.h>
 #include <string.h>
@@ -26,9 +36,20 @@ typedef struct {
   tspec *t; /* its own allocation: units[] keeps a pointer to it while cands[] grows */
   unit *u;
   fb_kernel kern;
+  fb_gemm_cfg gcfg; /* a GEMM being timed: its configuration and parameter blocks, 2 a set */
+  fb_kp_gemm *gkp;
 } cand;
 
+/* The GEMMs' launch (runtime/cuda_driver.c): build/emu/fourbit-worker links the warp emulator's driver, which has no
+ * dynamic shared memory (nor TMA, nor wgmma): there this weak stand-in answers, and the real one replaces it. */
+__attribute__((weak)) fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem,
+                                                      const void *params, size_t size) {
+  (void)k, (void)gx, (void)gy, (void)threads, (void)smem, (void)params, (void)size;
+  return FB_ERR(FB_ECUDA, "the emulated driver cannot launch a GEMM (dynamic shared memory, TMA, wgmma)");
+}
+
 static cand *cands;
+static int sms = 1; /* the GEMMs' persistent CTAs: one per SM */
 static int ncands, capcands;
 static int unit_cap;
 
@@ -72,6 +93,45 @@ static int small_shape(const fb_kernel_spec *k) {
   return k->op == FB_OP_QUANT && !k->col && !k->in_f32 && (k->q.format == FB_FMT_MXFP8 || k->q.outer == FB_GRAN_TOKEN);
 }
 
+/* ---- the GEMMs' and bcopy's check (tests/gpu/gemm_harness.c) ------------------------------------------------ */
+static gemm_problem probs[4][2][2]; /* by kind, mode, tensor outer: made once (the FP64 reference takes a while) */
+static int have_prob[4][2][2];
+
+static void check_gemm(cand *c, const fb_msg_load *m, fb_msg_verified *r) {
+  char *text = NULL;
+  size_t tlen = 0;
+  FILE *log = open_memstream(&text, &tlen);
+  if (!log) exit(1);
+  int fail = 0;
+  if (m->spec.op == FB_OP_BCOPY) {
+    fail = gemm_bcopy_check(&m->spec, &m->var, &c->kern, 77, 320, log) | gemm_bcopy_check(&m->spec, &m->var, &c->kern, 256, 1024, log);
+  } else {
+    fb_gemm_cfg cfg;
+    CK(fb_gemm_config(&m->spec, &m->var, &cfg));
+    int to = m->spec.src.outer == FB_GRAN_TENSOR && cfg.kind == 1;
+    if (!have_prob[cfg.kind][cfg.mode][to]) {
+      gemm_make_problem(&probs[cfg.kind][cfg.mode][to], cfg.kind, cfg.mode, to, 1); /* skewed: an empty expert */
+      have_prob[cfg.kind][cfg.mode][to] = 1;
+    }
+    free(gemm_companion); /* no bit-exact companion here: the check against the FP64 reference only */
+    gemm_companion = NULL;
+    fail = gemm_run(&m->spec, &m->var, &c->kern, &probs[cfg.kind][cfg.mode][to], sms, log, 1);
+    free(gemm_companion);
+    gemm_companion = NULL;
+  }
+  fclose(log);
+  r->ok = !fail, r->wrong = fail;
+  if (fail) {
+    size_t s = 0;
+    while (text && text[s] == ' ') ++s;
+    snprintf(r->msg, sizeof r->msg, "against the reference: %s", text ? text + s : "?");
+    size_t l = strlen(r->msg);
+    while (l && (r->msg[l - 1] == '\n')) r->msg[--l] = 0;
+    for (char *p = r->msg; (p = strchr(p, '\n'));) *p = ';';
+  }
+  free(text);
+}
+
 static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
   if (ncands == capcands) {
     cands = realloc(cands, sizeof *cands * (size_t)(capcands = capcands ? 2 * capcands : 64));
@@ -97,6 +157,11 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
   memcpy(u->cubin.cubin, cubin, m->cubin_len), u->cubin.size = m->cubin_len;
   c->u = u;
   fb_msg_verified r = {.id = m->id};
+  if (fb_tune_is_gemm(&m->spec) && !fb_cu.TensorMapEncodeTiled) { /* the emulated driver: no TMA, no wgmma */
+    snprintf(r.msg, sizeof r.msg, "this driver has no cuTensorMapEncodeTiled (the emulated one cannot run a GEMM): not checked");
+    fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
+    return;
+  }
   if (fb_kernel_load(u->cubin.cubin, u->v.name, &c->kern) != FB_OK) {
     snprintf(r.msg, sizeof r.msg, "load: %s", fb_errmsg());
     fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
@@ -112,8 +177,23 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
     if (moe) { fb_kp_moe *p = (fb_kp_moe *)blk; p->rows = 4096, p->cols = 1024, p->experts = 8, p->top_k = 2, p->tile = 16; }
     else { fb_kp_mem *p = (fb_kp_mem *)blk; p->rows = 4096, p->cols = 1024, p->ngroups = 1; }
     fprintf(stderr, "fourbit-worker: FOURBIT_TUNE_FAULT: launching %s with invalid pointers\n", u->v.name);
-    CK(fb_kernel_launch(&c->kern, 64, 1, 256, blk, moe ? sizeof(fb_kp_moe) : sizeof(fb_kp_mem)));
+    fb_gemm_cfg gc;
+    if (fb_tune_is_gemm(&m->spec) && fb_gemm_config(&m->spec, &m->var, &gc) == FB_OK) {
+      fb_kp_gemm bad_g;
+      memset(&bad_g, 0xA7, sizeof bad_g);
+      bad_g.rows = 4096, bad_g.experts = 4, bad_g.M = bad_g.N = bad_g.K = 1024;
+      CK(fb_gemm_launch(&c->kern, &gc, &bad_g, sms));
+    } else {
+      CK(fb_kernel_launch(&c->kern, 64, 1, 256, blk, moe ? sizeof(fb_kp_moe) : sizeof(fb_kp_mem)));
+    }
     CU(fb_cu.CtxSynchronize());
+  }
+  if (fb_tune_is_gemm(&m->spec) || m->spec.op == FB_OP_BCOPY) {
+    check_gemm(c, m, &r);
+    if (!r.ok) fb_kernel_unload(&c->kern);
+    else c->loaded = 1;
+    fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
+    return;
   }
   long wrong = 0;
   if (m->spec.op == FB_OP_QUANT && m->spec.q.format == FB_FMT_NVFP4 && !m->spec.in_f32 && m->spec.q.outer != FB_GRAN_TOKEN)
@@ -141,6 +221,12 @@ typedef struct {
   double set_bytes;
 } bufs;
 static bufs B;
+/* a GEMM's operands in one set (what fb_gemm_args takes, whichever kind the variant multiplies in) */
+typedef struct {
+  CUdeviceptr a, b, a_sf, b_sf, a_outer, b_outer, out, out_sf, h, offsets;
+} gemm_set;
+static gemm_set *G;
+static CUdeviceptr g0[16]; /* set 0's buffers: the later sets are copies (the same data from other addresses) */
 
 static CUdeviceptr dev(size_t n, int kind, double scale) { /* kind 0 zero, 1 BF16 ~N(0,1), 2 FP32 scale N(0,1), 3 E4M3/E8M0 0x30..0x5F, 4 FP32 const scale */
   CUdeviceptr p;
@@ -177,7 +263,8 @@ static CUdeviceptr put(const void *h, size_t n) {
 
 static void free_bufs(void) {
   for (int i = 0; i < B.nbuf; ++i) fb_cu.MemFree(B.buf[i]);
-  free(B.buf), free(B.mem), free(B.mo);
+  free(B.buf), free(B.mem), free(B.mo), free(G);
+  G = NULL;
   memset(&B, 0, sizeof B);
 }
 
@@ -195,6 +282,52 @@ static void routing(long long T, int K, int E, int32_t *idx, float *w) {
       s += w[t * K + j] = (float)((rnd() >> 11) % 1000 + 1);
     }
     for (int j = 0; j < K; ++j) w[t * K + j] /= s;
+  }
+}
+
+/* buffer i of a GEMM set: set 0 filled as gemm_fill_random's `what` says, the others copied from it */
+static CUdeviceptr gdev(int set, int i, size_t n, int what, float scale) {
+  CUdeviceptr p = dev(n, 0, 0);
+  if (what < 0) return p;
+  if (set == 0) gemm_fill_random(p, n, what, scale), g0[i] = p;
+  else CU(fb_cu.MemcpyDtoD(p, g0[i], n));
+  return p;
+}
+
+static void gemm_one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, int set, gemm_set *g) {
+  const size_t E = (size_t)s->experts, R = (size_t)s->rows;
+  const int wgrad = k->op == FB_OP_GEMM_WGRAD;
+  const int fa = k->act.format == FB_FMT_NVFP4 ? 1 : k->act.format == FB_FMT_BF16 ? 0 : 3; /* kinds as fb_gemm_cfg's */
+  /* A: rows x K (wgrad: M x rows); B: E N x K (wgrad: N x rows); the largest of wgrad's two problems */
+  size_t am = wgrad ? (size_t)(s->gm > s->gm2 ? s->gm : s->gm2) : R, ak = wgrad ? R : (size_t)s->gk;
+  size_t bn = wgrad ? (size_t)(s->gn > s->gn2 ? s->gn : s->gn2) : E * (size_t)s->gn;
+  size_t outn = wgrad ? E * (size_t)((double)s->gm * s->gn > (double)s->gm2 * s->gn2 ? (size_t)s->gm * s->gn : (size_t)s->gm2 * s->gn2)
+                      : R * (size_t)s->gn;
+  float bscale = (float)(1.0 / sqrt((double)ak)); /* A of order 1, B of 1/sqrt(K): outputs of order 1 */
+  g->a = gdev(set, 0, am * ak * (fa == 0 ? 2 : 1) / (fa == 1 ? 2 : 1), fa == 0 ? 0 : 1, 1);
+  g->b = gdev(set, 1, bn * ak * 2, 0, bscale); /* BF16 (or the BF16 copy of NVFP4 / MXFP8 weights) */
+  g->a_sf = gdev(set, 2, am * ak / 16 + 64, fa == 1 ? 2 : 3, 1);
+  g->b_sf = gdev(set, 3, bn * ak / 32 + 64, 3, 1);
+  g->a_outer = gdev(set, 4, am * 4 + 64, 4, 1);
+  g->b_outer = gdev(set, 5, E * 4 + 64, 4, 1);
+  g->out = gdev(set, 6, outn * 4, -1, 0); /* FP32, or BF16 of up to 2N columns (SwiGLU backward) */
+  g->out_sf = gdev(set, 7, outn / 32 + 64, -1, 0);
+  g->h = k->op == FB_OP_GEMM_DGRAD2 ? gdev(set, 8, R * 2 * (size_t)s->gn * 2, 0, 1) : 0;
+  long long *off = malloc(sizeof *off * (E + 1));
+  for (size_t e = 0; e <= E; ++e) off[e] = (long long)e * s->rows_per_expert;
+  g->offsets = put(off, sizeof *off * (E + 1));
+  free(off);
+}
+
+/* the parameter blocks of candidate c on set g: [0], and wgrad's second problem [1] */
+static void gemm_params(cand *c, const fb_tune_shape_t *s, const gemm_set *g, fb_gemm_cfg *cfg, fb_kp_gemm kp[2]) {
+  CK(fb_gemm_config(&c->t->k, &c->u->v, cfg));
+  int kd = cfg->kind, wgrad = cfg->mode;
+  for (int i = 0; i < 1 + (wgrad && s->gm2); ++i) {
+    fb_gemm_args ga = {g->a, g->b, g->out, g->offsets, kd ? g->a_sf : 0, kd == 2 ? g->b_sf : 0, kd == 1 ? g->a_outer : 0,
+                       kd == 1 ? g->b_outer : 0, s->rows, s->experts, wgrad ? (i ? s->gm2 : s->gm) : 0, wgrad ? (i ? s->gn2 : s->gn) : s->gn,
+                       wgrad ? 0 : s->gk, g->h, g->out_sf, 0x5A5A0F0Fu};
+    CK(fb_gemm_params(cfg, &ga, &kp[i]));
   }
 }
 
@@ -257,6 +390,14 @@ static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem
     p->seed = 1, p->stream = 2, p->step = 3;
     return;
   }
+  case FB_OP_BCOPY: { /* codes and block scales in, the BF16 copy out (2 bytes an element) */
+    int nv = k->q.format == FB_FMT_NVFP4;
+    q->in = dev(nv ? n / 2 : n, 0, 0), q->scales = dev(nv ? n / 16 : n / 32, 0, 0), q->out = dev(n * 2, 0, 0);
+    gemm_fill_random(q->in, nv ? n / 2 : n, 1, 1);
+    gemm_fill_random(q->scales, nv ? n / 16 : n / 32, nv ? 2 : 3, 1);
+    q->rows = R, q->cols = C, q->ngroups = 1;
+    return;
+  }
   default: { /* fb_kp_mem: the quantizers, amax, requant, S2F6 */
     unsigned ng = s->ngroups ? s->ngroups : 1;
     long long *off = malloc(sizeof *off * (ng + 1));
@@ -289,6 +430,13 @@ static void setup(const fb_kernel_spec *k, const fb_tune_shape_t *s, long long l
   B.moe = !is_mem(k);
   int cap = 256;
   B.mem = calloc((size_t)cap, sizeof *B.mem), B.mo = calloc((size_t)cap, sizeof *B.mo);
+  if (fb_tune_is_gemm(k)) {
+    G = calloc((size_t)cap, sizeof *G);
+    double want = 2.5 * (double)(l2 > 0 ? l2 : 60ll << 20);
+    for (B.nsets = 0; B.nsets < cap && (B.nsets < 2 || B.set_bytes < want); ++B.nsets) gemm_one_set(k, s, B.nsets, &G[B.nsets]);
+    CU(fb_cu.CtxSynchronize());
+    return;
+  }
   /* sets until all of them together exceed 2.5 x L2 (at least 2: consecutive launches never share inputs) */
   double want = 2.5 * (double)(l2 > 0 ? l2 : 60ll << 20);
   for (B.nsets = 0; B.nsets < cap && (B.nsets < 2 || B.set_bytes < want);) {
@@ -313,6 +461,12 @@ static void launch(cand *c, int set) {
   const fb_kernel_spec *k = &c->t->k;
   unsigned gx, gy, th;
   fb_kernel_spec ks = *k;
+  if (G) {
+    const fb_kp_gemm *kp = &c->gkp[2 * set];
+    CK(fb_gemm_launch(&c->kern, &c->gcfg, &kp[0], sms));
+    if (c->gcfg.mode && B.shape.gm2) CK(fb_gemm_launch(&c->kern, &c->gcfg, &kp[1], sms));
+    return;
+  }
   ks.experts = B.shape.experts, ks.top_k = B.shape.top_k;
   CK(fb_launch_dims(&ks, &c->u->v, B.shape.rows, B.shape.cols, B.shape.ngroups, &gx, &gy, &th));
   if (!B.moe) {
@@ -337,6 +491,13 @@ static void do_time(const fb_msg_time *m, long long l2) {
       return;
     }
   setup(&m->spec, &m->shape, l2);
+  if (G)
+    for (int j = 0; j < m->n; ++j) {
+      free(cs[j]->gkp);
+      cs[j]->gkp = calloc((size_t)B.nsets * 2, sizeof *cs[j]->gkp);
+      if (!cs[j]->gkp) exit(1);
+      for (int s = 0; s < B.nsets; ++s) gemm_params(cs[j], &B.shape, &G[s], &cs[j]->gcfg, &cs[j]->gkp[2 * s]);
+    }
   int runs = 5 * (m->effort > 0 ? m->effort : 1), set = 0;
   double *t = malloc(sizeof *t * (size_t)runs * (size_t)m->n);
   int events = fb_cu.EventCreate != NULL; /* the emulator has none: the wall clock, which means nothing there */
@@ -367,6 +528,7 @@ static void do_time(const fb_msg_time *m, long long l2) {
       }
     }
   if (events) fb_cu.EventDestroy(a), fb_cu.EventDestroy(b);
+  for (int j = 0; j < m->n; ++j) free(cs[j]->gkp), cs[j]->gkp = NULL;
   for (int j = 0; j < m->n; ++j) {
     double *x = t + (size_t)j * runs;
     qsort(x, (size_t)runs, sizeof *x, cmpd);
@@ -409,6 +571,8 @@ int main(int argc, char **argv) {
             d.l2_bytes = v;
         }
         l2 = d.l2_bytes;
+        fb_cuda_device_info info;
+        if (fb_cuda_device_info_get(0, &info) == FB_OK && info.sm_count > 0) sms = info.sm_count;
       }
       fb_tune_send(1, FB_MSG_DEVICE, &d, sizeof d, NULL, 0, NULL, 0);
     } else if (type == FB_MSG_LOAD && len >= sizeof(fb_msg_load)) {
