@@ -217,7 +217,9 @@ typedef struct {
   fb_kp_mem *mem;
   fb_kp_moe *mo;
   CUdeviceptr *buf;
-  int nbuf, capbuf;
+  size_t *len;    /* each buffer's size; a guard of GUARD bytes follows it */
+  int *set_of;
+  int nbuf, capbuf, cur_set;
   double set_bytes;
 } bufs;
 static bufs B;
@@ -228,14 +230,23 @@ typedef struct {
 static gemm_set *G;
 static CUdeviceptr g0[16]; /* set 0's buffers: the later sets are copies (the same data from other addresses) */
 
+/* Every timing buffer is followed by GUARD bytes of 0xA5, checked after each TIME: a kernel that writes past what
+ * one_set sized for it (an op whose output this file undersizes) is reported by name instead of corrupting the next
+ * buffer or, where the next page is not mapped, faulting as an illegal address. */
+#define GUARD 4096
 static CUdeviceptr dev(size_t n, int kind, double scale) { /* kind 0 zero, 1 BF16 ~N(0,1), 2 FP32 scale N(0,1), 3 E4M3/E8M0 0x30..0x5F, 4 FP32 const scale */
   CUdeviceptr p;
   if (!n) n = 4;
-  CU(fb_cu.MemAlloc(&p, n));
+  CU(fb_cu.MemAlloc(&p, n + GUARD));
+  CU(fb_cu.MemsetD8(p + n, 0xA5, GUARD));
   if (B.nbuf == B.capbuf) {
-    B.buf = realloc(B.buf, sizeof *B.buf * (size_t)(B.capbuf = B.capbuf ? 2 * B.capbuf : 256));
-    if (!B.buf) exit(1);
+    B.capbuf = B.capbuf ? 2 * B.capbuf : 256;
+    B.buf = realloc(B.buf, sizeof *B.buf * (size_t)B.capbuf);
+    B.len = realloc(B.len, sizeof *B.len * (size_t)B.capbuf);
+    B.set_of = realloc(B.set_of, sizeof *B.set_of * (size_t)B.capbuf);
+    if (!B.buf || !B.len || !B.set_of) exit(1);
   }
+  B.len[B.nbuf] = n, B.set_of[B.nbuf] = B.cur_set;
   B.buf[B.nbuf++] = p;
   B.set_bytes += (double)n;
   if (kind == 0) {
@@ -263,7 +274,7 @@ static CUdeviceptr put(const void *h, size_t n) {
 
 static void free_bufs(void) {
   for (int i = 0; i < B.nbuf; ++i) fb_cu.MemFree(B.buf[i]);
-  free(B.buf), free(B.mem), free(B.mo), free(G);
+  free(B.buf), free(B.len), free(B.set_of), free(B.mem), free(B.mo), free(G);
   G = NULL;
   memset(&B, 0, sizeof B);
 }
@@ -432,14 +443,16 @@ static void setup(const fb_kernel_spec *k, const fb_tune_shape_t *s, long long l
   B.mem = calloc((size_t)cap, sizeof *B.mem), B.mo = calloc((size_t)cap, sizeof *B.mo);
   if (fb_tune_is_gemm(k)) {
     G = calloc((size_t)cap, sizeof *G);
-    double want = 2.5 * (double)(l2 > 0 ? l2 : 60ll << 20);
-    for (B.nsets = 0; B.nsets < cap && (B.nsets < 2 || B.set_bytes < want); ++B.nsets) gemm_one_set(k, s, B.nsets, &G[B.nsets]);
+    double want = 2.5 * (double)l2; /* no L2 (the emulated device): 2 sets */
+    for (B.nsets = 0; B.nsets < cap && (B.nsets < 2 || B.set_bytes < want); ++B.nsets)
+      B.cur_set = B.nsets, gemm_one_set(k, s, B.nsets, &G[B.nsets]);
     CU(fb_cu.CtxSynchronize());
     return;
   }
   /* sets until all of them together exceed 2.5 x L2 (at least 2: consecutive launches never share inputs) */
-  double want = 2.5 * (double)(l2 > 0 ? l2 : 60ll << 20);
+  double want = 2.5 * (double)l2; /* no L2 (the emulated device): 2 sets */
   for (B.nsets = 0; B.nsets < cap && (B.nsets < 2 || B.set_bytes < want);) {
+    B.cur_set = B.nsets;
     one_set(k, s, &B.mem[B.nsets], &B.mo[B.nsets]);
     ++B.nsets;
   }
@@ -477,6 +490,25 @@ static void launch(cand *c, int set) {
   } else {
     CK(fb_kernel_launch(&c->kern, gx, gy, th, &B.mo[set], sizeof B.mo[set]));
   }
+}
+
+/* 0, or 1 with msg naming the first buffer whose guard was written */
+static int guards_broken(char *msg, size_t n) {
+  unsigned char g[GUARD];
+  CU(fb_cu.CtxSynchronize());
+  for (int i = 0; i < B.nbuf; ++i) {
+    CU(fb_cu.MemcpyDtoH(g, B.buf[i] + B.len[i], GUARD));
+    int first = 0;
+    for (int j = 0; j < GUARD; ++j)
+      if (g[j] != 0xA5) { first = j + 1; break; }
+    if (!first) continue;
+    int k = 0;
+    for (int j = 0; j < i; ++j) k += B.set_of[j] == B.set_of[i];
+    snprintf(msg, n, "%s: written past the end of buffer %d of input set %d (%zu bytes; byte %d after it): the worker "
+             "sizes this op's buffers wrong (tuner/worker/worker.c one_set)", B.spec, k, B.set_of[i], B.len[i], first - 1);
+    return 1;
+  }
+  return 0;
 }
 
 static void do_time(const fb_msg_time *m, long long l2) {
@@ -537,6 +569,13 @@ static void do_time(const fb_msg_time *m, long long l2) {
   }
   free(t);
   r.ok = 1, r.runs = runs, r.sets = B.nsets, r.set_mb = B.set_bytes / B.nsets / 1e6;
+  if (guards_broken(r.msg, sizeof r.msg)) {
+    fprintf(stderr, "fourbit-worker: %s\n", r.msg);
+    r.ok = 0;
+    fb_tune_send(1, FB_MSG_TIMES, &r, sizeof r, NULL, 0, NULL, 0);
+    free_bufs(); /* not to be reused: the next request sets them up again */
+    return;
+  }
   if (!events) snprintf(r.msg, sizeof r.msg, "wall clock (no CUDA events: an emulated device)");
   fb_tune_send(1, FB_MSG_TIMES, &r, sizeof r, NULL, 0, NULL, 0);
 }
