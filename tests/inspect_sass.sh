@@ -2,7 +2,8 @@
 # inspect_sass.sh — `make inspect`: the machine code of the generated kernels for every arch, read with
 # cuobjdump (CUDA's, or the copy `pip install triton` brings): no local memory (LDL/STL: spills or stack
 # arrays) in any kernel, and the conversion instructions we mean to use: F2FP...E4M3 (sm_89+, RN E4M3) and, on
-# sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8). Blackwell cubins are only read, never run.
+# sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8); every sm_90a GEMM (gemm_*) runs its products on the
+# tensor cores (HGMMA) and loads by TMA (UTMALDG). Blackwell cubins are only read, never run.
 # Prints SKIPPED (never counted as passed) when no cuobjdump is found.
 # usage: tests/inspect_sass.sh build/fourbit
 set -u
@@ -14,7 +15,7 @@ fi
 [ -x "${CO:-/nonexistent}" ] || { echo "inspect: SKIPPED (not passed): no cuobjdump (pip install triton brings one)"; exit 0; }
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 "$FB" gen recipes/inkling2_small.lua --arch sm_90a,sm_100a,sm_103a --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
-fail=0; n=0
+fail=0; n=0; ng=0
 printf '%-8s %8s %10s %10s %10s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt"
 for arch in sm_90a sm_100a sm_103a; do
   nl=0; ne4=0; ne8=0; nc=0
@@ -24,6 +25,10 @@ for arch in sm_90a sm_100a sm_103a; do
     grep -qE '\b(LDL|STL)\b' <<<"$s" && { nl=$((nl+1)); echo "  local memory in $(basename "$c")"; }
     grep -q 'F2FP.SATFINITE.E4M3' <<<"$s" && ne4=$((ne4+1))
     grep -qE 'F2FP.*E8.*RP' <<<"$s" && ne8=$((ne8+1))
+    case $(basename "$c") in gemm_*)
+      ng=$((ng+1))
+      { grep -q 'HGMMA' <<<"$s" && grep -q 'UTMALDG' <<<"$s"; } || { echo "  no HGMMA or no UTMALDG in $(basename "$c")"; fail=1; } ;;
+    esac
   done
   printf '%-8s %8d %10d %10d %10d\n' $arch $nc $nl $ne4 $ne8
   n=$((n+nc))
@@ -32,4 +37,4 @@ for arch in sm_90a sm_100a sm_103a; do
   if [ $arch != sm_90a ]; then [ $ne8 -gt 0 ] || { echo "  no E8M0 conversion instruction in any $arch kernel"; fail=1; }
   else [ $ne8 -eq 0 ] || { echo "  an E8M0 conversion instruction on sm_90a?"; fail=1; }; fi
 done
-[ $fail -eq 0 ] && echo "inspect: $n cubins read, as expected" || { echo "inspect: FAILED"; exit 1; }
+[ $fail -eq 0 ] && echo "inspect: $n cubins read ($ng GEMMs with HGMMA and TMA), as expected" || { echo "inspect: FAILED"; exit 1; }
