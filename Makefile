@@ -46,25 +46,26 @@ all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernel
 
 # The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
 # with the driver; the emu one links the warp emulator instead (tests/test_tune.sh runs a sweep with it on the CPU).
-WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h \
-              $(BUILD)/libfourbit.a
+WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
 $(BUILD)/fourbit-worker: $(WORKERDEPS)
 	@echo "  CC      tuner/worker/worker.c"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
 $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      tuner/worker/worker.c (emulated driver)"
 	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/emu/driver_worker.o \
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c $(BUILD)/emu/driver_worker.o \
 	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
-# GPU test and benchmark programs: built here with everything else, run on the device machine.
-# test_gemm shares its GEMM checks with the tuner's worker (tests/gpu/gemm_harness.c)
-$(BUILD)/gpu/test_gemm: tests/gpu/test_gemm.c tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h tests/gpu/harness.c tests/gpu/harness.h \
-                        $(BUILD)/libfourbit.a
+# A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
+# kernel carried out by its CPU reference (it checks buffers, sizes, launch parameters and the data flow, not kernels).
+$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
-	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/gemm_harness.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	@echo "  CC      $< (a fake CUDA driver)"
+	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -ffp-contract=off -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE $(INCS) \
+	  -o $@ $(filter %.c,$^) -lm
+
+# GPU test and benchmark programs: built here with everything else, run on the device machine.
 $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -128,7 +129,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 	$(Q)$(CC) $(CFLAGS) -o $@ $< -lm
 
 # CPU tiers, what CI runs: unit tests of every module, then the CLI end to end.
-test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
+test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
 	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
@@ -140,6 +141,9 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
 	$(Q)echo "== test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)"; $(BUILD)/gpu/test_gemm --compile-only > $(BUILD)/test_gemm_compile.log || { cat $(BUILD)/test_gemm_compile.log; exit 1; }; tail -1 $(BUILD)/test_gemm_compile.log
 	$(Q)echo "== test_train_gpu --compile-only (every kernel of the GPU train step compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_train_gpu --compile-only
+	$(Q)echo "== test_train_gpu on the fake driver (build/mockcuda: the GPU step's host side, kernels as CPU references)"; \
+	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_gpu > $(BUILD)/test_train_gpu_mock.log 2>&1 || \
+	  { cat $(BUILD)/test_train_gpu_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_gpu_mock.log
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 

@@ -3,7 +3,8 @@
  *   test_train_gpu                 everything below, on GPU 0; a PASS/FAIL table; exit 0 only if every row passed
  *   test_train_gpu --compile-only  no GPU: every kernel the GPU step needs is generated and compiled for sm_90a
  *                                  (the variants that divide the shapes exist); runs in `make test`
- * Without a GPU: "SKIPPED (not passed)", exit 77.
+ * Without a GPU: "SKIPPED (not passed)", exit 77. Under the fake driver build/mockcuda/libcuda.so.1 (tests/gpu/mock_libcuda.c,
+ * LD_LIBRARY_PATH; make test runs it so) every kernel is its CPU reference: then it checks the host side only.
  *
  * The model: recipes/tiny.lua shrunk as the CPU tests do (6 layers, d_model 128, 8 experts, top-2, vocab 256) but with
  * d_ff 128 (the GEMM tiles: 128 along K), 256 tokens of 32. Layers 1-5 run the NVFP4 forward, layer 6 the MXFP8 one.
@@ -15,7 +16,8 @@
  *                        per-token S_dec: quantize in token order, then gather), the quantized weights (codes, scales,
  *                        per-expert S_dec), and A (SwiGLU of the GPU's H, quantized: the SwiGLU + quantizer chain).
  *   layer L: H           the w13 GEMM's BF16 output against the FP64 product of the exactly dequantized operands:
- *                        every element within one BF16 ulp (only the FP32 summation order differs).
+ *                        every element within one BF16 ulp plus the FP32 summation bound (D + 4) 2^-24 sum |x w|
+ *                        (cancellation leaves results far below the terms).
  *   layer L: y, dtopk_w  GPU forward vs the CPU forward on the same inputs: relative Frobenius error <= 2e-2 (the GEMM
  *                        order; NVFP4 / S2F6 codes of values at rounding ties may flip).
  *   layer L RN: dx dw13 dw2   the backward with round-to-nearest in place of SR on both paths (the recipe otherwise):
@@ -249,15 +251,19 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
   for (size_t e = 0; e < E; ++e)
     for (long long r = off[e]; r < off[e] + cnt[e]; ++r)
       for (size_t n = 0; n < 2 * F; ++n) {
-        double acc = 0;
-        for (size_t k = 0; k < D; ++k) acc += (double)xd[(size_t)r * D + k] * wd[(e * 2 * F + n) * D + k];
+        double acc = 0, mag = 0;
+        for (size_t k = 0; k < D; ++k) {
+          double t = (double)xd[(size_t)r * D + k] * wd[(e * 2 * F + n) * D + k];
+          acc += t, mag += fabs(t);
+        }
         double got = fb_bf16_to_f32(h[(size_t)r * 2 * F + n]);
         int ex;
         frexp(fabs(acc) > 1e-30 ? fabs(acc) : 1e-30, &ex);
-        hbad += fabs(got - acc) > ldexp(1.0, ex - 8);
+        /* one BF16 ulp (the output rounding) + the FP32 sum's error bound (D terms; the outer scales' rounding) */
+        hbad += fabs(got - acc) > ldexp(1.0, ex - 8) + (double)(D + 4) * ldexp(mag, -24);
       }
   snprintf(what, sizeof what, "%s: H (w13 GEMM)", tag);
-  row(what, "elements > 1 BF16 ulp off", (double)hbad, -1, hbad == 0);
+  row(what, "elements off (ulp + sum bound)", (double)hbad, -1, hbad == 0);
   CK(fb_swiglu_fwd_ref(h, R, F, a));
   for (size_t i = 0; i < R * F; ++i) af[i] = fb_bf16_to_f32(a[i]);
   bad = 0;

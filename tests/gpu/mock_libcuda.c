@@ -1,0 +1,521 @@
+/* mock_libcuda.c — a fake libcuda.so.1 for the CPU machines: build/mockcuda/libcuda.so.1, loaded by
+ * runtime/cuda_driver.c's dlopen when LD_LIBRARY_PATH points at it. Device memory is host memory; every copy, memset,
+ * tensor map and kernel argument is checked against the allocations (an access outside one aborts with MOCK OOB); each
+ * kernel launch is carried out by the CPU reference of what its template's header says it computes (runtime/numerics.c,
+ * runtime/ops.c): the quantizers, requantize-transposes, BF16 operand copies, permute (pass 3 does the whole
+ * permutation), unpermute, SwiGLU, and the grouped GEMMs (mode 0 with BF16 / FP32 / S2F6 outputs, wgrad). It checks the
+ * HOST side of a GPU path — which buffers go where, their sizes, the launch parameters and the data flow between kernels
+ * (make test runs build/gpu/test_train_gpu under it) — and says nothing about the kernels themselves, which
+ * tests/gpu/test_kernels.c and test_gemm.c check on the GPU. */
+#include "fb_gemm.h"
+#include "fb_kparams.h"
+#include "fourbit.h"
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef struct {
+  char *p;
+  size_t n;
+} al;
+static al A[100000];
+static int nA;
+static int find(unsigned long long d, size_t n, const char *what) {
+  for (int i = 0; i < nA; ++i)
+    if (A[i].p && d >= (unsigned long long)A[i].p && d + n <= (unsigned long long)A[i].p + A[i].n)
+      return i;
+  fprintf(stderr, "MOCK OOB: %s at %#llx + %zu\n", what, d, n);
+  abort();
+}
+CUresult cuInit(unsigned f) {
+  (void)f;
+  return 0;
+}
+CUresult cuDriverGetVersion(int *v) {
+  *v = 13000;
+  return 0;
+}
+CUresult cuDeviceGetCount(int *n) {
+  *n = 1;
+  return 0;
+}
+CUresult cuDeviceGet(CUdevice *d, int o) {
+  *d = o;
+  return 0;
+}
+CUresult cuDeviceGetName(char *s, int n, CUdevice d) {
+  (void)d;
+  snprintf(s, n, "MOCK H200");
+  return 0;
+}
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+  (void)d;
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 9
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
+       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? 132
+                                                           : 0;
+  return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
+  (void)d;
+  *b = 1ull << 37;
+  return 0;
+}
+CUresult cuGetErrorString(CUresult r, const char **s) {
+  (void)r;
+  *s = "mock error";
+  return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+  (void)d;
+  *c = (CUcontext)1;
+  return 0;
+}
+CUresult cuCtxSetCurrent(CUcontext c) {
+  (void)c;
+  return 0;
+}
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuModuleLoadData(CUmodule *m, const void *p) {
+  (void)p;
+  *m = (CUmodule)malloc(8);
+  return 0;
+}
+CUresult cuModuleUnload(CUmodule m) {
+  free(m);
+  return 0;
+}
+static long nlaunch;
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) {
+  (void)m;
+  *f = (CUfunction)strdup(n);
+  return 0;
+}
+CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
+  (void)a;
+  (void)f;
+  *v = 0;
+  return 0;
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int b, size_t s) {
+  (void)f;
+  (void)b;
+  (void)s;
+  *n = 1;
+  return 0;
+}
+
+static int kp32(int P) {
+  int s = P >> 4, p = P & 15;
+  return 8 * ((p & 7) >> 1) + 4 * s + 2 * (p >> 3) + (p & 1);
+}
+static int kp16(int p) { return 4 * ((p & 7) >> 1) + 2 * (p >> 3) + (p & 1); }
+static float bf(uint16_t h) { return fb_bf16_to_f32(h); }
+#define CHK(x)                                                                                                                   \
+  do {                                                                                                                           \
+    if ((x) != FB_OK) {                                                                                                          \
+      fprintf(stderr, "MOCK %s: %s: %s\n", nm, #x, fb_errmsg());                                                                 \
+      abort();                                                                                                                   \
+    }                                                                                                                            \
+  } while (0)
+/* dequantize an A operand (rows x K) */
+static float *deqA(const char *nm, int kind, const void *a, const void *sf, const float *outer, size_t rows, size_t K) {
+  float *x = malloc(rows * K * 4 + 4);
+  if (kind == 1) {
+    fb_nvfp4_opts o = {.outer = FB_OUTER_ROW};
+    float *one = malloc(rows * 4 + 4);
+    for (size_t i = 0; i < rows; ++i)
+      one[i] = 1.0f;
+    CHK(fb_nvfp4_dequantize(a, sf, one, rows, K, &o, x));
+    free(one);
+    (void)outer;
+  } else {
+    CHK(fb_mxfp8_dequantize(a, sf, rows, K, x));
+  }
+  return x;
+}
+static float *deqB(int kind, const uint16_t *b, size_t rows, size_t K) {
+  float *x = malloc(rows * K * 4 + 4);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t k = 0; k < K; ++k) {
+      size_t P = k;
+      size_t nat = kind == 1 ? (k / 32) * 32 + kp32((int)(k % 32)) : (k / 16) * 16 + kp16((int)(k % 16));
+      x[r * K + nat] = bf(b[r * K + P]);
+    }
+  return x;
+}
+static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
+  const unsigned long long *ta = (const unsigned long long *)&p->ta, *tb = (const unsigned long long *)&p->tb;
+  int kind = strstr(nm, "nvfp4x") ? 1 : 3, mode = strstr(nm, "_wgrad_") != NULL, s2f6 = strstr(nm, "_s2f6") != NULL,
+      obf = strstr(nm, "_bf16_") != NULL;
+  int E = p->experts;
+  const long long *off = (const long long *)p->offsets;
+  find(p->offsets, (E + 1) * 8, "gemm offsets");
+  if (!mode) {
+    size_t R = p->rows, K = p->K, N = p->N;
+    find(ta[0], kind == 1 ? R * K / 2 : R * K, "gemm A");
+    find(p->a_sf, kind == 1 ? R * K / 16 : R * K / 32, "gemm a_sf");
+    find(tb[0], (size_t)E * N * K * 2, "gemm B");
+    float *A = deqA(nm, kind, (void *)ta[0], (void *)p->a_sf, NULL, R, K), *B = deqB(kind, (uint16_t *)tb[0], (size_t)E * N, K);
+    const float *ao = (const float *)p->a_outer, *bo = (const float *)p->b_outer;
+    if (kind == 1) {
+      find(p->a_outer, R * 4, "a_outer");
+      find(p->b_outer, E * 4, "b_outer");
+    }
+    float *Y = calloc(R * N + 1, 4);
+    for (int e = 0; e < E; ++e)
+      for (long long r = off[e]; r < off[e + 1]; ++r) {
+        /* rows past count are padding: the kernel computes them but the template stores only rows < off[e]+count? store all rows
+         * in range */
+        for (size_t n = 0; n < N; ++n) {
+          float acc = 0;
+          for (size_t k = 0; k < K; ++k)
+            acc += A[r * K + k] * B[((size_t)e * N + n) * K + k];
+          if (kind == 1)
+            acc *= ao[r] * bo[e];
+          Y[r * N + n] = acc;
+        }
+      }
+    if (s2f6) {
+      find(p->out, R * N, "s2f6 out");
+      find(p->out_sf, R * N / 32, "s2f6 sf");
+      CHK(fb_s2f6_quantize(Y, R, N, strstr(nm, "rht32") != NULL, p->signs, (int8_t *)p->out, (uint8_t *)p->out_sf));
+    } else if (obf) {
+      find(p->out, R * N * 2, "gemm out bf16");
+      for (size_t i = 0; i < R * N; ++i)
+        ((uint16_t *)p->out)[i] = fb_bf16_from_f32(Y[i]);
+    } else {
+      find(p->out, R * N * 4, "gemm out");
+      memcpy((void *)p->out, Y, R * N * 4);
+    }
+    free(A), free(B), free(Y);
+  } else {
+    size_t R = p->rows, M = p->M, N = p->N;
+    find(ta[0], M * R, "wgrad A");
+    find(p->a_sf, M * R / 32, "wgrad a_sf");
+    find(tb[0], N * R * 2, "wgrad B");
+    find(p->out, (size_t)E * M * N * 4, "wgrad out");
+    float *A = deqA(nm, 3, (void *)ta[0], (void *)p->a_sf, NULL, M, R), *B = deqB(3, (uint16_t *)tb[0], N, R);
+    float *o = (float *)p->out;
+    for (int e = 0; e < E; ++e)
+      for (size_t m = 0; m < M; ++m)
+        for (size_t n = 0; n < N; ++n) {
+          float acc = 0;
+          for (long long r = off[e]; r < off[e + 1]; ++r)
+            acc += A[m * R + r] * B[n * R + r];
+          o[((size_t)e * M + m) * N + n] = acc;
+        }
+    free(A), free(B);
+  }
+}
+static void emu_mem(const char *nm, const fb_kp_mem *p) {
+  size_t R = p->rows, C = p->cols, n = R * C;
+  int sr = strstr(nm, "_sr") != NULL;
+  int f32 = strstr(nm, "_f32") != NULL;
+  float *x = NULL;
+  if (!strncmp(nm, "quant_", 6)) {
+    find(p->in, n * (f32 ? 4 : 2), "quant in");
+    x = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; ++i)
+      x[i] = f32 ? ((float *)p->in)[i] : bf(((uint16_t *)p->in)[i]);
+  }
+  if (!strncmp(nm, "quant_nvfp4", 11)) {
+    int tok = strstr(nm, "_tok") != NULL, exp_ = strstr(nm, "_exp") != NULL;
+    size_t ng = p->ngroups ? p->ngroups : 1;
+    size_t *go = malloc((ng + 1) * sizeof *go);
+    if (exp_) {
+      find(p->group_offsets, (ng + 1) * 8, "groups");
+      for (size_t i = 0; i <= ng; ++i)
+        go[i] = (size_t)((long long *)p->group_offsets)[i];
+    }
+    fb_nvfp4_opts o = {.outer = tok    ? FB_OUTER_ROW
+                                : exp_ ? FB_OUTER_GROUP
+                                       : FB_OUTER_TENSOR,
+                       .group_offsets = go,
+                       .ngroups = ng,
+                       .four_over_six = strstr(nm, "4o6") != NULL,
+                       .rounding = sr ? FB_ROUND_SR : FB_ROUND_RN,
+                       .seed = p->seed,
+                       .stream = p->stream,
+                       .step = p->step};
+    size_t no = fb_nvfp4_nouter(&o, R);
+    find(p->out, n / 2, "q out");
+    find(p->scales, n / 16, "q sf");
+    find(p->s_dec, no * 4, "q sdec");
+    CHK(fb_nvfp4_quantize(x, R, C, &o, (uint8_t *)p->out, (uint8_t *)p->scales, (float *)p->s_dec, NULL));
+    free(go);
+  } else if (!strncmp(nm, "quant_mxfp8", 11)) {
+    int col = strstr(nm, "_col") != NULL;
+    fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
+    find(p->out, n, "mx out");
+    find(p->scales, n / 32, "mx sf");
+    CHK(fb_mxfp8_quantize(x, R, C, col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, (uint8_t *)p->out, (uint8_t *)p->scales));
+  } else if (!strncmp(nm, "requant_", 8)) {
+    fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
+    find(p->out, n, "rq out");
+    find(p->scales, n / 32, "rq sf");
+    if (!strncmp(nm, "requant_nvfp4", 13)) {
+      int tok = strstr(nm, "nvfp4_tok") != NULL, exp_ = strstr(nm, "nvfp4_exp") != NULL;
+      size_t ng = p->ngroups ? p->ngroups : 1;
+      size_t *go = malloc((ng + 1) * sizeof *go);
+      if (exp_) {
+        find(p->group_offsets, (ng + 1) * 8, "rq groups");
+        for (size_t i = 0; i <= ng; ++i)
+          go[i] = (size_t)((long long *)p->group_offsets)[i];
+      }
+      fb_nvfp4_opts o = {.outer = tok    ? FB_OUTER_ROW
+                                  : exp_ ? FB_OUTER_GROUP
+                                         : FB_OUTER_TENSOR,
+                         .group_offsets = go,
+                         .ngroups = ng};
+      find(p->in, n / 2, "rq in");
+      find(p->src_scales, n / 16, "rq src sf");
+      find(p->src_s_dec, fb_nvfp4_nouter(&o, R) * 4, "rq src sdec");
+      CHK(fb_requant_nvfp4_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, R, C, &o, &so,
+                                     (uint8_t *)p->out, (uint8_t *)p->scales));
+      free(go);
+    } else {
+      find(p->in, n, "rq in");
+      find(p->src_scales, n / 32, "rq src sf");
+      CHK(fb_requant_mxfp8_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, &so, (uint8_t *)p->out,
+                                     (uint8_t *)p->scales));
+    }
+  } else if (!strncmp(nm, "bcopy_", 6)) {
+    int nv = strstr(nm, "nvfp4") != NULL;
+    find(p->in, nv ? n / 2 : n, "bc in");
+    find(p->scales, nv ? n / 16 : n / 32, "bc sf");
+    find(p->out, n * 2, "bc out");
+    float *v = malloc(n * 4 + 4);
+    if (nv) {
+      fb_nvfp4_opts o = {.outer = FB_OUTER_ROW};
+      float *one = malloc(R * 4 + 4);
+      for (size_t i = 0; i < R; ++i)
+        one[i] = 1;
+      CHK(fb_nvfp4_dequantize((uint8_t *)p->in, (uint8_t *)p->scales, one, R, C, &o, v));
+      free(one);
+    } else
+      CHK(fb_mxfp8_dequantize((uint8_t *)p->in, (uint8_t *)p->scales, R, C, v));
+    uint16_t *o = (uint16_t *)p->out;
+    for (size_t r = 0; r < R; ++r)
+      for (size_t k = 0; k < C; ++k) {
+        size_t nat = nv ? (k / 32) * 32 + kp32((int)(k % 32)) : (k / 16) * 16 + kp16((int)(k % 16));
+        o[r * C + k] = fb_bf16_from_f32(v[r * C + nat]);
+      }
+    free(v);
+  } else {
+    fprintf(stderr, "MOCK: no emulation of %s\n", nm);
+    abort();
+  }
+  free(x);
+}
+static void emu_moe(const char *nm, const fb_kp_moe *p) {
+  size_t T = p->rows, C = p->cols, K = p->top_k;
+  if (!strncmp(nm, "swiglu_fwd", 10)) {
+    find(p->in, T * 2 * C * 2, "sw in");
+    find(p->out, T * C * 2, "sw out");
+    CHK(fb_swiglu_fwd_ref((uint16_t *)p->in, T, C, (uint16_t *)p->out));
+  } else if (!strncmp(nm, "swiglu_bwd", 10)) {
+    find(p->in, T * 2 * C * 2, "swb in");
+    find(p->in2, T * C * 2, "swb in2");
+    find(p->out, T * 2 * C * 2, "swb out");
+    CHK(fb_swiglu_bwd_ref((uint16_t *)p->in, (uint16_t *)p->in2, T, C, (uint16_t *)p->out));
+  } else if (!strncmp(nm, "unpermute_", 10)) {
+    int s2 = strstr(nm, "s2f6") != NULL;
+    find(p->row_of, T * K * 4, "up row_of");
+    size_t yr = 0;
+    for (size_t i = 0; i < T * K; ++i) {
+      int32_t r = ((int32_t *)p->row_of)[i];
+      if (r >= 0 && (size_t)r + 1 > yr)
+        yr = (size_t)r + 1;
+    }
+    find(p->in, yr * C * (s2 ? 1 : 2), "up in");
+    if (s2)
+      find(p->in_scales, yr * C / 32, "up sf");
+    if (p->topk_w)
+      find(p->topk_w, T * K * 4, "up w");
+    find(p->out, T * C * (s2 ? 2 : 4), "up out");
+    CHK(fb_unpermute_ref((void *)p->in, s2 ? (uint8_t *)p->in_scales : NULL, yr, s2 ? FB_FMT_S2F6 : FB_FMT_BF16,
+                         s2 && strstr(nm, "rht32"), p->signs, (int32_t *)p->row_of, p->topk_w ? (float *)p->topk_w : NULL, T, K,
+                         C, s2 ? NULL : (float *)p->out, s2 ? (uint16_t *)p->out : NULL));
+  } else {
+    fprintf(stderr, "MOCK: no emulation of %s\n", nm);
+    abort();
+  }
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sm,
+                        CUstream s, void **a, void **e) {
+  (void)gz;
+  (void)by;
+  (void)bz;
+  (void)s;
+  (void)a;
+  (void)e;
+  ++nlaunch;
+  if (getenv("MOCK_V"))
+    fprintf(stderr, "  launch %s grid %u x %u block %u smem %u\n", (char *)f, gx, gy, bx, sm);
+  if (!gx || !gy || !bx || bx > 1024) {
+    fprintf(stderr, "MOCK bad launch %s\n", (char *)f);
+    abort();
+  }
+  const char *nm = (const char *)f;
+  if (!strncmp(nm, "permute_", 8) && e) {
+    fb_kp_moe *p = (fb_kp_moe *)e[1];
+    if (p->pass != 3)
+      return 0;
+    size_t T = p->rows, K = p->top_k, E = p->experts, total = 0, maxr = fb_permute_max_rows(T, K, E, p->tile);
+    find(p->topk_idx, T * K * 4, "permute idx");
+    find(p->counts, E * 4, "counts");
+    find(p->offsets, (E + 1) * 8, "offsets");
+    find(p->row_of, T * K * 4, "row_of");
+    find(p->token_of, maxr * 4, "token_of");
+    if (fb_permute_ref((int32_t *)p->topk_idx, T, K, E, p->tile, (int32_t *)p->counts, (long long *)p->offsets,
+                       (int32_t *)p->row_of, (int32_t *)p->token_of, &total)) {
+      fprintf(stderr, "MOCK permute: %s\n", fb_errmsg());
+      abort();
+    }
+    fb_format fm = strstr(nm, "nvfp4") ? FB_FMT_NVFP4 : strstr(nm, "mxfp8") ? FB_FMT_MXFP8 : FB_FMT_BF16;
+    size_t b[3];
+    fb_payload_planes(fm, strstr(nm, "_tok") != NULL, p->cols, b);
+    const void *in[3] = {(void *)p->in, (void *)p->in_scales, (void *)p->in_outer};
+    void *out[3] = {(void *)p->out, (void *)p->out_scales, (void *)p->out_outer};
+    for (int q = 0; q < 3; ++q)
+      if (b[q]) {
+        find((unsigned long long)in[q], T * b[q], "permute in");
+        find((unsigned long long)out[q], total * b[q], "permute out");
+      }
+    fb_permute_gather_ref(in, b, T, (int32_t *)p->token_of, total, out);
+    return 0;
+  }
+  if (!strncmp(nm, "gemm_", 5)) {
+    emu_gemm(nm, (const fb_kp_gemm *)a[0]);
+    return 0;
+  }
+  if (!strncmp(nm, "quant_", 6) || !strncmp(nm, "requant_", 8) || !strncmp(nm, "bcopy_", 6)) {
+    emu_mem(nm, (const fb_kp_mem *)e[1]);
+    return 0;
+  }
+  emu_moe(nm, (const fb_kp_moe *)e[1]);
+  return 0;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) {
+  char *p = malloc(n + 64);
+  A[nA].p = p;
+  A[nA].n = n;
+  nA++;
+  *d = (CUdeviceptr)p;
+  return 0;
+}
+CUresult cuMemFree_v2(CUdeviceptr d) {
+  for (int i = 0; i < nA; ++i)
+    if ((CUdeviceptr)A[i].p == d) {
+      free(A[i].p);
+      A[i].p = 0;
+      return 0;
+    }
+  fprintf(stderr, "MOCK bad free\n");
+  abort();
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+  find(d, n, "HtoD");
+  memcpy((void *)d, h, n);
+  return 0;
+}
+CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
+  find(d, n, "DtoH");
+  memcpy(h, (void *)d, n);
+  return 0;
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr a, CUdeviceptr b, size_t n) {
+  find(a, n, "DtoD dst");
+  find(b, n, "DtoD src");
+  memmove((void *)a, (void *)b, n);
+  return 0;
+}
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char c, size_t n) {
+  find(d, n, "memset");
+  memset((void *)d, c, n);
+  return 0;
+}
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
+  *f = *t = 1ull << 37;
+  return 0;
+}
+CUresult cuEventCreate(CUevent *e, unsigned f) {
+  (void)f;
+  *e = (CUevent)malloc(8);
+  return 0;
+}
+CUresult cuEventRecord(CUevent e, CUstream s) {
+  (void)e;
+  (void)s;
+  return 0;
+}
+CUresult cuEventSynchronize(CUevent e) {
+  (void)e;
+  return 0;
+}
+CUresult mock_eet(float *m, CUevent a, CUevent b) __asm__("cuEventElapsedTime");
+CUresult mock_eet(float *m, CUevent a, CUevent b) {
+  (void)a;
+  (void)b;
+  *m = 0;
+  return 0;
+}
+CUresult cuEventDestroy_v2(CUevent e) {
+  free(e);
+  return 0;
+}
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  (void)f;
+  (void)a;
+  (void)v;
+  return 0;
+}
+CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t r, void *g, const cuuint64_t *dims,
+                                const cuuint64_t *str, const cuuint32_t *box, const cuuint32_t *es, CUtensorMapInterleave i,
+                                CUtensorMapSwizzle sw, CUtensorMapL2promotion l, CUtensorMapFloatOOBfill o) {
+  (void)es;
+  (void)i;
+  (void)sw;
+  (void)l;
+  (void)o;
+  (void)box;
+  (void)r;
+  size_t e = t == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
+  size_t need = (dims[1] - 1) * str[0] + dims[0] * e;
+  find((unsigned long long)g, need, "tensor map");
+  if (getenv("MOCK_V"))
+    fprintf(stderr, "  tmap %llu x %llu (%zu-byte) box %u x %u\n", (unsigned long long)dims[0], (unsigned long long)dims[1], e,
+            box[0], box[1]);
+  memset(m, 0, sizeof *m);
+  unsigned long long *w = (unsigned long long *)m;
+  w[0] = (unsigned long long)g;
+  w[1] = dims[0];
+  w[2] = dims[1];
+  w[3] = e;
+  return 0;
+}
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) {
+  for (size_t r = 0; r < c->Height; ++r) {
+    find(c->dstDevice + r * c->dstPitch, c->WidthInBytes, "2D dst");
+    find(c->srcDevice + r * c->srcPitch, c->WidthInBytes, "2D src");
+    memmove((void *)(c->dstDevice + r * c->dstPitch), (void *)(c->srcDevice + r * c->srcPitch), c->WidthInBytes);
+  }
+  return 0;
+}
+CUresult cuGetExportTable(const void **t, const CUuuid *id) {
+  (void)id;
+  *t = 0;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuGetProcAddress_v2(const char *s, void **p, int v, cuuint64_t f, CUdriverProcAddressQueryResult *r) {
+  (void)s;
+  (void)v;
+  (void)f;
+  *p = 0;
+  if (r)
+    *r = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
