@@ -46,15 +46,16 @@ all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernel
 
 # The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
 # with the driver; the emu one links the warp emulator instead (tests/test_tune.sh runs a sweep with it on the CPU).
-WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
+WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h \
+              $(BUILD)/libfourbit.a
 $(BUILD)/fourbit-worker: $(WORKERDEPS)
 	@echo "  CC      tuner/worker/worker.c"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/libfourbit.a $(LDLIBS)
 $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      tuner/worker/worker.c (emulated driver)"
 	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c $(BUILD)/emu/driver_worker.o \
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/emu/driver_worker.o \
 	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 # A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
@@ -66,6 +67,12 @@ $(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/e
 	  -o $@ $(filter %.c,$^) -lm
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.
+# test_gemm shares its GEMM checks with the tuner's worker (tests/gpu/gemm_harness.c)
+$(BUILD)/gpu/test_gemm: tests/gpu/test_gemm.c tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h tests/gpu/harness.c tests/gpu/harness.h \
+                        $(BUILD)/libfourbit.a
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/gemm_harness.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
 $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
