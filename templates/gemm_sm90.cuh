@@ -452,9 +452,11 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
       fbg_wg_wait<0>();
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
-#elif FB_KIND == 1
-      /* A fragments of the 8 k16 steps, per sub-tile: ldmatrix.x4 = 2 groups of 32 codes x 2 row halves */
+#elif FB_KIND == 1 || FB_KIND == 3
+      /* A fragments of the 8 k16 steps, decoded to BF16 in registers */
       u32 af[MW][8][4];
+#if FB_KIND == 1
+      /* NVFP4: each ldmatrix.x4 = 2 groups of 32 codes x 2 row halves */
 #pragma unroll
       for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
@@ -486,23 +488,8 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
             }
           }
         }
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
-      fbg_wg_fence();
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        u64 db = fbg_desc_sw128(SB(s) + (k / 4) * BN * 128) + 2 * (k % 4);
-#pragma unroll
-        for (int mw = 0; mw < MW; ++mw) WGMMA_RS_BF16(acc[mw], af[mw][k][0], af[mw][k][1], af[mw][k][2], af[mw][k][3], db, 1);
-      }
-      fbg_wg_commit();
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
-      fbg_wg_wait<0>();
-      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
-#elif FB_KIND == 3
-      /* A fragments of the 8 k16 steps: each ldmatrix.x4 = 2 chunks of 16 codes x 2 row halves */
-      u32 af[MW][8][4];
+#else
+      /* MXFP8: each ldmatrix.x4 = 2 chunks of 16 codes x 2 row halves */
 #pragma unroll
       for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
@@ -525,6 +512,8 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
             af[mw][k][0] = l0, af[mw][k][1] = l1, af[mw][k][2] = h0, af[mw][k][3] = h1;
           }
         }
+#endif
+      /* the 8 k16 steps from registers; then the stage goes back to the producer */
 #pragma unroll
       for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
       fbg_wg_fence();
