@@ -404,6 +404,64 @@ FBF_FN void fbf_nvfp4_signs(const float x[16], unsigned s[2]) {
   }
 }
 
+/* ---- NVFP4 RN without per-element binade selects ----
+ * fbf_e2m1_rn_grid(a), for a = |x| * enc >= 0 or NaN: the E2M1 grid value that fbf_nvfp4_cand's RN path picks
+ * (fminf(rintf(a * inv) * step, 6)), by the exponent-bit trick: m = 1.5 * 2^22 * 2^floor(log2(max(a, 1))), whose
+ * ulp is the binade's step (0.5 below 2, 1 in [2, 4), 2 in [4, 8)) and whose low bits are zero, so that the fp32
+ * sum a + m is a rounded once, to nearest even, onto the step, and (a + m) - m is exact. From 8 up the sum is 8 or
+ * more (or Inf - Inf = NaN where m overflows), and the min gives 6; NaN a gives 6 (max(NaN, 1) = 1, then the min).
+ * Needs fp32 adds that are not contracted or reassociated (the generator compiles with --fmad=false). */
+FBF_FN float fbf_e2m1_rn_grid(float a) {
+  float m = fbf_u2f(fbf_f2u(fmaxf(a, 1.0f)) & 0x7F800000u) * 6291456.0f;
+  return fminf((a + m) - m, 6.0f);
+}
+/* The E2M1 magnitude code of a grid value g (0, 0.5, 1, 1.5, 2, 3, 4, 6): g * 2^-126 is exact and puts E2M1's
+ * subnormal 0.5 on fp32's denormal 2^-127 and its normals on fp32's exponent fields 1..2, so the code is bits
+ * 22..24 of the product (needs denormal results, i.e. no flush to zero). */
+FBF_FN unsigned fbf_e2m1_grid_code(float g) { return fbf_f2u(g * 1.1754943508222875e-38f) >> 22; }
+/* E4M3 decode through the f16 pair conversion (one cvt on sm_89+): fbf_e4m3_dec's value for every code but NaN. */
+FBF_FN float fbf_e4m3_dec_cvt(unsigned c) { return fbf_h2_lo(fbf_e4m3x2_to_h2(c & 255u)); }
+/* The block's encode scale of NUMERICS.md, enc = min(1 / (sf * S_dec), FLT_MAX) (FLT_MAX for sf = 0). */
+FBF_FN float fbf_nvfp4_enc(float sf, float s_dec) { return fminf(1.0f / (sf * s_dec), FBF_FLT_MAX); }
+/* One RN candidate of 4/6 on the inputs x (signed): grid values g[] and the squared error of fbf_nvfp4_cand, bit for
+ * bit. For sfc = 0 no branch is needed: enc = FLT_MAX, and x^ = (g * 0) * S_dec = 0 gives d = -|x|, whose fmaf
+ * square is the underflowing block's fmaf(|x|, |x|, err) (S_dec is finite and positive for every amax). */
+FBF_FN float fbf_nvfp4_cand_rn(const float x[16], float sf, float s_dec, float g[16]) {
+  float enc = fbf_nvfp4_enc(sf, s_dec), err = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 16; ++j) {
+    float av = fabsf(x[j]);
+    g[j] = fbf_e2m1_rn_grid(av * enc);
+    float d = (g[j] * sf) * s_dec - av;
+    err = fmaf(d, d, err);
+  }
+  return err;
+}
+/* Grid values alone (no 4/6). */
+FBF_FN void fbf_nvfp4_grid_rn(const float x[16], float sf, float s_dec, float g[16]) {
+  float enc = fbf_nvfp4_enc(sf, s_dec);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 16; ++j) g[j] = fbf_e2m1_rn_grid(fabsf(x[j]) * enc);
+}
+/* Eight nibbles (element j in nibble j): the code of grid value g[j] with x[j]'s sign bit on top. The caller has
+ * excluded NaN x (whose sign NUMERICS.md drops) and zeroes the word of an underflowing block. Each product's bits
+ * are the code at 22..24; the sign goes to bit 25, and one shift-add per element (lea.hi) places the nibble. */
+FBF_FN unsigned fbf_e2m1x8_pack(const float g[8], const float x[8]) {
+  unsigned w = 0u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 8; ++j) {
+    unsigned z = fbf_f2u(g[j] * 1.1754943508222875e-38f) | ((fbf_f2u(x[j]) >> 6) & 0x02000000u);
+    w += j < 6 ? z >> (22 - 4 * j) : z << (4 * j - 22);
+  }
+  return w;
+}
+
 /* ---- RHT-32 ---- */
 /* The unnormalized 32-point fast Walsh-Hadamard transform of NUMERICS.md: stages k = 0..4 in that order,
  * each pair (i, i + 2^k) with bit k of i clear becomes (u + v, u - v), in fp32. */

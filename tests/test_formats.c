@@ -257,10 +257,76 @@ static void test_nvfp4_block_path(void **state) {
   free(x), free(d1), free(d2), free(c1), free(c2), free(s1), free(s2);
 }
 
+
+/* The select-free NVFP4 RN pieces of fb_formats.h. fbf_e2m1_rn_grid and fbf_e2m1_grid_code against
+ * fbf_nvfp4_cand's per-element binade rule (and the reference E2M1 encoder), exhaustively over every
+ * non-negative float and NaN pattern; fbf_e4m3_dec_cvt over every code; fbf_nvfp4_cand_rn / fbf_nvfp4_grid_rn
+ * / fbf_e2m1x8_pack against fbf_nvfp4_cand / fbf_nvfp4_codes / fbf_nvfp4_signs on random and edge blocks. */
+static void test_nvfp4_rn_fast(void **state) {
+  (void)state;
+  long bad = 0;
+  for (uint64_t u = 0; u <= 0x7FFFFFFFull; ++u) {
+    float a = u2f((uint32_t)u);
+    int lo = a < 2.0f, mid = a < 4.0f;
+    float step = lo ? 0.5f : (mid ? 1.0f : 2.0f), inv = lo ? 2.0f : (mid ? 1.0f : 0.5f), off = lo ? 0.0f : (mid ? 2.0f : 4.0f);
+    float n = rintf(a * inv), want = fminf(n * step, 6.0f);
+    unsigned wc = (unsigned)fminf(n + off, 7.0f);
+    float g = fbf_e2m1_rn_grid(a);
+    unsigned c = fbf_e2m1_grid_code(g);
+    if ((f2u(g) != f2u(want) || c != wc || c != fb_e2m1_encode_rn(a)) && bad++ < 10)
+      fprintf(stderr, "  e2m1 grid: 0x%08x: %g code %u, want %g code %u\n", (uint32_t)u, g, c, want, wc);
+  }
+  printf("  e2m1 rn grid/code: all 2^31 non-negative floats and NaNs, %ld wrong\n", bad);
+  assert_int_equal(bad, 0);
+  for (unsigned c = 0; c < 256; ++c)
+    if ((c & 0x7Fu) != 0x7Fu) assert_int_equal(f2u(fbf_e4m3_dec_cvt(c)), f2u(fbf_e4m3_dec(c)));
+  static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-40f, -1e-40f, 448.0f, 3e38f, -3e38f, 0.25f, 0.75f, 5.0f};
+  long blocks = 0;
+  checked = wrong = 0;
+  for (int t = 0; t < 400000; ++t) {
+    float x[16], av[16], ab = 0.0f;
+    int kind = t % 4;
+    for (int j = 0; j < 16; ++j) {
+      uint32_t u = rnd();
+      float v = ((float)(u % 20001) - 10000.0f) / 3000.0f;
+      if (kind >= 1) v *= ldexpf(1.0f, (int)(rnd() % 80) - 40);
+      if (kind == 2 && u % 5 == 0) v = edge[rnd() % 12];
+      if (kind == 3) v = u2f(rnd()); /* any bit pattern but NaN */
+      if (v != v) v = 1.0f;
+      x[j] = v, av[j] = fabsf(v), ab = fmaxf(ab, av[j]);
+    }
+    float A = (t & 1) ? ab : fmaxf(ab, u2f(rnd() & 0x7F7FFFFFu)); /* the block's own row, or a larger tensor amax */
+    int fos = (t >> 1) & 1;
+    float s_enc = fbf_nvfp4_s_enc(A, fos), s_dec = 1.0f / s_enc, base = ab * (s_enc * (1.0f / 6.0f));
+    unsigned cands[2] = {fbf_e4m3_rn(fminf(base, 448.0f)), fbf_e4m3_rn(fminf(1.5f * base, 448.0f))};
+    unsigned r[4] = {0, 0, 0, 0}, sg[2];
+    fbf_nvfp4_signs(x, sg);
+    for (int ci = 0; ci < 2; ++ci) {
+      unsigned sfc = cands[ci], pk[2], pk2[2];
+      float g[16], g2[16];
+      float e_ref = fbf_nvfp4_cand(av, sfc, s_dec, 0, r, pk);
+      float e = fbf_nvfp4_cand_rn(x, fbf_e4m3_dec_cvt(sfc), s_dec, g);
+      fbf_nvfp4_grid_rn(x, fbf_e4m3_dec_cvt(sfc), s_dec, g2);
+      fbf_nvfp4_codes(av, sfc, s_dec, 0, r, pk2);
+      unsigned w0 = sfc ? fbf_e2m1x8_pack(g, x) : 0u, w1 = sfc ? fbf_e2m1x8_pack(g + 8, x + 8) : 0u;
+      unsigned v0 = sfc ? fbf_e2m1x8_pack(g2, x) : 0u, v1 = sfc ? fbf_e2m1x8_pack(g2 + 8, x + 8) : 0u;
+      check("nvfp4 rn err", (uint32_t)t, f2u(e) != f2u(e_ref) && !(e != e && e_ref != e_ref), 0);
+      check("nvfp4 rn codes lo", (uint32_t)t, w0, pk[0] | (sfc ? sg[0] : 0u));
+      check("nvfp4 rn codes hi", (uint32_t)t, w1, pk[1] | (sfc ? sg[1] : 0u));
+      check("nvfp4 rn grid lo", (uint32_t)t, v0, pk2[0] | (sfc ? sg[0] : 0u));
+      check("nvfp4 rn grid hi", (uint32_t)t, v1, pk2[1] | (sfc ? sg[1] : 0u));
+      ++blocks;
+    }
+  }
+  printf("  nvfp4 rn fast block path: %ld candidate blocks, %ld wrong\n", blocks, wrong);
+  assert_int_equal(wrong, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_encoders), cmocka_unit_test(test_sr_all_bytes),
                                      cmocka_unit_test(test_sr_block_path),
                                      cmocka_unit_test(test_nvfp4_deq),
-                                     cmocka_unit_test(test_decoders_and_scales), cmocka_unit_test(test_nvfp4_block_path)};
+                                     cmocka_unit_test(test_decoders_and_scales), cmocka_unit_test(test_nvfp4_block_path),
+                                     cmocka_unit_test(test_nvfp4_rn_fast)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,6 +85,48 @@ static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long l
   reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)sfc;
 }
 
+
+#if !FB_SR && !FB_TWO_D
+/* The general path above, out of line: the RN fast path below hands it a block that holds a NaN (rare). */
+static __device__ __noinline__ void nv_quant_block_nan(const fb_kp_mem &p, long long i0, const float v[16], float k,
+                                                       float s_dec) {
+  float ab = 0.0f;
+  for (int j = 0; j < 16; ++j) ab = fmaxf(ab, fabsf(v[j]));
+  nv_quant_block(p, i0, v, ab, k, s_dec);
+}
+
+/* RN, blocks of the row layout: the same codes and scales as nv_quant_block, with fb_formats.h's select-free E2M1
+ * rounding (fbf_e2m1_rn_grid); with 4/6 both candidates give only grid values and errors, and the codes are packed
+ * once, for the winner. abn is the block's amax by max.NaN: NaN exactly when the block holds a NaN, which goes to
+ * the general path (a NaN input's sign is dropped); otherwise abn is the reference's fmaxf amax. */
+static __device__ __forceinline__ void nv_quant_block_rn(const fb_kp_mem &p, long long i0, const float v[16], float abn,
+                                                         float k, float s_dec) {
+  if (abn != abn) {
+    nv_quant_block_nan(p, i0, v, k, s_dec);
+    return;
+  }
+  float base = abn * k, g[16];
+  unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f));
+#if FB_FOUR_OVER_SIX
+  unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
+  float g4[16];
+  float e6 = fbf_nvfp4_cand_rn(v, fbf_e4m3_dec_cvt(sfc), s_dec, g);
+  float e4 = fbf_nvfp4_cand_rn(v, fbf_e4m3_dec_cvt(sf4), s_dec, g4);
+  bool four = e4 < e6;
+  sfc = four ? sf4 : sfc;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) g[j] = four ? g4[j] : g[j];
+#else
+  fbf_nvfp4_grid_rn(v, fbf_e4m3_dec_cvt(sfc), s_dec, g);
+#endif
+  uint2 packed;
+  packed.x = sfc ? fbf_e2m1x8_pack(g, v) : 0u;
+  packed.y = sfc ? fbf_e2m1x8_pack(g + 8, v + 8) : 0u;
+  reinterpret_cast<uint2 *>(p.out)[i0 >> 4] = packed;
+  reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)sfc;
+}
+#endif
+
 static __device__ __forceinline__ long long group_of(const fb_kp_mem &p, long long row) {
 #if FB_OUTER == 2
   const long long *off = reinterpret_cast<const long long *>(p.group_offsets);
@@ -169,10 +211,17 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #pragma unroll
       for (int j = 0; j < 16; ++j) v[j] = nxt[j];
       if (b + 32 < nb) load16(p, row * p.cols + (b + 32) * 16, nxt);
+#if !FB_SR
+      float abn = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) abn = fbf_absmax_nan(abn, v[j]);
+      nv_quant_block_rn(p, row * p.cols + b * 16, v, abn, k, s_dec);
+#else
       float ab = 0.0f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) ab = fmaxf(ab, fabsf(v[j]));
       nv_quant_block(p, row * p.cols + b * 16, v, ab, k, s_dec);
+#endif
     }
   }
 #endif
