@@ -32,7 +32,8 @@ typedef struct {
   fb_gptr b_outer;     /* FB_KIND 1: FP32 S_dec of each expert's B (0: none) */
   long long rows;      /* rows of A (mode 0) or columns of A and B (wgrad): the grouped dimension */
   int experts, M, N, K; /* mode 0: N and K; wgrad: M and N (K per expert from the offsets) */
-  fb_gptr aux;         /* FB_SWIGLU 2 (w2 dgrad): H, the saved w13 output, rows x 2N BF16 (gate | up) */
+  fb_gptr aux;         /* FB_SWIGLU 1 (w13 fwd): H out, rows x N BF16 (gate | up), 0: not written;
+                          FB_SWIGLU 2 (w2 dgrad): H in, the saved w13 output, rows x 2N BF16 (gate | up) */
   fb_gptr out_sf;      /* FB_S2F6 (w2 fwd, the combine payload): E8M0 per 32 of each row of D, rows x N/32 */
   unsigned signs;      /* FB_S2F6 with FB_RHT: the RHT-32 sign mask */
   unsigned pad_;

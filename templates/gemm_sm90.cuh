@@ -21,10 +21,11 @@
  *      Hopper's FP8 wgmma sums a k32 product with about 14 bits (kind 2 measured a relative error of 4.6e-5 against
  *      the FP64 reference); BF16 products are exact in FP32, so kind 3 keeps the recipe's numerics to FP32 order.
  * FB_SWIGLU 1 (mode 0, BF16 output; w13 fwd): B's N = 2f rows per expert are gate [0, f) then up [f, 2f); a tile
- *   loads FB_TILE_N / 2 gate rows and the same up rows, so each thread holds g and u of the same output column, and
- *   writes A = bf16(fbm_siluf(g) * u) (fb_ops: the SwiGLU of NUMERICS.md on the FP32 g, u), rows x f.
- * FB_SWIGLU 2 (mode 0, w2 dgrad): the accumulators are dA (rows x N = f); with H = [g | u] (p.aux, rows x 2f BF16)
- *   the epilogue writes dH = [bf16(dg) | bf16(du)] (fbo_swiglu_bwd, fb_moe.h), rows x 2f.
+ *   loads FB_TILE_N / 2 gate rows and the same up rows, so each thread holds g and u of the same output column. H = [g | u]
+ *   is rounded to BF16 (the activation the backward reads) and written to p.aux (rows x 2f) when p.aux is set; then
+ *   A = bf16(fbm_siluf(g) * u) of the BF16 g, u (as swiglu.cuh on the stored H), rows x f.
+ * FB_SWIGLU 2 (mode 0, w2 dgrad): the accumulators are dA (rows x N = f), rounded to BF16 (as the unfused path stores it);
+ *   with H = [g | u] (p.aux, rows x 2f BF16) the epilogue writes dH = [bf16(dg) | bf16(du)] (fbo_swiglu_bwd), rows x 2f.
  * FB_S2F6 1 (mode 0, w2 fwd): the combine payload of NUMERICS.md from the FP32 result: per 32 columns RHT-32 (FB_RHT,
  *   sign mask p.signs) then S2F6: int8 codes to p.out (rows x N), E8M0 to p.out_sf (rows x N/32), as fb_s2f6_quantize.
  * FB_MODE: 0 rows grouped (fwd, dgrad); 1 K grouped (wgrad). FB_OUT_BF16: BF16 output (RNE), else FP32.
@@ -68,7 +69,7 @@
 #include "fb_formats.h"
 #endif
 #if FB_SWIGLU == 1
-#include "fb_math.h"
+#include "fb_moe.h"
 #define BROWS (BN / 2) /* B rows per TMA box: gate half, then up half */
 #elif FB_SWIGLU == 2
 #include "fb_moe.h"
@@ -150,6 +151,24 @@ static __device__ __forceinline__ u32 fbg_prmt(u32 a, u32 b, u32 c) {
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
+
+/* BF16 stores of two 8-column blocks: lanes q and q^1 swap one pair, so each lane stores 8 bytes and a warp's store
+   covers 32 contiguous bytes (a sector) of each of its 8 rows. p0, p1: this lane's pair of blocks jb and jb + 1. */
+static __device__ __forceinline__ void fbg_st_pairs(unsigned short *row, int jb, int q, u32 p0, u32 p1, bool live) {
+  const u32 recv = __shfl_xor_sync(0xffffffffu, (q & 1) ? p0 : p1, 1);
+  const uint2 v = (q & 1) ? make_uint2(recv, p1) : make_uint2(p0, recv);
+  const int col = (q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q;
+  if (live) *(uint2 *)(row + col) = v;
+}
+static __device__ __forceinline__ u32 fbg_pack_bf16(float lo, float hi) {
+  u32 d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+#if FB_SWIGLU
+/* x rounded to BF16 (RNE, NaN kept quiet), as a float: H and dA as the unfused path stores them */
+static __device__ __forceinline__ float fbg_bf16r(float x) { return __uint_as_float((u32)fbo_bf16_rne(x) << 16); }
+#endif
 
 /* ---- the persistent tile scheduler: the same walk in every role, so they need not talk ---- */
 #define NT_N ((long long)p.N / BN)
@@ -587,6 +606,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
         const long long orow = ((long long)sc.e * p.M + r) * p.N;
 #endif
 #if FB_S2F6
+        unsigned exs[BN / 32];
         /* the combine payload, per 32 columns (4 accumulator blocks; the quad holds the 32): signs, the 5 WHT stages in
            order (stage 0 and 3, 4 in registers, 1 and 2 across lanes q ^ 1, q ^ 2), the NaN-keeping amax, E8M0, int8 */
 #pragma unroll
@@ -635,21 +655,30 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
           }
           const unsigned ex = fbf_s2f6_exp(a);
           const float inv = fbf_pow2(127 - (int)ex);
-          if (!live) continue;
-          signed char *orow8 = (signed char *)p.out + r * p.N + n0 + 32 * B;
+          /* the codes go back into this block's accumulator slots (as bits), the exponent into exs: every block's
+             math first, the stores after, so the blocks' chains can overlap */
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj) {
-            unsigned short w = 0;
+            unsigned w = 0;
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               float v = rintf((t[2 * jj + e] * inv) * 64.0f);
               if (v != v) v = 0.0f;
               v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
-              w |= (unsigned short)(((unsigned)(int)v & 255u) << (8 * e));
+              w |= ((unsigned)(int)v & 255u) << (8 * e);
             }
-            *(unsigned short *)(orow8 + 8 * jj + 2 * q) = w;
+            acc[mw][4 * (4 * B + jj) + 2 * h] = __uint_as_float(w);
           }
-          if (q == 0) ((unsigned char *)p.out_sf)[r * (p.N / 32) + (n0 + 32 * B) / 32] = (unsigned char)ex;
+          exs[B] = ex;
+        }
+        if (!live) continue;
+        signed char *orow8 = (signed char *)p.out + r * p.N + n0;
+#pragma unroll
+        for (int B = 0; B < BN / 32; ++B) {
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj)
+            *(unsigned short *)(orow8 + 32 * B + 8 * jj + 2 * q) = (unsigned short)__float_as_uint(acc[mw][4 * (4 * B + jj) + 2 * h]);
+          if (q == 0) ((unsigned char *)p.out_sf)[r * (p.N / 32) + (n0 + 32 * B) / 32] = (unsigned char)exs[B];
         }
 #elif FB_SWIGLU == 2
         /* dH = [dg | du] from dA (these accumulators) and H = [g | u] (p.aux): lanes q and q^1 first swap dA pairs so
@@ -661,7 +690,8 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #pragma unroll
         for (int jb = 0; jb < BN / 8; jb += 2) {
           float *a0 = &acc[mw][4 * jb + 2 * h], *a1 = &acc[mw][4 * jb + 4 + 2 * h];
-          const float v0 = a0[0] * so, v1 = a0[1] * so, v2 = a1[0] * so, v3 = a1[1] * so;
+          /* dA rounded to BF16 first, as the unfused path stores it */
+          const float v0 = fbg_bf16r(a0[0] * so), v1 = fbg_bf16r(a0[1] * so), v2 = fbg_bf16r(a1[0] * so), v3 = fbg_bf16r(a1[1] * so);
           const float r0 = __shfl_xor_sync(0xffffffffu, (q & 1) ? v0 : v2, 1);
           const float r1 = __shfl_xor_sync(0xffffffffu, (q & 1) ? v1 : v3, 1);
           a0[0] = (q & 1) ? r0 : v0, a0[1] = (q & 1) ? r1 : v1, a1[0] = (q & 1) ? v2 : r0, a1[1] = (q & 1) ? v3 : r1;
@@ -701,48 +731,48 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
           }
         }
 #elif FB_SWIGLU == 1
-        /* A = silu(g) * u: g in the tile's first BN/2 columns, u in the same column of the second half (i + BN/4) */
-        const long long arow_out = r * (p.N / 2) + nt * BROWS;
-        /* first every A of this row half, in place over g (independent chains the scheduler can interleave), then
-           the packing, the swaps and the stores */
+        /* H = [g | u] is rounded to BF16 (what the backward reads; written to p.aux when given), then
+           A = bf16(silu(g) * u): g in the tile's first BN/2 columns, u in the same column of the second half (i + BN/4).
+           Each step runs over the whole row half first (independent chains), the swaps and stores after. */
 #pragma unroll
         for (int jb = 0; jb < BN / 16; ++jb)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int i = 4 * jb + 2 * h + e;
-            const float g = acc[mw][i] * so, u = acc[mw][i + BN / 4] * so;
+            acc[mw][i] = fbg_bf16r(acc[mw][i] * so), acc[mw][i + BN / 4] = fbg_bf16r(acc[mw][i + BN / 4] * so);
+          }
+        if (p.aux) {
+          unsigned short *hg = (unsigned short *)p.aux + r * p.N + nt * BROWS, *hu = hg + p.N / 2;
+#pragma unroll
+          for (int jb = 0; jb < BN / 16; jb += 2) {
+            const int i0 = 4 * jb + 2 * h, i1 = i0 + 4;
+            fbg_st_pairs(hg, jb, q, fbg_pack_bf16(acc[mw][i0], acc[mw][i0 + 1]), fbg_pack_bf16(acc[mw][i1], acc[mw][i1 + 1]), live);
+            fbg_st_pairs(hu, jb, q, fbg_pack_bf16(acc[mw][i0 + BN / 4], acc[mw][i0 + 1 + BN / 4]),
+                         fbg_pack_bf16(acc[mw][i1 + BN / 4], acc[mw][i1 + 1 + BN / 4]), live);
+          }
+        }
+#pragma unroll
+        for (int jb = 0; jb < BN / 16; ++jb)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 4 * jb + 2 * h + e;
 #if FB_EPI_CHEAP
-            acc[mw][i] = g * u;
+            acc[mw][i] = acc[mw][i] * acc[mw][i + BN / 4];
 #else
-            acc[mw][i] = fbm_siluf(g) * u;
+            acc[mw][i] = fbm_siluf(acc[mw][i]) * acc[mw][i + BN / 4];
 #endif
           }
+        unsigned short *arow16 = (unsigned short *)p.out + r * (p.N / 2) + nt * BROWS;
 #pragma unroll
         for (int jb = 0; jb < BN / 16; jb += 2) {
-          float a4[4];
-#pragma unroll
-          for (int t = 0; t < 4; ++t) a4[t] = acc[mw][4 * (jb + t / 2) + 2 * h + (t & 1)];
-          u32 p0, p1;
-          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(a4[1]), "f"(a4[0]));
-          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(a4[3]), "f"(a4[2]));
-          u32 recv = __shfl_xor_sync(0xffffffffu, (q & 1) ? p0 : p1, 1);
-          uint2 v = (q & 1) ? make_uint2(recv, p1) : make_uint2(p0, recv);
-          const int col = (q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q;
-          if (live) *(uint2 *)((unsigned short *)p.out + arow_out + col) = v;
+          const int i0 = 4 * jb + 2 * h, i1 = i0 + 4;
+          fbg_st_pairs(arow16, jb, q, fbg_pack_bf16(acc[mw][i0], acc[mw][i0 + 1]), fbg_pack_bf16(acc[mw][i1], acc[mw][i1 + 1]), live);
         }
 #elif FB_OUT_BF16
-        /* two 8-column blocks at a time: lanes q and q^1 swap one BF16 pair, so that each lane stores 8 bytes and a
-           warp's store covers 32 contiguous bytes (a whole sector) of each of its 8 rows */
 #pragma unroll
-        for (int jb = 0; jb < BN / 8; jb += 2) {
-          u32 p0, p1;
-          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(acc[mw][4 * jb + 2 * h + 1] * so), "f"(acc[mw][4 * jb + 2 * h] * so));
-          asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(acc[mw][4 * jb + 4 + 2 * h + 1] * so), "f"(acc[mw][4 * jb + 4 + 2 * h] * so));
-          u32 recv = __shfl_xor_sync(0xffffffffu, (q & 1) ? p0 : p1, 1);
-          uint2 v = (q & 1) ? make_uint2(recv, p1) : make_uint2(p0, recv);
-          const int col = (q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q;
-          if (live) *(uint2 *)((unsigned short *)p.out + orow + n0 + col) = v;
-        }
+        for (int jb = 0; jb < BN / 8; jb += 2)
+          fbg_st_pairs((unsigned short *)p.out + orow + n0, jb, q, fbg_pack_bf16(acc[mw][4 * jb + 2 * h] * so, acc[mw][4 * jb + 2 * h + 1] * so),
+                       fbg_pack_bf16(acc[mw][4 * jb + 4 + 2 * h] * so, acc[mw][4 * jb + 4 + 2 * h + 1] * so), live);
 #else
         if (!live) continue;
 #pragma unroll

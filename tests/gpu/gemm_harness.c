@@ -117,12 +117,13 @@ void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, in
     P->hh = malloc((size_t)P->rows * 2 * P->N * 2);
     for (size_t i = 0; i < (size_t)P->rows * 2 * P->N; ++i) P->hh[i] = fb_bf16_from_f32(gauss());
     P->h = gemm_up(P->hh, (size_t)P->rows * 2 * P->N * 2);
+    CU(fb_cu.MemAlloc(&P->hout, (size_t)P->rows * P->N * 2));
   }
   free(A), free(B), free(Ad), free(Bd);
 }
 
 void gemm_free_problem(gemm_problem *P) {
-  CUdeviceptr *ps[] = {&P->a, &P->b, &P->a_sf, &P->b_sf, &P->a_outer, &P->b_outer, &P->offsets, &P->out, &P->h, &P->osf};
+  CUdeviceptr *ps[] = {&P->a, &P->b, &P->a_sf, &P->b_sf, &P->a_outer, &P->b_outer, &P->offsets, &P->out, &P->h, &P->osf, &P->hout};
   free(P->hh);
   for (size_t i = 0; i < sizeof ps / sizeof ps[0]; ++i)
     if (*ps[i]) fb_cu.MemFree(*ps[i]);
@@ -146,7 +147,8 @@ float *gemm_companion; /* the FP32 result of the last plain variant run (its til
 int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, const gemm_problem *P, int sms, FILE *log, int loose) {
   fb_gemm_cfg cfg;
   CK(fb_gemm_config(k, v, &cfg));
-  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K, P->h, P->osf, RHT_SIGNS};
+  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K,
+                     cfg.swiglu == 1 ? P->hout : P->h, P->osf, RHT_SIGNS};
   fb_kp_gemm kp;
   CK(fb_gemm_params(&cfg, &ga, &kp));
   if (cfg.s2f6) {
@@ -184,6 +186,7 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
   size_t nout = cfg.swiglu == 1 ? P->out_elems / 2 : cfg.swiglu == 2 ? P->out_elems * 2 : P->out_elems;
   size_t ob = nout * (cfg.out_bf16 ? 2 : 4);
   CU(fb_cu.MemsetD8(P->out, 0xFF, ob)); /* NaN in both BF16 and FP32 */
+  if (cfg.swiglu == 1) CU(fb_cu.MemsetD8(P->hout, 0xFF, P->out_elems * 2));
   if (getenv("FB_GEMM_DEBUG")) fprintf(log, "host: experts %d N %d K %d rows %lld smem %zu threads %u\n", kp.experts, kp.N, kp.K, kp.rows, fb_gemm_smem_bytes(&cfg), fb_gemm_threads(&cfg));
   CK(fb_gemm_launch(kern, &cfg, &kp, sms));
   CU(fb_cu.CtxSynchronize());
@@ -199,13 +202,14 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
   const int f = P->N / 2;
   for (size_t i = 0; i < nout; ++i) {
     double r = cfg.swiglu ? 0.0 : P->ref[i], g;
-    if (cfg.swiglu == 1) { /* A = silu(g) * u on the FP64 reference's g and u */
+    if (cfg.swiglu == 1) { /* A = silu(g) * u on the FP64 reference's g and u, rounded to BF16 as H is stored */
       size_t row = i / (size_t)f, n = i % (size_t)f;
-      double gg = P->ref[row * P->N + n], uu = P->ref[row * P->N + f + n];
+      double gg = fb_bf16_to_f32(fb_bf16_from_f32((float)P->ref[row * P->N + n]));
+      double uu = fb_bf16_to_f32(fb_bf16_from_f32((float)P->ref[row * P->N + f + n]));
       r = gg / (1.0 + exp(-gg)) * uu;
-    } else if (cfg.swiglu == 2) { /* dH = [dg | du] from the FP64 reference's dA and H */
+    } else if (cfg.swiglu == 2) { /* dH = [dg | du] from the FP64 reference's dA (rounded to BF16 as stored) and H */
       size_t row = i / (2 * (size_t)P->N), c = i % (2 * (size_t)P->N), n = c % (size_t)P->N;
-      double da = P->ref[row * P->N + n], gg = fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), uu = fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]);
+      double da = fb_bf16_to_f32(fb_bf16_from_f32((float)P->ref[row * P->N + n])), gg = fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), uu = fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]);
       double sg = 1.0 / (1.0 + exp(-gg));
       r = c < (size_t)P->N ? da * uu * sg * (1.0 + gg * (1.0 - sg)) : da * gg * sg;
     }
@@ -230,22 +234,31 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
       size_t row = i / (2 * (size_t)P->N), c = i % (2 * (size_t)P->N), n = c % (size_t)P->N;
       float dg, du;
       fbo_swiglu_bwd(fb_bf16_to_f32(P->hh[row * 2 * P->N + n]), fb_bf16_to_f32(P->hh[row * 2 * P->N + P->N + n]),
-                     gemm_companion[row * P->N + n], &dg, &du);
+                     fb_bf16_to_f32(fb_bf16_from_f32(gemm_companion[row * P->N + n])), &dg, &du);
       if (((uint16_t *)h)[i] != fb_bf16_from_f32(c < (size_t)P->N ? dg : du)) ++mism;
     }
   }
-  if (cfg.swiglu == 1 && gemm_companion) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result */
+  if (cfg.swiglu == 1 && gemm_companion) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result: H
+                                              (BF16, written beside A) and A = bf16(silu(g) * u) of the BF16 g, u */
     mism = 0;
+    uint16_t *hw = malloc(P->out_elems * 2);
+    CU(fb_cu.MemcpyDtoH(hw, P->hout, P->out_elems * 2));
+    for (size_t i = 0; i < P->out_elems; ++i) mism += hw[i] != fb_bf16_from_f32(gemm_companion[i]);
+    free(hw);
     for (size_t i = 0; i < nout; ++i) {
       size_t row = i / (size_t)f, n = i % (size_t)f;
-      float gg = gemm_companion[row * P->N + n], uu = gemm_companion[row * P->N + f + n];
+      float gg = fb_bf16_to_f32(fb_bf16_from_f32(gemm_companion[row * P->N + n]));
+      float uu = fb_bf16_to_f32(fb_bf16_from_f32(gemm_companion[row * P->N + f + n]));
       if (((uint16_t *)h)[i] != fb_bf16_from_f32(fbm_siluf(gg) * uu)) ++mism;
     }
   }
   free(h);
   double rel = den > 0 ? sqrt(num / den) : sqrt(num), relx = den > 0 ? sqrt(exc / den) : sqrt(exc);
   /* FP32 output: the error itself; BF16 output: what exceeds half a BF16 ulp of the reference (the rounding) */
-  int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= 1e-5);
+  /* SwiGLU epilogues round H (or dA) to BF16 before their math, as the unfused path stores them: where the FP32 and
+     the FP64 value round to neighbouring BF16 values (rare) the outputs differ by about a BF16 ulp, so against FP64
+     they get 1e-3; the strict check is the bit-exact one against the CPU epilogue of the FP32 result (mism) */
+  int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= (cfg.swiglu ? 1e-3 : 1e-5));
   fprintf(log, "  %-58s %-9s rel %.2e  max|d| %.2e  unwritten/NaN %ld", v->name, gemm_dist_name[P->dist], rel, worst, nonfinite);
   if (cfg.out_bf16) fprintf(log, "  beyond rounding %.2e  >1ulp %ld  !=RNE(ref) %ld", relx, off_ulp, not_rne);
   if (mism >= 0) fprintf(log, "  vs CPU %s of the FP32 GEMM: %ld differ", cfg.swiglu == 2 ? "SwiGLU bwd" : "SwiGLU", mism);

@@ -14,7 +14,7 @@ typedef struct {
   int E, M, N, K;
   long long rows, off[9];
   /* device */
-  CUdeviceptr a, b, a_sf, b_sf, a_outer, b_outer, offsets, out, h, osf;
+  CUdeviceptr a, b, a_sf, b_sf, a_outer, b_outer, offsets, out, h, osf, hout; /* hout: H written by w13's SwiGLU epilogue */
   uint16_t *hh; /* H for the SwiGLU backward: rows x 2N BF16 */
   size_t out_elems;
   double *ref; /* out_elems */
