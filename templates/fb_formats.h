@@ -412,8 +412,10 @@ FBF_FN void fbf_nvfp4_signs(const float x[16], unsigned s[2]) {
  * more (or Inf - Inf = NaN where m overflows), and the min gives 6; NaN a gives 6 (max(NaN, 1) = 1, then the min).
  * Needs fp32 adds that are not contracted or reassociated (the generator compiles with --fmad=false). */
 FBF_FN float fbf_e2m1_rn_grid(float a) {
-  float m = fbf_u2f(fbf_f2u(fmaxf(a, 1.0f)) & 0x7F800000u) * 6291456.0f;
-  return fminf((a + m) - m, 6.0f);
+  /* p = 2^E (one and); the two fmas add and subtract m = p * (1.5 * 2^22), a product that is exact, each rounded
+   * once as the plain adds are (for a >= 2^105 m overflows and the sum is Inf; Inf's p is Inf: Inf - Inf; 6) */
+  float p = fbf_u2f(fbf_f2u(fmaxf(a, 1.0f)) & 0x7F800000u);
+  return fminf(fmaf(p, -6291456.0f, fmaf(p, 6291456.0f, a)), 6.0f);
 }
 /* The E2M1 magnitude code of a grid value g (0, 0.5, 1, 1.5, 2, 3, 4, 6): g * 2^-126 is exact and puts E2M1's
  * subnormal 0.5 on fp32's denormal 2^-127 and its normals on fp32's exponent fields 1..2, so the code is bits
@@ -447,19 +449,50 @@ FBF_FN void fbf_nvfp4_grid_rn(const float x[16], float sf, float s_dec, float g[
 #endif
   for (int j = 0; j < 16; ++j) g[j] = fbf_e2m1_rn_grid(fabsf(x[j]) * enc);
 }
-/* Eight nibbles (element j in nibble j): the code of grid value g[j] with x[j]'s sign bit on top. The caller has
- * excluded NaN x (whose sign NUMERICS.md drops) and zeroes the word of an underflowing block. Each product's bits
- * are the code at 22..24; the sign goes to bit 25, and one shift-add per element (lea.hi) places the nibble. */
-FBF_FN unsigned fbf_e2m1x8_pack(const float g[8], const float x[8]) {
-  unsigned w = 0u;
+/* The sign bits of eight inputs in the nibble layout (bit 3 of nibble j set for x[j] negative; the caller has
+ * excluded NaN, whose sign NUMERICS.md drops): the top bytes gathered by byte permutes, the even elements' into
+ * e (byte k from x[2k]) and shifted onto bit 3 of each byte, the odd elements' into o, sign already on bit 7. */
+FBF_FN unsigned fbf_nvfp4_signs8(const float x[8]) {
+  unsigned e = fbf_prmt(fbf_prmt(fbf_f2u(x[0]), fbf_f2u(x[2]), 0x7373u), fbf_prmt(fbf_f2u(x[4]), fbf_f2u(x[6]), 0x7373u), 0x5410u);
+  unsigned o = fbf_prmt(fbf_prmt(fbf_f2u(x[1]), fbf_f2u(x[3]), 0x7373u), fbf_prmt(fbf_f2u(x[5]), fbf_f2u(x[7]), 0x7373u), 0x5410u);
+  return ((e >> 4) & 0x08080808u) | (o & 0x80808080u);
+}
+/* Nibble j of the result plus w: the code of grid value g[j] (sign bit clear). Each product g * 2^-126 has the code
+ * at bits 22..24 and nothing else, so one shift-add per element (lea.hi) places it. */
+FBF_FN unsigned fbf_e2m1x8_codes(const float g[8], unsigned w) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int j = 0; j < 8; ++j) {
-    unsigned z = fbf_f2u(g[j] * 1.1754943508222875e-38f) | ((fbf_f2u(x[j]) >> 6) & 0x02000000u);
+    unsigned z = fbf_f2u(g[j] * 1.1754943508222875e-38f);
     w += j < 6 ? z >> (22 - 4 * j) : z << (4 * j - 22);
   }
   return w;
+}
+/* Eight nibbles (element j in nibble j): the code of grid value g[j] with x[j]'s sign bit on top (fbf_nvfp4_signs8:
+ * no NaN x). The caller zeroes the word of an underflowing block. */
+FBF_FN unsigned fbf_e2m1x8_pack(const float g[8], const float x[8]) { return fbf_e2m1x8_codes(g, fbf_nvfp4_signs8(x)); }
+/* fbf_nvfp4_cand_rn with the codes (sign bits clear) packed as each half of the block is done, instead of the grid
+ * values: what 4/6 keeps of a candidate is then two words, not sixteen floats. */
+FBF_FN float fbf_nvfp4_cand_rn_codes(const float x[16], float sf, float s_dec, unsigned pk[2]) {
+  float enc = fbf_nvfp4_enc(sf, s_dec), err = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int h = 0; h < 2; ++h) {
+    float g[8];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < 8; ++j) {
+      float av = fabsf(x[8 * h + j]);
+      g[j] = fbf_e2m1_rn_grid(av * enc);
+      float d = (g[j] * sf) * s_dec - av;
+      err = fmaf(d, d, err);
+    }
+    pk[h] = fbf_e2m1x8_codes(g, 0u);
+  }
+  return err;
 }
 
 /* ---- RHT-32 ---- */

@@ -261,7 +261,8 @@ static void test_nvfp4_block_path(void **state) {
 /* The select-free NVFP4 RN pieces of fb_formats.h. fbf_e2m1_rn_grid and fbf_e2m1_grid_code against
  * fbf_nvfp4_cand's per-element binade rule (and the reference E2M1 encoder), exhaustively over every
  * non-negative float and NaN pattern; fbf_e4m3_dec_cvt over every code; fbf_nvfp4_cand_rn / fbf_nvfp4_grid_rn
- * / fbf_e2m1x8_pack against fbf_nvfp4_cand / fbf_nvfp4_codes / fbf_nvfp4_signs on random and edge blocks. */
+ * / fbf_nvfp4_cand_rn_codes / fbf_e2m1x8_pack / fbf_nvfp4_signs8 (inputs without NaN, as the kernel calls
+ * them) against fbf_nvfp4_cand / fbf_nvfp4_codes / fbf_nvfp4_signs on random and edge blocks. */
 static void test_nvfp4_rn_fast(void **state) {
   (void)state;
   long bad = 0;
@@ -310,7 +311,14 @@ static void test_nvfp4_rn_fast(void **state) {
       fbf_nvfp4_codes(av, sfc, s_dec, 0, r, pk2);
       unsigned w0 = sfc ? fbf_e2m1x8_pack(g, x) : 0u, w1 = sfc ? fbf_e2m1x8_pack(g + 8, x + 8) : 0u;
       unsigned v0 = sfc ? fbf_e2m1x8_pack(g2, x) : 0u, v1 = sfc ? fbf_e2m1x8_pack(g2 + 8, x + 8) : 0u;
+      unsigned pc[2];
+      float ec = fbf_nvfp4_cand_rn_codes(x, fbf_e4m3_dec_cvt(sfc), s_dec, pc);
       check("nvfp4 rn err", (uint32_t)t, f2u(e) != f2u(e_ref) && !(e != e && e_ref != e_ref), 0);
+      check("nvfp4 rn codes err", (uint32_t)t, f2u(ec) != f2u(e_ref) && !(ec != ec && e_ref != e_ref), 0);
+      check("nvfp4 rn codes+signs lo", (uint32_t)t, sfc ? pc[0] + fbf_nvfp4_signs8(x) : 0u, pk[0] | (sfc ? sg[0] : 0u));
+      check("nvfp4 rn codes+signs hi", (uint32_t)t, sfc ? pc[1] + fbf_nvfp4_signs8(x + 8) : 0u, pk[1] | (sfc ? sg[1] : 0u));
+      check("nvfp4 signs8 lo", (uint32_t)t, fbf_nvfp4_signs8(x), sg[0]);
+      check("nvfp4 signs8 hi", (uint32_t)t, fbf_nvfp4_signs8(x + 8), sg[1]);
       check("nvfp4 rn codes lo", (uint32_t)t, w0, pk[0] | (sfc ? sg[0] : 0u));
       check("nvfp4 rn codes hi", (uint32_t)t, w1, pk[1] | (sfc ? sg[1] : 0u));
       check("nvfp4 rn grid lo", (uint32_t)t, v0, pk2[0] | (sfc ? sg[0] : 0u));

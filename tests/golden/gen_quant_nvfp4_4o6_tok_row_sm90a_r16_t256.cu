@@ -52,6 +52,42 @@ static __device__ __forceinline__ void load16(const fb_kp_mem &p, long long i, f
 #endif
 }
 
+/* The row loop's prefetch: a block's 16 inputs as loaded (BF16: two uint4, half the registers of the floats). */
+struct nv_raw {
+#if FB_IN_F32
+  float4 q[4];
+#else
+  uint4 q[2];
+#endif
+};
+static __device__ __forceinline__ void load16_raw(const fb_kp_mem &p, long long i, nv_raw &r) {
+#if FB_IN_F32
+  const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + i);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) r.q[k] = s[k];
+#else
+  const uint4 *s = reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + i);
+  r.q[0] = s[0], r.q[1] = s[1];
+#endif
+}
+/* load16's floats from a raw block */
+static __device__ __forceinline__ void unpack16(const nv_raw &r, float v[16]) {
+#if FB_IN_F32
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[4 * k] = r.q[k].x, v[4 * k + 1] = r.q[k].y, v[4 * k + 2] = r.q[k].z, v[4 * k + 3] = r.q[k].w;
+#else
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    unsigned w[4] = {r.q[k].x, r.q[k].y, r.q[k].z, r.q[k].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[8 * k + 2 * j] = __uint_as_float(w[j] << 16);
+      v[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+  }
+#endif
+}
+
 /* Quantize the block at element i0 (values v, magnitudes' max ab): codes and scale. The candidate and code
  * functions are fb_formats.h's, which tests/test_formats.c runs on the host against the reference. */
 static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long long i0, const float v[16], float ab,
@@ -87,10 +123,15 @@ static __device__ __forceinline__ void nv_quant_block(const fb_kp_mem &p, long l
 
 
 #if !FB_SR && !FB_TWO_D
-/* The general path above, out of line: the RN fast path below hands it a block that holds a NaN (rare). */
-static __device__ __noinline__ void nv_quant_block_nan(const fb_kp_mem &p, long long i0, const float v[16], float k,
+/* The general path above, out of line: the RN fast path below hands it a block that holds a NaN (rare). It takes
+ * the three pointers it uses by value and loads the block again, so that neither the caller's values nor its
+ * parameter block go through local memory. */
+static __device__ __noinline__ void nv_quant_block_nan(fb_dptr in, fb_dptr out, fb_dptr scales, long long i0, float k,
                                                        float s_dec) {
-  float ab = 0.0f;
+  fb_kp_mem p = {};
+  p.in = in, p.out = out, p.scales = scales;
+  float v[16], ab = 0.0f;
+  load16(p, i0, v);
   for (int j = 0; j < 16; ++j) ab = fmaxf(ab, fabsf(v[j]));
   nv_quant_block(p, i0, v, ab, k, s_dec);
 }
@@ -102,26 +143,27 @@ static __device__ __noinline__ void nv_quant_block_nan(const fb_kp_mem &p, long 
 static __device__ __forceinline__ void nv_quant_block_rn(const fb_kp_mem &p, long long i0, const float v[16], float abn,
                                                          float k, float s_dec) {
   if (abn != abn) {
-    nv_quant_block_nan(p, i0, v, k, s_dec);
+    nv_quant_block_nan(p.in, p.out, p.scales, i0, k, s_dec);
     return;
   }
-  float base = abn * k, g[16];
+  float base = abn * k;
   unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f));
+  uint2 packed;
 #if FB_FOUR_OVER_SIX
-  unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
-  float g4[16];
-  float e6 = fbf_nvfp4_cand_rn(v, fbf_e4m3_dec_cvt(sfc), s_dec, g);
-  float e4 = fbf_nvfp4_cand_rn(v, fbf_e4m3_dec_cvt(sf4), s_dec, g4);
+  /* each candidate's codes packed as they are made (two words kept, not sixteen grid values: fewer registers) */
+  unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f)), p6[2], p4[2];
+  float e6 = fbf_nvfp4_cand_rn_codes(v, fbf_e4m3_dec_cvt(sfc), s_dec, p6);
+  float e4 = fbf_nvfp4_cand_rn_codes(v, fbf_e4m3_dec_cvt(sf4), s_dec, p4);
   bool four = e4 < e6;
   sfc = four ? sf4 : sfc;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) g[j] = four ? g4[j] : g[j];
+  packed.x = sfc ? (four ? p4[0] : p6[0]) + fbf_nvfp4_signs8(v) : 0u;
+  packed.y = sfc ? (four ? p4[1] : p6[1]) + fbf_nvfp4_signs8(v + 8) : 0u;
 #else
+  float g[16];
   fbf_nvfp4_grid_rn(v, fbf_e4m3_dec_cvt(sfc), s_dec, g);
-#endif
-  uint2 packed;
   packed.x = sfc ? fbf_e2m1x8_pack(g, v) : 0u;
   packed.y = sfc ? fbf_e2m1x8_pack(g + 8, v + 8) : 0u;
+#endif
   reinterpret_cast<uint2 *>(p.out)[i0 >> 4] = packed;
   reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)sfc;
 }
@@ -205,12 +247,11 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #endif
     float s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f);
     /* software pipeline: the next block's loads are in flight while this one is quantized */
-    float nxt[16];
-    if (lane < nb) load16(p, row * p.cols + lane * 16, nxt);
+    nv_raw nxt;
+    if (lane < nb) load16_raw(p, row * p.cols + lane * 16, nxt);
     for (long long b = lane; b < nb; b += 32) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = nxt[j];
-      if (b + 32 < nb) load16(p, row * p.cols + (b + 32) * 16, nxt);
+      unpack16(nxt, v);
+      if (b + 32 < nb) load16_raw(p, row * p.cols + (b + 32) * 16, nxt);
 #if !FB_SR
       float abn = 0.0f;
 #pragma unroll
