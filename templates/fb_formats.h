@@ -8,7 +8,7 @@
  *   fbf_e4m3_rn(x), fbf_e4m3_sr(x, r)      8-bit code (satfinite; NaN -> 0x7F)
  *   fbf_e8m0_up(x)                         the rounded-up E8M0 rule of MXFP8
  *   fbf_e2m1_dec(c), fbf_e4m3_dec(c), fbf_e8m0_dec(c), fbf_pow2(e)
- *   fbf_nvfp4_s_enc(amax, four_over_six), fbf_s2f6_exp(amax)
+ *   fbf_nvfp4_s_enc(amax, four_over_six), fbf_s2f6_exp(amax), fbf_s2f6_code(t, inv)
  * On sm_89 and later, E4M3 RN uses the cvt.rn.satfinite.e4m3x2.f32 instruction (the CUDA headers'
  * host conversion, cross-checked against the reference in tests/test_xcheck_cuda.cpp, emulates it);
  * elsewhere the software path below. */
@@ -529,6 +529,14 @@ FBF_FN unsigned fbf_s2f6_exp(float amax) {
   if (ex == 0u) return amax <= 127.0f * fbf_pow2(-133) ? 0u : 1u; /* denormals */
   unsigned e = ex + (unsigned)(amax > 1.984375f * fbf_pow2((int)ex - 127));
   return e > 254u ? 254u : e;
+}
+
+/* S2F6 code of one value: clamp(rint_even(t * inv * 64), -127, 127) as a byte, NaN -> 0; inv = 2^(127 - e) */
+FBF_FN unsigned fbf_s2f6_code(float t, float inv) {
+  float v = rintf((t * inv) * 64.0f);
+  if (v != v) v = 0.0f;
+  v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
+  return (unsigned)(int)v & 255u;
 }
 
 #endif

@@ -659,14 +659,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
              math first, the stores after, so the blocks' chains can overlap */
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj) {
-            unsigned w = 0;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float v = rintf((t[2 * jj + e] * inv) * 64.0f);
-              if (v != v) v = 0.0f;
-              v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
-              w |= ((unsigned)(int)v & 255u) << (8 * e);
-            }
+            const unsigned w = fbf_s2f6_code(t[2 * jj], inv) | fbf_s2f6_code(t[2 * jj + 1], inv) << 8;
             acc[mw][4 * (4 * B + jj) + 2 * h] = __uint_as_float(w);
           }
           exs[B] = ex;

@@ -70,12 +70,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     for (int k = 0; k < 8; ++k) {
       unsigned word = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float v = rintf((t[4 * k + j] * inv) * 64.0f);
-        if (v != v) v = 0.0f;
-        v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
-        word |= ((unsigned)(int)v & 255u) << (8 * j);
-      }
+      for (int j = 0; j < 4; ++j) word |= fbf_s2f6_code(t[4 * k + j], inv) << (8 * j);
       w[k] = word;
     }
     uint4 *o = reinterpret_cast<uint4 *>(p.out) + b * 2;
