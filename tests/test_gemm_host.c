@@ -1,0 +1,190 @@
+/* test_gemm_host.c — the host side of the Hopper GEMMs (runtime/gemm_host.c, gen/gen.c's GEMM rules), on the CPU.
+ *
+ *   kperm       the K permutations of the BF16 operand copies are bijections of 32 (NVFP4) and 16 (MXFP8), and
+ *               they place element kperm(P) where the decoded A fragment (gemm_sm90.cuh) expects it.
+ *   exactness   every E2M1 code times every finite E4M3 scale, and every finite E4M3 code times the E8M0 scales of
+ *               BF16's normal range, is a BF16 value: the copies and the decoded A are exact, so the GEMM's
+ *               products are the recipe's.
+ *   copies      fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref put the dequantized element kperm(P) at P.
+ *   config      spec -> operand kind, mode, output and epilogue; variant -> tiles.
+ *   variants    every variant the generator keeps for inkling2_small's GEMMs fits in 227 KiB of shared memory by
+ *               the launch's own count (fb_gemm_smem_bytes), and has tiles the template handles.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fb_gemm_host.h"
+#include "fourbit.h"
+
+static void test_kperm(void **state) {
+  (void)state;
+  int seen32[32] = {0}, seen16[16] = {0};
+  for (int P = 0; P < 32; ++P) {
+    int e = fb_gemm_kperm(P);
+    assert_true(e >= 0 && e < 32);
+    ++seen32[e];
+  }
+  for (int p = 0; p < 16; ++p) {
+    int e = fb_gemm_kperm16(p);
+    assert_true(e >= 0 && e < 16);
+    ++seen16[e];
+  }
+  for (int i = 0; i < 32; ++i) assert_int_equal(seen32[i], 1);
+  for (int i = 0; i < 16; ++i) assert_int_equal(seen16[i], 1);
+  /* NVFP4: lane q's ldmatrix word holds codes 8q..8q+7 of a 32-group; its k16 step s fragment positions 2q+e and
+     8+2q+e must hold codes 8q+4s+e and 8q+4s+2+e */
+  for (int s = 0; s < 2; ++s)
+    for (int q = 0; q < 4; ++q)
+      for (int e = 0; e < 2; ++e) {
+        assert_int_equal(fb_gemm_kperm(16 * s + 2 * q + e), 8 * q + 4 * s + e);
+        assert_int_equal(fb_gemm_kperm(16 * s + 8 + 2 * q + e), 8 * q + 4 * s + 2 + e);
+      }
+  /* MXFP8: lane q holds codes 4q..4q+3 of a 16-chunk: positions 2q+e and 8+2q+e hold 4q+e and 4q+2+e */
+  for (int q = 0; q < 4; ++q)
+    for (int e = 0; e < 2; ++e) {
+      assert_int_equal(fb_gemm_kperm16(2 * q + e), 4 * q + e);
+      assert_int_equal(fb_gemm_kperm16(8 + 2 * q + e), 4 * q + 2 + e);
+    }
+}
+
+static int is_bf16(float v) { return fb_bf16_to_f32(fb_bf16_from_f32(v)) == v; }
+
+static void test_exactness(void **state) {
+  (void)state;
+  long n = 0;
+  for (unsigned c = 0; c < 16; ++c)
+    for (unsigned s = 0; s < 0x7F; ++s) { /* every finite non-negative E4M3 scale, subnormals included */
+      float v = fb_e2m1_decode((uint8_t)c) * fb_e4m3_decode((uint8_t)s);
+      assert_true(is_bf16(v));
+      ++n;
+    }
+  for (unsigned c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue; /* NaN codes */
+    for (unsigned e = 8; e <= 254; ++e) { /* 2^(e-127) times the smallest E4M3 subnormal (2^-9) stays normal */
+      float v = fb_e4m3_decode((uint8_t)c) * fb_e8m0_decode((uint8_t)e);
+      if (isinf(v)) continue;
+      assert_true(is_bf16(v));
+      ++n;
+    }
+  }
+  printf("  %ld products, every one a BF16 value\n", n);
+}
+
+static uint64_t rs = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd32(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (uint32_t)rs; }
+
+static void test_copies(void **state) {
+  (void)state;
+  enum { R = 5, K = 96 };
+  uint8_t codes4[R * K / 2], sf[R * K / 16], codes8[R * K], e8[R * K / 32];
+  for (size_t i = 0; i < sizeof codes4; ++i) codes4[i] = (uint8_t)rnd32();
+  for (size_t i = 0; i < sizeof sf; ++i) sf[i] = (uint8_t)(0x20 + rnd32() % 0x40);
+  for (size_t i = 0; i < sizeof codes8; ++i) codes8[i] = (uint8_t)(rnd32() & 0xF7);
+  for (size_t i = 0; i < sizeof e8; ++i) e8[i] = (uint8_t)(120 + rnd32() % 15);
+  uint16_t out[R * K];
+  assert_int_equal(fb_gemm_weights_bf16_ref(codes4, sf, R, K, out), FB_OK);
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < K / 32; ++g)
+      for (int P = 0; P < 32; ++P) {
+        int i = r * K + 32 * g + fb_gemm_kperm(P);
+        float v = fb_e2m1_decode((uint8_t)((codes4[i / 2] >> (4 * (i & 1))) & 15)) * fb_e4m3_decode(sf[i / 16]);
+        assert_int_equal(out[r * K + 32 * g + P], fb_bf16_from_f32(v));
+      }
+  assert_int_equal(fb_gemm_mxfp8_bf16_ref(codes8, e8, R, K, out), FB_OK);
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < K / 16; ++g)
+      for (int p = 0; p < 16; ++p) {
+        int i = r * K + 16 * g + fb_gemm_kperm16(p);
+        assert_int_equal(out[r * K + 16 * g + p], fb_bf16_from_f32(fb_e4m3_decode(codes8[i]) * fb_e8m0_decode(e8[i / 32])));
+      }
+  assert_int_equal(fb_gemm_weights_bf16_ref(codes4, sf, R, 48, out), FB_EINVAL);
+}
+
+static fb_variant gemm_variant(int tm, int tn, int tk, int st, int co, int wb) {
+  fb_variant v;
+  memset(&v, 0, sizeof v);
+  snprintf(v.tmpl, sizeof v.tmpl, "gemm_sm90.cuh");
+  snprintf(v.name, sizeof v.name, "test");
+  const char *pn[7] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16"};
+  int val[7] = {tm, tn, tk, st, 1, co, wb};
+  v.nparams = 7;
+  for (int i = 0; i < 7; ++i) snprintf(v.param[i], sizeof v.param[i], "%s", pn[i]), v.value[i] = val[i];
+  return v;
+}
+
+static void test_config(void **state) {
+  (void)state;
+  fb_kernel_spec k;
+  memset(&k, 0, sizeof k);
+  fb_gemm_cfg c;
+  fb_variant v = gemm_variant(128, 256, 128, 3, 2, 1);
+  k.op = FB_OP_GEMM_FWD13, k.src.format = FB_FMT_NVFP4, k.out_bf16 = 1;
+  assert_int_equal(fb_gemm_config(&k, &v, &c), FB_OK);
+  assert_int_equal(c.kind, 1), assert_int_equal(c.mode, 0), assert_int_equal(c.swiglu, 1), assert_int_equal(c.out_bf16, 1);
+  assert_int_equal(c.tile_m, 128), assert_int_equal(c.tile_n, 256), assert_int_equal(c.stages, 3), assert_int_equal(c.consumers, 2);
+  assert_int_equal(fb_gemm_threads(&c), 384);
+  k.op = FB_OP_GEMM_WGRAD, k.src.format = FB_FMT_MXFP8, k.out_bf16 = 0;
+  assert_int_equal(fb_gemm_config(&k, &v, &c), FB_OK);
+  assert_int_equal(c.kind, 3), assert_int_equal(c.mode, 1), assert_int_equal(c.out_bf16, 0), assert_int_equal(c.swiglu, 0);
+  v = gemm_variant(128, 128, 128, 4, 2, 0);
+  assert_int_equal(fb_gemm_config(&k, &v, &c), FB_OK);
+  assert_int_equal(c.kind, 2); /* FP8 wgmma: built by hand only, the generator prunes it */
+  k.op = FB_OP_GEMM_FWD2, k.q.format = FB_FMT_S2F6, k.q.rht = 32, k.out_bf16 = 1;
+  assert_int_equal(fb_gemm_config(&k, &v, &c), FB_OK);
+  assert_int_equal(c.s2f6, 2), assert_int_equal(c.out_bf16, 0);
+  snprintf(v.tmpl, sizeof v.tmpl, "quant_nvfp4.cuh");
+  assert_int_equal(fb_gemm_config(&k, &v, &c), FB_EINVAL);
+}
+
+static void test_variants_fit(void **state) {
+  (void)state;
+  fb_recipe *r = NULL;
+  assert_int_equal(fb_recipe_load("recipes/inkling2_small.lua", &r), FB_OK);
+  fb_plan *p = NULL;
+  assert_int_equal(fb_plan_resolve(r, "sm_90a", &p), FB_OK);
+  const fb_tune_family *fam = NULL;
+  for (int f = 0; f < r->nfamilies; ++f)
+    if (!strcmp(r->families[f].family, "gemm")) fam = &r->families[f];
+  assert_non_null(fam);
+  int specs = 0, kept = 0;
+  for (int i = 0; i < p->nkernels; ++i) {
+    const fb_kernel_spec *k = &p->kernels[i];
+    if (strncmp(k->name, "gemm_", 5)) continue;
+    fb_variant *vs = NULL;
+    int nv = 0, pruned = 0;
+    char why[256];
+    assert_int_equal(fb_gen_variants(k, fam, &vs, &nv, &pruned, why, sizeof why), FB_OK);
+    assert_true(nv > 0);
+    ++specs;
+    for (int j = 0; j < nv; ++j) {
+      fb_gemm_cfg c;
+      assert_int_equal(fb_gemm_config(k, &vs[j], &c), FB_OK);
+      assert_true(fb_gemm_smem_bytes(&c) <= 232448);
+      assert_true(c.tile_m % (64 * c.consumers) == 0 && c.tile_m <= 256);
+      assert_true(c.kind == 0 ? c.tile_k % 64 == 0 : c.tile_k == 128);
+      assert_true(c.kind != 2); /* the FP8-wgmma kind never comes out of the generator */
+      ++kept;
+    }
+    free(vs);
+  }
+  printf("  inkling2_small: %d GEMM specs, %d variants kept, each within 227 KiB of shared memory\n", specs, kept);
+  assert_int_equal(specs, 7);
+  fb_plan_free(p);
+  fb_recipe_free(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_kperm), cmocka_unit_test(test_exactness), cmocka_unit_test(test_copies),
+      cmocka_unit_test(test_config), cmocka_unit_test(test_variants_fit),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
