@@ -6,7 +6,6 @@
 #include "model_internal.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 void fbr_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc) {
   for (int i = 0; i < M; ++i) {
@@ -32,9 +31,8 @@ void fbr_transpose(const float *src, size_t rows, size_t cols, size_t lds, float
 fb_status fbr_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
                       int acc) {
   if (M <= 0 || N <= 0) return FB_OK;
-  if (K <= 0) {
-    if (!acc)
-      for (int i = 0; i < M; ++i) memset(C + (size_t)i * (size_t)ldc, 0, (size_t)N * sizeof *C);
+  if (K <= 0) { /* no scratch to transpose into: fbr_gemm_nn zeroes C (or leaves it, acc) by itself */
+    fbr_gemm_nn(M, N, 0, A, lda, B, ldb, C, ldc, acc);
     return FB_OK;
   }
   float *bt = malloc((size_t)K * (size_t)N * sizeof *bt);
@@ -48,9 +46,8 @@ fb_status fbr_gemm_nt(int M, int N, int K, const float *A, int lda, const float 
 fb_status fbr_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
                       int acc) {
   if (M <= 0 || N <= 0) return FB_OK;
-  if (K <= 0) {
-    if (!acc)
-      for (int i = 0; i < M; ++i) memset(C + (size_t)i * (size_t)ldc, 0, (size_t)N * sizeof *C);
+  if (K <= 0) { /* no scratch to transpose into: fbr_gemm_nn zeroes C (or leaves it, acc) by itself */
+    fbr_gemm_nn(M, N, 0, A, lda, B, ldb, C, ldc, acc);
     return FB_OK;
   }
   float *at = malloc((size_t)K * (size_t)M * sizeof *at);

@@ -396,15 +396,17 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[mw][i] = 0.0f;
 
-#if FB_KIND == 1
-    /* the A scales of this thread's rows (r0, r0 + 8 of each m64 sub-tile), 8 E4M3 bytes per row per k-block,
-       loaded one k-block ahead */
-    const long long kw16 = p.K / 16;
+#if FB_KIND == 1 || FB_KIND == 3
+    /* this thread's rows of A (r0, r0 + 8 of each m64 sub-tile): their block scales are loaded one k-block ahead */
     long long arow[MW][2];
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
       for (int h = 0; h < 2; ++h) arow[mw][h] = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
+#endif
+#if FB_KIND == 1
+    /* NVFP4: 8 E4M3 bytes per row per k-block */
+    const long long kw16 = p.K / 16;
     uint2 sfc[MW][2], sfn[MW][2];
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
@@ -413,17 +415,12 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
         sfn[mw][h] = arow[mw][h] < p.rows ? *(const uint2 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw16) : make_uint2(0, 0);
 #endif
 #if FB_KIND == 3
-    /* the A scales of this thread's rows: 4 E8M0 bytes per row per k-block, loaded one k-block ahead */
+    /* MXFP8: 4 E8M0 bytes per row per k-block */
 #if FB_MODE == 0
     const long long kw32 = p.K / 32, kb0 = 0, alim = p.rows;
 #else
     const long long kw32 = p.rows / 32, kb0 = k0 / 32, alim = p.M;
 #endif
-    long long arow[MW][2];
-#pragma unroll
-    for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) arow[mw][h] = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
     u32 sfc[MW][2], sfn[MW][2];
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
