@@ -19,6 +19,7 @@
 #include "fb_philox.h"
 
 #include <float.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,26 @@ static const fmt_t E2M1 = {2, 1, 1, 6.0f, 0x7};
 static const fmt_t E4M3 = {4, 3, 7, 448.0f, 0x7F};
 static const fmt_t E5M2 = {5, 2, 15, 57344.0f, 0x7F};
 
-static float fmt_decode(const fmt_t *f, uint8_t code) {
+/* 2^k for the k a format's grid needs (|k| < 127): built from the bits, exact, no libm call */
+static float pow2f(int k) {
+  uint32_t u = (uint32_t)(k + 127) << 23;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* floor(log2(a)) of a finite a > 0 (frexpf's exponent - 1) */
+static int ilog2f(float a) {
+  uint32_t u;
+  memcpy(&u, &a, 4);
+  int be = (int)(u >> 23) & 0xFF;
+  if (be) return be - 127;
+  int e;
+  frexpf(a, &e); /* FP32 subnormal */
+  return e - 1;
+}
+
+static float fmt_decode_slow(const fmt_t *f, uint8_t code) {
   int nb = f->ebits + f->mbits;
   int sign = (code >> nb) & 1;
   int e = (code >> f->mbits) & ((1 << f->ebits) - 1);
@@ -47,14 +67,24 @@ static float fmt_decode(const fmt_t *f, uint8_t code) {
   return sign ? -v : v;
 }
 
+/* Decoding is a table lookup: the tables are fmt_decode_slow of every code, built once. */
+static float DEC_E2M1[16], DEC_E4M3[256], DEC_E5M2[256];
+static pthread_once_t dec_once = PTHREAD_ONCE_INIT;
+static void dec_init(void) {
+  for (int c = 0; c < 16; ++c) DEC_E2M1[c] = fmt_decode_slow(&E2M1, (uint8_t)c);
+  for (int c = 0; c < 256; ++c) DEC_E4M3[c] = fmt_decode_slow(&E4M3, (uint8_t)c), DEC_E5M2[c] = fmt_decode_slow(&E5M2, (uint8_t)c);
+}
+static float fmt_decode(const fmt_t *f, uint8_t code) {
+  pthread_once(&dec_once, dec_init);
+  return f == &E2M1 ? DEC_E2M1[code & 0xF] : f == &E4M3 ? DEC_E4M3[code] : DEC_E5M2[code];
+}
+
 /* q is a non-negative value on the format's grid (<= max); returns its code without sign. */
 static uint8_t fmt_bits(const fmt_t *f, float q) {
   if (q == 0.0f) return 0;
-  int emin = 1 - f->bias, e;
-  frexpf(q, &e);
-  e -= 1; /* q in [2^e, 2^(e+1)) */
-  if (e < emin) return (uint8_t)(q / ldexpf(1.0f, emin - f->mbits));
-  int m = (int)(q / ldexpf(1.0f, e - f->mbits)) - (1 << f->mbits);
+  int emin = 1 - f->bias, e = ilog2f(q); /* q in [2^e, 2^(e+1)) */
+  if (e < emin) return (uint8_t)(q * pow2f(f->mbits - emin));          /* exact: by a power of two */
+  int m = (int)(q * pow2f(f->mbits - e)) - (1 << f->mbits);
   return (uint8_t)(((e + f->bias) << f->mbits) | m);
 }
 
@@ -68,17 +98,17 @@ static uint8_t fmt_encode(const fmt_t *f, float x, int sr, uint8_t r) {
   } else if (a == 0.0f) {
     q = 0.0f;
   } else {
-    int e, emin = 1 - f->bias;
-    frexpf(a, &e);
-    e -= 1;
+    int emin = 1 - f->bias, e = ilog2f(a);
     if (e < emin) e = emin;
-    float step = ldexpf(1.0f, e - f->mbits); /* spacing of |x|'s binade (subnormal below min normal) */
-    float m = a / step;                      /* exact: step is a power of two */
-    float fl = floorf(m);
+    float step = pow2f(e - f->mbits); /* spacing of |x|'s binade (subnormal below min normal) */
+    float m = a * pow2f(f->mbits - e); /* a / step, exact: step is a power of two */
+    int im = (int)m; /* m in [0, 2^(mbits+1)): truncation is floor */
+    float fl = (float)im, fr = m - fl; /* exact */
     if (!sr) {
-      q = rintf(m) * step; /* ties to even: the code's last mantissa bit is m's */
+      /* rintf(m), ties to even: the code's last mantissa bit is m's */
+      q = (fr > 0.5f || (fr == 0.5f && (im & 1)) ? fl + 1.0f : fl) * step;
     } else {
-      unsigned t = (unsigned)floorf((m - fl) * 256.0f);
+      unsigned t = (unsigned)(fr * 256.0f); /* floor: non-negative */
       q = (fl + (float)(t + r >= 256u)) * step;
     }
     if (q > f->maxv) q = f->maxv;
