@@ -51,13 +51,32 @@ void fb_markov_batch(const fb_markov *m, uint32_t step, int nseq, int seq_len, i
 /* One expert layer's call: the shape, the plan's precision, and the random streams. `saved` belongs to
  * the ops between forward and backward (what the forward keeps for the backward: the dispatched
  * payload, H, the quantized A, the quantized weights, the combine payload, the routing). */
+struct fb_comm; /* runtime/comm.h: the ranks of an expert-parallel run */
+
+/* Payload bytes of the expert layers' exchanges (runtime/model_experts.c "EP"), added up over a step's layers.
+ * Every (token, expert) row is counted, the rows a rank keeps for its own experts included, so the figures do not
+ * depend on the rank count; `remote` is the part that crossed to another rank. */
+typedef struct {
+  double rows;            /* (token, expert) rows dispatched */
+  double dispatch;        /* forward dispatch payload (NVFP4: codes + E4M3 block scales + the FP32 outer scale) */
+  double dispatch_outer;  /* of it, the per-token FP32 outer scales */
+  double combine;         /* the combine payload back (S2F6 + E8M0, or BF16) */
+  double dy, dx;          /* backward: dY rows out (BF16), dX rows back (BF16) */
+  double bf16;            /* what each of those four would be in BF16: rows x 2 d_model bytes */
+  double remote;          /* bytes of all four that went to another rank */
+} fb_ep_traffic;
+
 typedef struct fb_moe_layer {
   int layer;                  /* 1-based */
   const fb_layer_prec *prec;  /* the plan's resolved precision of this layer */
-  int tokens, d_model, d_ff, experts, top_k;
+  int tokens, d_model, d_ff, experts, top_k; /* tokens: this rank's; experts: all ranks' */
   uint32_t seed, step;        /* SR and RHT streams: key (seed, fb_moe_stream(layer, operand)), counter step */
   int exact;                  /* no quantization, no BF16 rounding (gradient check) */
   void *saved;
+  /* Expert parallelism: with comm of N > 1 ranks, rank r owns experts [r E/N, (r+1) E/N) (w13, w2, dw13, dw2 hold
+   * those only) and its `tokens` are global tokens [r tokens, (r+1) tokens). NULL: one rank, every expert. */
+  struct fb_comm *comm;
+  fb_ep_traffic *traffic;     /* the layer adds its payload bytes here (NULL: not counted) */
 } fb_moe_layer;
 
 /* The operands that are rounded stochastically each get a stream id: (layer << 8) | operand. */
