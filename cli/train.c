@@ -1,18 +1,29 @@
 /* train.c — `fourbit train RECIPE [options]`: train the runtime's MoE model with a recipe's numerics
  * (include/fourbit_train.h), a line per step, a CSV log, checkpoints and bit-exact resume. Also the option
  * parsing and the train loop that `fourbit compare` (cli/compare.c) shares: fb_cli_train_parse,
- * fb_cli_train_one. */
+ * fb_cli_train_one.
+ *
+ * Expert parallelism: `--ranks N` (or `--gpus N` with --device gpu) makes this process a launcher: it creates the
+ * socket mesh (runtime/comm.h), starts N processes of this binary with RANK, WORLD_SIZE, LOCAL_RANK set, waits for
+ * them, and reports each rank that failed; when a rank fails the others get 10 s to exit and are then killed, and
+ * every child is reaped (a child also dies with the launcher: PR_SET_PDEATHSIG). With RANK set in the environment
+ * (the launcher's children, or torchrun-style processes with MASTER_ADDR/MASTER_PORT) the process is one rank:
+ * rank 0 alone prints and writes the log and the checkpoint; every rank takes part in each step and checkpoint. */
 #include "cli.h"
+#include "../runtime/comm.h"
 #include "../runtime/experts_gpu.h"
 #include "../tuner/tune.h"
 #include "fourbit_train.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,7 +51,17 @@ static const char *OPTIONS_HELP =
     "  --cache DIR          GPU: kernels from this kernel cache (fourbit tune's winners, else the cached default\n"
     "                       variant); without it every kernel's default variant is compiled with NVRTC at start\n"
     "  --require-tuned      GPU: fail, listing them, when a kernel has no tuned winner in --cache\n"
-    "  --gpus N             GPUs (1: expert parallelism over NCCL is not wired yet)\n";
+    "  --ranks N            expert parallelism over N processes of this binary (default 1): rank r holds\n"
+    "                       experts [r E/N, (r+1) E/N) and sequences [r, r+1) x (batch/seq-len)/N of the\n"
+    "                       global batch (the same batch and seed as one rank); N must divide the experts\n"
+    "                       and the sequences. Dispatch and combine exchange the recipe's quantized payloads\n"
+    "                       (CPU: over sockets); rank 0 prints, logs and writes the checkpoint (one file,\n"
+    "                       every expert: it resumes on any N). torchrun-style RANK/WORLD_SIZE/LOCAL_RANK\n"
+    "                       (+ MASTER_ADDR/MASTER_PORT) in the environment: this process is that rank\n"
+    "  --gpus N             --device gpu: one rank per GPU, over NCCL (N > 1 waits for the GPU expert\n"
+    "                       layer's expert parallelism: one rank only so far)\n"
+    "  --verbose            a line per step with the expert layers' payload bytes against BF16 payloads\n"
+    "  --exact              FP32 everywhere, no quantization (the gradient-check model; for comparisons)\n";
 
 static const struct option OPTS[] = {
     {"device", required_argument, 0, 'D'}, {"steps", required_argument, 0, 's'},
@@ -58,6 +79,7 @@ static const struct option OPTS[] = {
     {"successors", required_argument, 0, 16}, {"print-every", required_argument, 0, 17},
     {"quiet", no_argument, 0, 18}, {"gpus", required_argument, 0, 19},
     {"cache", required_argument, 0, 20}, {"require-tuned", no_argument, 0, 21},
+    {"ranks", required_argument, 0, 22}, {"verbose", no_argument, 0, 23}, {"exact", no_argument, 0, 24},
     {"out", required_argument, 0, 'o'}, {"baseline", required_argument, 0, 'B'},
     {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
@@ -74,7 +96,8 @@ static int parse_f(const char *cmd, const char *flag, const char *s, float lo, f
 
 int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg *c, void (*usage)(FILE *)) {
   memset(c, 0, sizeof *c);
-  c->device = "cpu", c->steps = 300, c->seq_len = 32, c->print_every = 1, c->gpus = 1, c->succ = 4;
+  c->device = "cpu", c->steps = 300, c->seq_len = 32, c->print_every = 1, c->gpus = 1, c->succ = 4, c->ranks = 1;
+  int gpus_set = 0;
   c->lr = 3e-3f, c->min_lr = 3e-4f, c->wd = 0.1f, c->clip = 1.0f, c->aux = 0.01f, c->warmup = -1;
   int ch;
   unsigned long long u;
@@ -123,9 +146,12 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
     case 16: U64(1, 1024); c->succ = (int)u; break;
     case 17: U64(1, 100000000); c->print_every = (int)u; break;
     case 18: c->quiet = 1; break;
-    case 19: U64(1, 4096); c->gpus = (int)u; break;
+    case 19: U64(1, 4096); c->gpus = (int)u, gpus_set = 1; break;
     case 20: c->cache = optarg; break;
     case 21: c->require_tuned = 1; break;
+    case 22: U64(1, 4096); c->ranks = (int)u; break;
+    case 23: c->verbose = 1; break;
+    case 24: c->exact = 1; break;
     case 'o': c->out = optarg; break;
     case 'B': c->baseline = optarg; break;
     case 'h': usage(stdout); return 1;
@@ -142,8 +168,24 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
   if (dims[5]) c->over.top_k = dims[5];
   if (dims[6]) c->over.vocab = dims[6];
   if (dims[7]) c->over.conv_width = dims[7];
-  if (c->gpus > 1) {
-    fprintf(stderr, "fourbit %s: --gpus %d: one rank only (expert parallelism over NCCL is not wired yet)\n", cmd, c->gpus);
+  int gpu = !strcmp(c->device, "gpu");
+  if (gpus_set && !gpu) {
+    fprintf(stderr, "fourbit %s: --gpus goes with --device gpu (CPU ranks: --ranks N)\n", cmd);
+    return 2;
+  }
+  if (gpus_set && c->ranks > 1 && c->ranks != c->gpus) {
+    fprintf(stderr, "fourbit %s: --gpus %d and --ranks %d disagree (one rank per GPU)\n", cmd, c->gpus, c->ranks);
+    return 2;
+  }
+  if (gpu) c->ranks = c->ranks > c->gpus ? c->ranks : c->gpus;
+  /* Remove when runtime/experts_gpu.c runs expert parallelism (runtime/comm.h says what it must call). */
+  if (gpu && c->ranks > 1) {
+    fprintf(stderr, "fourbit %s: --gpus %d: one rank only so far: the GPU expert layer does not exchange payloads "
+            "between ranks yet (CPU ranks: --device cpu --ranks %d)\n", cmd, c->ranks, c->ranks);
+    return 2;
+  }
+  if (strcmp(cmd, "train") && (c->ranks > 1 || c->verbose || c->exact)) {
+    fprintf(stderr, "fourbit %s: --ranks, --verbose and --exact are options of fourbit train\n", cmd);
     return 2;
   }
   if (strcmp(c->device, "gpu") && (c->cache || c->require_tuned)) {
@@ -246,8 +288,24 @@ static void bar(int done, int total, double eta) {
   fflush(stderr);
 }
 
+/* --verbose: the step's payload against BF16 payloads of the same rows */
+static void print_traffic(const fb_ep_traffic *x, int nranks) {
+  if (!(x->bf16 > 0)) return;
+  double nv_outer = x->dispatch_outer; /* only NVFP4 rows carry an outer scale */
+  printf("  payload: %.0f rows x %.0f B in BF16; dispatch %.0f B = %.4f of BF16 (NVFP4 rows %.4f, %.4f without their "
+         "outer scales), combine %.0f B = %.4f, dY %.4f, dX %.4f; %.0f B (%.1f%%) to other ranks of %d\n",
+         x->rows, x->bf16 / x->rows, x->dispatch, x->dispatch / x->bf16,
+         x->nvfp4_bf16 > 0 ? x->nvfp4 / x->nvfp4_bf16 : 0.0, x->nvfp4_bf16 > 0 ? (x->nvfp4 - nv_outer) / x->nvfp4_bf16 : 0.0,
+         x->combine, x->combine / x->bf16, x->dy / x->bf16, x->dx / x->bf16, x->remote,
+         100.0 * x->remote / (x->dispatch + x->combine + x->dy + x->dx), nranks);
+}
+
 int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *path, fb_cli_train_result *res) {
   memset(res, 0, sizeof *res);
+  int rank = c->comm ? fb_comm_rank(c->comm) : 0, nranks = c->comm ? fb_comm_size(c->comm) : 1, lead = rank == 0;
+  char who[32] = "";
+  if (nranks > 1) snprintf(who, sizeof who, "rank %d: ", rank);
+  int quiet = c->quiet || !lead;
   fb_recipe *r = NULL;
   fb_trainer *t = NULL;
   FILE *log = NULL;
@@ -258,7 +316,7 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   memset(&gl, 0, sizeof gl);
   fb_status s = fb_train_recipe_load(path, &c->over, &r);
   if (s != FB_OK) {
-    fprintf(stderr, "fourbit %s: %s\n", cmd, fb_errmsg());
+    fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, fb_errmsg());
     return s == FB_ENOMEM ? 1 : 2;
   }
   snprintf(res->name, sizeof res->name, "%s", r->name);
@@ -266,20 +324,20 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   int batch = c->batch ? c->batch : c->preset_batch ? c->preset_batch : r->tokens;
   fb_train_opts_default(&o, c->steps, batch, c->seed_set ? c->seed : r->seed);
   o.seq_len = c->seq_len, o.lr = c->lr, o.min_lr = c->min_lr, o.wd = c->wd, o.clip = c->clip, o.aux_coef = c->aux;
-  o.markov_succ = c->succ;
+  o.markov_succ = c->succ, o.exact = c->exact, o.comm = c->comm;
   if (c->warmup >= 0) o.warmup = c->warmup;
   if (o.min_lr > o.lr) o.min_lr = o.lr;
   if (gpu && (rc = gpu_setup(cmd, c, r, o.tokens, &gl, &ge)) != 0) goto out;
   s = fb_train_create(r, &o, gpu ? fb_gpu_experts_ops(ge) : NULL, &t);
   if (s != FB_OK) {
-    fprintf(stderr, "fourbit %s: %s: %s\n", cmd, path, fb_errmsg());
+    fprintf(stderr, "fourbit %s: %s%s: %s\n", cmd, who, path, fb_errmsg());
     rc = s == FB_ENOMEM ? 1 : 2;
     goto out;
   }
   if (c->resume) {
     s = fb_train_load(t, c->resume);
     if (s != FB_OK) {
-      fprintf(stderr, "fourbit %s: --resume %s\n", cmd, fb_errmsg());
+      fprintf(stderr, "fourbit %s: %s--resume %s\n", cmd, who, fb_errmsg());
       rc = s == FB_ENOMEM ? 1 : 2;
       goto out;
     }
@@ -289,7 +347,7 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   res->loss = malloc((size_t)c->steps * sizeof *res->loss);
   if (!res->loss) { fprintf(stderr, "fourbit %s: out of memory\n", cmd); rc = 1; goto out; }
   for (int i = 0; i < c->steps; ++i) res->loss[i] = NAN;
-  if (c->log) {
+  if (c->log && lead) {
     struct stat st;
     int append = c->resume && stat(c->log, &st) == 0 && st.st_size > 0;
     log = fopen(c->log, append ? "a" : "w");
@@ -302,7 +360,7 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   }
   const fb_model *M = &r->model;
   const fb_plan *p = fb_train_plan(t);
-  if (!c->quiet) {
+  if (!quiet) {
     printf("train %s (%s): %d layers, d_model %d, d_ff %d, %d experts top-%d, vocab %d, conv %d; %.2fM parameters\n",
            r->name, r->path, M->layers, M->d_model, M->d_ff, M->experts, M->top_k, M->vocab, M->conv_width,
            (double)fb_train_param_count(t) / 1e6);
@@ -310,12 +368,16 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
            gpu ? "gpu (the expert layers on GPU 0; the rest, the router and AdamW on the CPU)"
                : "cpu (the CPU reference of the recipe's numerics)",
            p->sha256, o.tokens, o.tokens / o.seq_len, o.seq_len, o.seed);
+    if (nranks > 1)
+      printf("  expert parallelism: %d ranks (processes), %d experts and %d sequences each; payloads over sockets\n",
+             nranks, M->experts / nranks, o.tokens / o.seq_len / nranks);
+    if (c->exact) printf("  exact: FP32 everywhere, no quantization\n");
     printf("  data: Markov chain over %d tokens, %d successors each: entropy rate %.4f nats/token (the loss floor)\n",
            M->vocab, o.markov_succ, res->floor);
     if (c->resume) printf("  resumed from %s at step %d\n", c->resume, fb_train_step_index(t));
     fflush(stdout);
   }
-  int tty = isatty(2) && !c->quiet;
+  int tty = isatty(2) && !quiet;
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
@@ -328,9 +390,15 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     s = fb_train_step(t, &st);
     if (s != FB_OK) {
       if (tty) fprintf(stderr, "\r\033[K");
-      fprintf(stderr, "fourbit %s: step %d: %s\n", cmd, step + 1, fb_errmsg());
+      fprintf(stderr, "fourbit %s: %sstep %d: %s\n", cmd, who, step + 1, fb_errmsg());
       rc = 1;
       break;
+    }
+    if (nranks > 1) { /* every rank stops after the same step (Ctrl-C reaches them at different times) */
+      float f = g_stop ? 1.0f : 0.0f;
+      s = fb_comm_allreduce_f32(c->comm, &f, 1);
+      if (s != FB_OK) { fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, fb_errmsg()); rc = 1; break; }
+      g_stop = f > 0;
     }
     res->loss[step] = st.loss;
     res->done = st.step;
@@ -340,11 +408,12 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
               st.grad_norm, st.skipped, tps, st.ms);
       fflush(log);
     }
-    if (!c->quiet && (st.step % c->print_every == 0 || st.step == last)) {
+    if (!quiet && (st.step % c->print_every == 0 || st.step == last)) {
       if (tty) fprintf(stderr, "\r\033[K");
       printf("step %5d/%d  loss %.4f  floor %.4f  gap %.4f  aux %.4f  lr %.2e  |g| %.3f%s  tok/s %6.0f  ms/step %6.1f\n",
              st.step, c->steps, st.loss, res->floor, st.loss - res->floor, st.aux, st.lr, st.grad_norm,
              st.skipped ? "  SKIPPED (non-finite)" : "", tps, st.ms);
+      if (c->verbose) print_traffic(&st.traffic, nranks);
       fflush(stdout);
     }
     if (tty) {
@@ -353,11 +422,11 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     }
     if (c->checkpoint && c->ckpt_every && st.step % c->ckpt_every == 0 && st.step != last) {
       s = fb_train_save(t, c->checkpoint);
-      if (s != FB_OK) { fprintf(stderr, "\nfourbit %s: --checkpoint %s\n", cmd, fb_errmsg()); rc = 1; break; }
+      if (s != FB_OK) { fprintf(stderr, "\nfourbit %s: %s--checkpoint %s\n", cmd, who, fb_errmsg()); rc = 1; break; }
     }
     if (g_stop) {
       if (tty) fprintf(stderr, "\r\033[K");
-      fprintf(stderr, "fourbit %s: interrupted after step %d%s\n", cmd, st.step,
+      if (lead) fprintf(stderr, "fourbit %s: interrupted after step %d%s\n", cmd, st.step,
               c->checkpoint ? "; writing the checkpoint" : " (no --checkpoint: nothing saved)");
       rc = 130;
       break;
@@ -369,9 +438,9 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   if ((rc == 0 || rc == 130) && c->checkpoint) {
     s = fb_train_save(t, c->checkpoint);
     if (s != FB_OK) {
-      fprintf(stderr, "fourbit %s: --checkpoint %s\n", cmd, fb_errmsg());
+      fprintf(stderr, "fourbit %s: %s--checkpoint %s\n", cmd, who, fb_errmsg());
       rc = 1;
-    } else if (!c->quiet) {
+    } else if (!quiet) {
       printf("checkpoint %s (step %d)\n", c->checkpoint, fb_train_step_index(t));
     }
   }
@@ -380,7 +449,7 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     double m = 0;
     for (int i = res->done - w; i < res->done; ++i) m += res->loss[i];
     res->final = m / w;
-    if (!c->quiet)
+    if (!quiet)
       printf("%s: %d steps in %.1f s (%.0f ms/step); loss %.4f (mean of the last %d steps), floor %.4f, gap %.4f\n",
              r->name, n, res->seconds, 1e3 * res->seconds / n, res->final, w, res->floor, res->final - res->floor);
   }
@@ -426,10 +495,127 @@ static void train_usage(FILE *f) {
           OPTIONS_HELP);
 }
 
+/* ---- the launcher ---- */
+static volatile sig_atomic_t g_fwd_sig, g_alarm;
+static void on_fwd(int sig) { g_fwd_sig = sig; }
+static void on_alarm(int sig) { (void)sig; g_alarm = 1; }
+
+/* Start n ranks of this binary (the same arguments; RANK, WORLD_SIZE, LOCAL_RANK, FOURBIT_COMM_FDS set) and wait
+ * for all of them. The exit status: 0, the common status of the failed ranks, or 1. */
+static int launch(int n, int gpu, char **argv) {
+  int *fds = malloc((size_t)n * (size_t)n * sizeof *fds);
+  pid_t *pid = calloc((size_t)n, sizeof *pid);
+  int *st = calloc((size_t)n, sizeof *st), *done = calloc((size_t)n, sizeof *done), *ours = calloc((size_t)n, sizeof *ours);
+  int rc = 0;
+  if (!fds || !pid || !st || !done || !ours) { fprintf(stderr, "fourbit train: out of memory\n"); rc = 1; goto out; }
+  if (fb_comm_mesh_create(n, fds) != FB_OK) { fprintf(stderr, "fourbit train: %s\n", fb_errmsg()); rc = 1; goto out; }
+  if (gpu) {
+    setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off unless the user set it */
+    if (fb_comm_nccl_unique_id_env() != FB_OK) { fprintf(stderr, "fourbit train: --gpus: %s\n", fb_errmsg()); rc = 1; goto out; }
+  }
+  struct sigaction sa, old_int, old_term, old_alrm;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_IGN; /* Ctrl-C reaches the ranks (one process group); they stop together */
+  sigaction(SIGINT, &sa, &old_int);
+  sa.sa_handler = on_fwd;
+  sigaction(SIGTERM, &sa, &old_term);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, &old_alrm);
+  g_fwd_sig = 0, g_alarm = 0;
+  pid_t me = getpid();
+  fflush(stdout), fflush(stderr);
+  int started = 0;
+  for (int i = 0; i < n; ++i) {
+    pid_t p = fork();
+    if (p < 0) { fprintf(stderr, "fourbit train: fork of rank %d: %s\n", i, strerror(errno)); rc = 1; break; }
+    if (p == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher dies */
+      if (getppid() != me) _exit(1);
+      signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+      char v[3][16];
+      snprintf(v[0], 16, "%d", i), snprintf(v[1], 16, "%d", n);
+      if (fb_comm_mesh_child(n, i, fds) != FB_OK || setenv("RANK", v[0], 1) || setenv("LOCAL_RANK", v[0], 1) ||
+          setenv("WORLD_SIZE", v[1], 1))
+        _exit(1);
+      execv("/proc/self/exe", argv);
+      fprintf(stderr, "fourbit train: rank %d: exec /proc/self/exe: %s\n", i, strerror(errno));
+      _exit(127);
+    }
+    pid[i] = p, ++started;
+  }
+  for (int k = 0; k < n * n; ++k)
+    if (fds[k] >= 0) close(fds[k]); /* the ranks hold the only ends: a dead rank's peers see its sockets close */
+  int alive = started, failed = rc ? 1 : 0;
+  if (rc) { /* a fork failed: stop the ranks that started */
+    for (int i = 0; i < started; ++i) kill(pid[i], SIGKILL), ours[i] = 1;
+  }
+  while (alive > 0) {
+    int ws;
+    pid_t p = waitpid(-1, &ws, 0);
+    if (p < 0) {
+      if (errno != EINTR) break;
+      if (g_fwd_sig) {
+        for (int i = 0; i < started; ++i)
+          if (!done[i]) kill(pid[i], g_fwd_sig);
+        g_fwd_sig = 0;
+      }
+      if (g_alarm) { /* the others had their time to notice and exit */
+        for (int i = 0; i < started; ++i)
+          if (!done[i]) kill(pid[i], SIGKILL), ours[i] = 1;
+        g_alarm = 0;
+      }
+      continue;
+    }
+    int i = 0;
+    while (i < started && pid[i] != p) ++i;
+    if (i == started) continue;
+    done[i] = 1, st[i] = ws, --alive;
+    if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && !failed) {
+      failed = 1;
+      alarm(10);
+    }
+  }
+  alarm(0);
+  sigaction(SIGINT, &old_int, NULL), sigaction(SIGTERM, &old_term, NULL), sigaction(SIGALRM, &old_alrm, NULL);
+  /* report: ranks killed by a signal first (the cause, usually), then the ranks that exited with an error */
+  int code = -1;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < started; ++i) {
+      int ws = st[i];
+      if (!done[i] || (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) continue;
+      if (pass == 0 && WIFSIGNALED(ws) && !ours[i])
+        fprintf(stderr, "fourbit train: rank %d (pid %d) was killed by signal %d (%s)\n", i, (int)pid[i], WTERMSIG(ws),
+                strsignal(WTERMSIG(ws)));
+      else if (pass == 1 && WIFSIGNALED(ws) && ours[i])
+        fprintf(stderr, "fourbit train: rank %d (pid %d) was stopped by the launcher after another rank failed\n", i,
+                (int)pid[i]);
+      else if (pass == 1 && WIFEXITED(ws))
+        fprintf(stderr, "fourbit train: rank %d (pid %d) exited with status %d\n", i, (int)pid[i], WEXITSTATUS(ws));
+      if (pass == 1) {
+        int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+        code = code < 0 || code == c ? c : 1;
+      }
+    }
+  if (code > 0) rc = code;
+  else if (failed) rc = 1;
+out:
+  free(fds), free(pid), free(st), free(done), free(ours);
+  return rc;
+}
+
 int fb_cli_train(int argc, char **argv) {
   fb_cli_train_cfg c;
   int rc = fb_cli_train_parse("train", argc, argv, &c, train_usage);
   if (rc) return rc == 1 ? 0 : rc;
+  int gpu = !strcmp(c.device, "gpu");
+  const char *env_rank = getenv("RANK");
+  if (c.ranks > 1 && !(env_rank && *env_rank)) {
+    if (argc - optind != 1) {
+      fprintf(stderr, "fourbit train: expected one RECIPE file (see --help)\n");
+      return 2;
+    }
+    return launch(c.ranks, gpu, argv - 1); /* main() passed argv + 1: argv - 1 is the whole command line */
+  }
   if (c.out || c.baseline) {
     fprintf(stderr, "fourbit train: --out and --baseline are options of fourbit compare\n");
     return 2;
@@ -438,8 +624,29 @@ int fb_cli_train(int argc, char **argv) {
     fprintf(stderr, "fourbit train: expected one RECIPE file (see --help)\n");
     return 2;
   }
+  fb_comm *comm = NULL;
+  if (env_rank && *env_rank) { /* a rank: of our launcher, or of torchrun-style processes */
+    fb_status s = fb_comm_init_env(&comm);
+    if (s != FB_OK) {
+      fprintf(stderr, "fourbit train: rank %s: %s\n", env_rank, fb_errmsg());
+      return s == FB_EINVAL ? 2 : 1;
+    }
+    if (c.ranks > 1 && c.ranks != fb_comm_size(comm)) {
+      fprintf(stderr, "fourbit train: --ranks %d, but WORLD_SIZE is %d\n", c.ranks, fb_comm_size(comm));
+      fb_comm_free(comm);
+      return 2;
+    }
+    if (gpu && fb_comm_size(comm) > 1) {
+      fprintf(stderr, "fourbit train: WORLD_SIZE %d with --device gpu: one rank only so far (see --gpus)\n",
+              fb_comm_size(comm));
+      fb_comm_free(comm);
+      return 2;
+    }
+    c.comm = comm;
+  }
   fb_cli_train_result res;
   rc = fb_cli_train_one("train", &c, argv[optind], &res);
   free(res.loss);
+  fb_comm_free(comm);
   return rc;
 }

@@ -60,6 +60,7 @@ typedef struct {
   double rows;            /* (token, expert) rows dispatched */
   double dispatch;        /* forward dispatch payload (NVFP4: codes + E4M3 block scales + the FP32 outer scale) */
   double dispatch_outer;  /* of it, the per-token FP32 outer scales */
+  double nvfp4, nvfp4_bf16; /* of it, the rows in NVFP4 (layers with an MXFP8 or BF16 forward differ), and their BF16 size */
   double combine;         /* the combine payload back (S2F6 + E8M0, or BF16) */
   double dy, dx;          /* backward: dY rows out (BF16), dX rows back (BF16) */
   double bf16;            /* what each of those four would be in BF16: rows x 2 d_model bytes */
@@ -117,6 +118,12 @@ typedef struct {
   int warmup;         /* steps of linear warm-up */
   int markov_succ;    /* successors per state of the synthetic language */
   int exact;          /* gradient-check mode: FP32 everywhere, no quantization */
+  /* Expert parallelism (runtime/comm.h; NULL: one rank). Every rank of comm calls fb_train_create, fb_train_step,
+   * fb_train_save and fb_train_load together (they are collective). Rank r holds the global batch's sequences
+   * [r, r+1) x nseq/N (nseq/N must be whole), experts [r E/N, (r+1) E/N) with their masters and AdamW state, and a
+   * replica of every other parameter, whose gradients are summed over the ranks. Not part of a run's identity: a
+   * checkpoint of N ranks resumes on any rank count that divides the experts. */
+  struct fb_comm *comm;
 } fb_train_opts;
 
 /* Defaults: lr 3e-3, min_lr 3e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1 (not on norms), clip 1.0,
@@ -131,6 +138,7 @@ typedef struct {
   double lr;
   int skipped;         /* non-finite loss or gradient: the update was not applied */
   double ms;           /* wall time of the step */
+  fb_ep_traffic traffic; /* the expert layers' payload bytes of the step, all ranks together */
 } fb_step_stats;
 
 typedef struct fb_trainer fb_trainer;
@@ -150,9 +158,10 @@ fb_status fb_train_step(fb_trainer *t, fb_step_stats *st);
 int fb_train_step_index(const fb_trainer *t);   /* steps taken so far */
 double fb_train_floor(const fb_trainer *t);     /* the data's entropy rate, nats */
 const fb_plan *fb_train_plan(const fb_trainer *t);
-size_t fb_train_param_count(const fb_trainer *t); /* scalars */
+size_t fb_train_param_count(const fb_trainer *t); /* scalars, all ranks' experts counted */
 
-/* Checkpoint: "FBCKPT" magic, format version, the run's identity (recipe, model, options), the step,
+/* Checkpoint (collective under EP: rank 0 gathers every rank's experts and writes one file, the format of one
+ * rank's; load: every rank reads the file and keeps its experts): "FBCKPT" magic, format version, the run's identity (recipe, model, options), the step,
  * the RNG state (seed, step), masters + AdamW moments; a sha256 of everything before it at the end.
  * Written to a temporary file beside path, fsync'd, renamed. load refuses another version, a bad
  * checksum, or a run of another recipe, model or options (FB_EINVAL naming the field). */
@@ -160,7 +169,8 @@ fb_status fb_train_save(const fb_trainer *t, const char *path);
 fb_status fb_train_load(fb_trainer *t, const char *path);
 
 /* ---- gradient check support ------------------------------------------------------------------------ */
-/* Parameter tensors: name ("layer3.w13"), masters and gradients (of the last fb_train_loss_grad). */
+/* Parameter tensors: name ("layer3.w13"), masters and gradients (of the last fb_train_loss_grad); under EP the
+ * expert tensors hold this rank's experts. */
 int fb_train_nparams(const fb_trainer *t);
 typedef struct { const char *name; float *w, *g; size_t n; } fb_param_view;
 fb_param_view fb_train_param(const fb_trainer *t, int i);

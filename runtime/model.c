@@ -12,7 +12,18 @@
  * BF16 numerics (not in exact mode): every non-expert parameter is read as its BF16 value; GEMM operands are
  * BF16 (gradients rounded where they enter a GEMM), accumulation FP32; RMSNorm, convolution and the combined
  * expert output are BF16 values; the residual stream, the logits, the loss (double) and the weight gradients
- * are FP32. The backward of a rounding is the identity (the straight-through estimator). */
+ * are FP32. The backward of a rounding is the identity (the straight-through estimator).
+ *
+ * Expert parallelism (t->nranks > 1): this rank runs its sequences of the global batch and its experts
+ * (model_experts.c); everything per token is what one rank computes for that token, bit for bit. The global
+ * figures are gathered, not reduced: the router outputs for the aux loss and the per-token cross-entropies are
+ * allgathered and summed in token order, so the loss and aux of step 1 equal one rank's bit for bit at any rank
+ * count. What differs from one rank: every non-expert weight gradient is a sum over tokens, accumulated in FP32
+ * per rank and then summed over the ranks (fb_comm_allreduce_f32, rank order), i.e. in another order than one
+ * rank's single pass (about 1 ulp per addition; in exact mode that is all), and the gradient norm adds the
+ * expert tensors' squares per rank; the masters then differ in low bits from step 2 on, which a quantized forward
+ * can turn into flipped codes. */
+#include "comm.h"
 #include "fb_error.h"
 #include "fb_philox.h"
 #include "model_internal.h"
@@ -33,8 +44,10 @@ static double gauss(uint32_t seed, uint32_t stream, uint64_t i) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static fb_status add_param(fb_trainer *t, int i, const char *name, size_t rows, size_t cols, double std, double one,
-                           int decay, int expert) {
+/* k0: the index of this rank's first element in the one-rank tensor (its experts' rows), so that N ranks
+ * initialize what one rank does. */
+static fb_status add_param(fb_trainer *t, int i, const char *name, size_t rows, size_t cols, size_t k0, double std,
+                           double one, int decay, int expert) {
   fbr_param *p = &t->p[i];
   snprintf(p->name, sizeof p->name, "%s", name);
   p->rows = rows, p->cols = cols, p->decay = decay, p->expert = expert;
@@ -43,7 +56,7 @@ static fb_status add_param(fb_trainer *t, int i, const char *name, size_t rows, 
   p->m = calloc(n, sizeof *p->m), p->v = calloc(n, sizeof *p->v);
   p->wb = expert ? NULL : malloc(n * sizeof *p->wb);
   if (!p->w || !p->g || !p->m || !p->v || (!expert && !p->wb)) return FB_ERR(FB_ENOMEM, "parameter %s: %zu values", name, n);
-  for (size_t k = 0; k < n; ++k) p->w[k] = (float)(one + std * gauss(t->o.seed, INIT_STREAM + (uint32_t)i, k));
+  for (size_t k = 0; k < n; ++k) p->w[k] = (float)(one + std * gauss(t->o.seed, INIT_STREAM + (uint32_t)i, k0 + k));
   return FB_OK;
 }
 
@@ -54,36 +67,41 @@ fb_status fbr_model_init(fb_trainer *t) {
   const fb_model *M = &t->M;
   size_t L = (size_t)M->layers, D = (size_t)M->d_model, F = (size_t)M->d_ff, E = (size_t)M->experts,
          V = (size_t)M->vocab, W = (size_t)M->conv_width, T = (size_t)t->T, K = (size_t)M->top_k;
+  size_t nE = (size_t)t->nE, e0 = (size_t)t->e0, Tg = (size_t)t->Tg;
   t->np = P_GLOBAL + (int)L * P_PER_LAYER;
   t->p = calloc((size_t)t->np, sizeof *t->p);
   if (!t->p) return FB_ERR(FB_ENOMEM, "parameters");
-  FB_TRY(add_param(t, P_EMB, "embedding", V, D, 1.0, 0.0, 0, 0));
-  FB_TRY(add_param(t, P_NF, "final_norm", 1, D, 0.0, 1.0, 0, 0));
-  FB_TRY(add_param(t, P_HEAD, "lm_head", V, D, 1.0 / sqrt((double)D), 0.0, 1, 0));
+  FB_TRY(add_param(t, P_EMB, "embedding", V, D, 0, 1.0, 0.0, 0, 0));
+  FB_TRY(add_param(t, P_NF, "final_norm", 1, D, 0, 0.0, 1.0, 0, 0));
+  FB_TRY(add_param(t, P_HEAD, "lm_head", V, D, 0, 1.0 / sqrt((double)D), 0.0, 1, 0));
   for (size_t l = 0; l < L; ++l) {
     char nm[40];
     int b = P_GLOBAL + (int)l * P_PER_LAYER;
 #define NAME(s) (snprintf(nm, sizeof nm, "layer%zu.%s", l + 1, s), nm)
-    FB_TRY(add_param(t, b + P_N1, NAME("norm1"), 1, D, 0.0, 1.0, 0, 0));
-    FB_TRY(add_param(t, b + P_CONV, NAME("conv"), D, W, 0.5 / sqrt((double)W), 0.0, 1, 0));
-    FB_TRY(add_param(t, b + P_N2, NAME("norm2"), 1, D, 0.0, 1.0, 0, 0));
-    FB_TRY(add_param(t, b + P_ROUTER, NAME("router"), E, D, 0.02, 0.0, 1, 0));
-    FB_TRY(add_param(t, b + P_W13, NAME("w13"), E * 2 * F, D, 1.0 / sqrt((double)D), 0.0, 1, 1));
-    FB_TRY(add_param(t, b + P_W2, NAME("w2"), E * D, F, 1.0 / sqrt((double)F * 2.0 * (double)L), 0.0, 1, 1));
+    FB_TRY(add_param(t, b + P_N1, NAME("norm1"), 1, D, 0, 0.0, 1.0, 0, 0));
+    FB_TRY(add_param(t, b + P_CONV, NAME("conv"), D, W, 0, 0.5 / sqrt((double)W), 0.0, 1, 0));
+    FB_TRY(add_param(t, b + P_N2, NAME("norm2"), 1, D, 0, 0.0, 1.0, 0, 0));
+    FB_TRY(add_param(t, b + P_ROUTER, NAME("router"), E, D, 0, 0.02, 0.0, 1, 0));
+    FB_TRY(add_param(t, b + P_W13, NAME("w13"), nE * 2 * F, D, e0 * 2 * F * D, 1.0 / sqrt((double)D), 0.0, 1, 1));
+    FB_TRY(add_param(t, b + P_W2, NAME("w2"), nE * D, F, e0 * D * F, 1.0 / sqrt((double)F * 2.0 * (double)L), 0.0, 1,
+                     1));
 #undef NAME
   }
-  ALLOC(t->tokens, (size_t)t->nseq * (size_t)(t->o.seq_len + 1));
+  ALLOC(t->tokens, (size_t)t->nseq_g * (size_t)(t->o.seq_len + 1));
+  ALLOC(t->ce_tok, Tg);
+  if (t->nranks > 1) { ALLOC(t->gprobs, Tg * E); ALLOC(t->gidx, Tg * K); }
   ALLOC(t->inp, T);
   ALLOC(t->tgt, T);
   ALLOC(t->act, L);
   for (size_t l = 0; l < L; ++l) {
     fbr_layer_act *a = &t->act[l];
     ALLOC(a->x_in, T * D); ALLOC(a->n1, T * D); ALLOC(a->r1, T); ALLOC(a->xm, T * D); ALLOC(a->n2, T * D);
-    ALLOC(a->r2, T); ALLOC(a->probs, T * E); ALLOC(a->topk_w, T * K); ALLOC(a->topk_idx, T * K);
+    ALLOC(a->r2, T); ALLOC(a->probs, T * E); ALLOC(a->topk_w, T * K); ALLOC(a->topk_idx, T * K); ALLOC(a->gcnt, E);
     fb_moe_layer *m = &a->moe;
     m->layer = (int)l + 1, m->prec = &t->plan->layers[l];
     m->tokens = t->T, m->d_model = M->d_model, m->d_ff = M->d_ff, m->experts = M->experts, m->top_k = M->top_k;
     m->seed = t->o.seed, m->exact = t->o.exact;
+    m->comm = t->nranks > 1 ? t->comm : NULL, m->traffic = &t->traffic;
   }
   ALLOC(t->xf, T * D); ALLOC(t->rf, T); ALLOC(t->hf, T * D); ALLOC(t->logits, T * V);
   ALLOC(t->dx, T * D); ALLOC(t->dn, T * D); ALLOC(t->dtmp, T * (D > E * K ? D : E * K) + T * E);
@@ -100,11 +118,11 @@ void fbr_model_free(fb_trainer *t) {
       fbr_layer_act *a = &t->act[l];
       if (a->moe.saved && t->ops) t->ops->release(t->ops->ctx, &a->moe);
       free(a->x_in), free(a->n1), free(a->r1), free(a->xm), free(a->n2), free(a->r2), free(a->probs), free(a->topk_w);
-      free(a->topk_idx);
+      free(a->topk_idx), free(a->gcnt);
     }
   free(t->act);
   free(t->tokens), free(t->inp), free(t->tgt), free(t->xf), free(t->rf), free(t->hf), free(t->logits);
-  free(t->dx), free(t->dn), free(t->dtmp), free(t->dlog);
+  free(t->dx), free(t->dn), free(t->dtmp), free(t->dlog), free(t->gprobs), free(t->gidx), free(t->ce_tok);
 }
 
 /* ---- pieces ---------------------------------------------------------------------------------------- */
@@ -151,15 +169,15 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
   int ex = t->o.exact;
   size_t L = (size_t)M->layers, D = (size_t)M->d_model, E = (size_t)M->experts, V = (size_t)M->vocab,
          W = (size_t)M->conv_width, T = (size_t)t->T, K = (size_t)M->top_k, S = (size_t)t->o.seq_len;
+  size_t Tg = (size_t)t->Tg;
   fbr_param *P = t->p;
   fb_status rc = FB_OK;
 
-  fb_markov_batch(t->data, step, t->nseq, t->o.seq_len, t->tokens);
-  for (size_t b = 0; b < (size_t)t->nseq; ++b)
-    for (size_t j = 0; j < S; ++j) {
-      t->inp[b * S + j] = t->tokens[b * (S + 1) + j];
-      t->tgt[b * S + j] = t->tokens[b * (S + 1) + j + 1];
-    }
+  fb_markov_batch(t->data, step, t->nseq_g, t->o.seq_len, t->tokens);
+  for (size_t b = 0; b < (size_t)t->nseq; ++b) {
+    const int32_t *sq = t->tokens + ((size_t)t->rank * (size_t)t->nseq + b) * (S + 1); /* this rank's sequences */
+    for (size_t j = 0; j < S; ++j) t->inp[b * S + j] = sq[j], t->tgt[b * S + j] = sq[j + 1];
+  }
   refresh_wb(t);
 
   /* ---- forward ---- */
@@ -184,13 +202,21 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
     float *lg = t->dlog; /* router logits, T x E */
     FB_TRY(fbr_gemm_nt((int)T, (int)E, (int)D, a->n2, (int)D, lp[P_ROUTER].wb, (int)D, lg, (int)E, 0));
     FB_TRY(fb_router_ref(lg, T, M->experts, M->top_k, a->probs, a->topk_idx, a->topk_w));
+    const float *gp = a->probs;
+    const int32_t *gi = a->topk_idx;
+    if (t->nranks > 1) { /* the global batch's router outputs, in token order */
+      FB_TRY(fb_comm_allgather(t->comm, a->probs, T * E * sizeof *a->probs, t->gprobs));
+      FB_TRY(fb_comm_allgather(t->comm, a->topk_idx, T * K * sizeof *a->topk_idx, t->gidx));
+      gp = t->gprobs, gi = t->gidx;
+    }
     double pe, fsum = 0;
     for (size_t e = 0; e < E; ++e) {
       size_t cnt = 0;
       pe = 0;
-      for (size_t i = 0; i < T * K; ++i) cnt += (size_t)a->topk_idx[i] == e;
-      for (size_t i = 0; i < T; ++i) pe += a->probs[i * E + e];
-      fsum += ((double)cnt / (double)(T * K)) * (pe / (double)T);
+      for (size_t i = 0; i < Tg * K; ++i) cnt += (size_t)gi[i] == e;
+      for (size_t i = 0; i < Tg; ++i) pe += gp[i * E + e];
+      a->gcnt[e] = (int32_t)cnt;
+      fsum += ((double)cnt / (double)(Tg * K)) * (pe / (double)Tg);
     }
     aux += (double)E * fsum / (double)L;
     a->moe.step = step;
@@ -206,10 +232,15 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
     for (size_t v = 0; v < V; ++v) m = fmax(m, (double)lr[v]);
     for (size_t v = 0; v < V; ++v) s += exp((double)lr[v] - m);
     double lse = m + log(s);
-    ce += lse - (double)lr[t->tgt[i]];
+    t->ce_tok[(size_t)t->rank * T + i] = lse - (double)lr[t->tgt[i]];
     for (size_t v = 0; v < V; ++v) lr[v] = (float)exp((double)lr[v] - lse);
   }
-  ce /= (double)T;
+  if (t->nranks > 1) {
+    rc = fb_comm_allgather(t->comm, t->ce_tok + (size_t)t->rank * T, T * sizeof *t->ce_tok, t->ce_tok);
+    if (rc != FB_OK) goto fail;
+  }
+  for (size_t i = 0; i < Tg; ++i) ce += t->ce_tok[i];
+  ce /= (double)Tg;
   *ce_out = ce, *aux_out = aux;
   t->last_ce = ce, t->last_aux = aux;
   if (!grad) {
@@ -222,7 +253,7 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
   for (size_t i = 0; i < T; ++i)
     for (size_t v = 0; v < V; ++v) {
       float g = t->logits[i * V + v] - (v == (size_t)t->tgt[i] ? 1.0f : 0.0f);
-      dl[i * V + v] = fbr_rb(g / (float)T, ex);
+      dl[i * V + v] = fbr_rb(g / (float)Tg, ex);
     }
   FB_TRY(fbr_gemm_tn((int)V, (int)D, (int)T, dl, (int)V, t->hf, (int)D, P[P_HEAD].g, (int)D, 0));
   fbr_gemm_nn((int)T, (int)D, (int)V, dl, (int)V, P[P_HEAD].wb, (int)D, t->dn, (int)D, 0);
@@ -246,9 +277,8 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
       for (size_t k = 0; k < K; ++k) d[a->topk_idx[i * K + k]] = (float)(((double)dtw[i * K + k] - dw) / Ssum);
     }
     for (size_t e = 0; e < E; ++e) {
-      size_t cnt = 0;
-      for (size_t i = 0; i < T * K; ++i) cnt += (size_t)a->topk_idx[i] == e;
-      float ga = (float)((double)t->o.aux_coef * (double)E / (double)L * ((double)cnt / (double)(T * K)) / (double)T);
+      size_t cnt = (size_t)a->gcnt[e];
+      float ga = (float)((double)t->o.aux_coef * (double)E / (double)L * ((double)cnt / (double)(Tg * K)) / (double)Tg);
       for (size_t i = 0; i < T; ++i) dp[i * E + e] += ga;
     }
     float *dlr = dl; /* T x E router logit gradients */
@@ -286,6 +316,10 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
     float *ge = P[P_EMB].g + (size_t)t->inp[i] * D;
     for (size_t d = 0; d < D; ++d) ge[d] += dx[i * D + d];
   }
+  /* replicated parameters: the sum of every rank's tokens' gradients (the 1/T of the mean is in dl already) */
+  if (t->nranks > 1)
+    for (int i = 0; i < t->np; ++i)
+      if (!P[i].expert) FB_TRY(fb_comm_allreduce_f32(t->comm, P[i].g, P[i].rows * P[i].cols));
   return FB_OK;
 fail:
   for (size_t l = 0; l < L; ++l) t->ops->release(t->ops->ctx, &t->act[l].moe);

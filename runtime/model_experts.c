@@ -389,6 +389,7 @@ static fb_status dispatch(fb_moe_layer *L, saved_t *s, const float *x) {
   if (L->traffic) {
     L->traffic->rows += (double)s->Rs, L->traffic->bf16 += (double)s->Rs * 2.0 * (double)D;
     L->traffic->dispatch_outer += (double)s->Rs * (double)pl[2];
+    if (tok.kind == QM_NVFP4) L->traffic->nvfp4 += (double)s->Rs * (double)rb, L->traffic->nvfp4_bf16 += (double)s->Rs * 2.0 * (double)D;
   }
   FB_TRY_GOTO(xchg(L, s, 0, sb, rb, rb_, bytes), done);
   for (size_t k = 0; k < s->Rr; ++k) {

@@ -46,6 +46,7 @@ enum { P_EMB = 0, P_NF, P_HEAD, P_GLOBAL };
 typedef struct {
   float *x_in, *n1, *r1, *xm, *n2, *r2, *probs, *topk_w;
   int32_t *topk_idx;
+  int32_t *gcnt;  /* experts: (token, slot) pairs of the global batch routed to each expert */
   fb_moe_layer moe;
 } fbr_layer_act;
 
@@ -60,8 +61,16 @@ struct fb_trainer {
   int np;
   fbr_param *p;
   int step;
-  int T, nseq;
-  int32_t *tokens, *inp, *tgt;
+  int T, nseq;                  /* this rank's tokens and sequences */
+  int Tg, nseq_g;               /* the global batch's */
+  struct fb_comm *comm;         /* expert parallelism: never NULL (a one-rank communicator when the opts had none) */
+  int own_comm;                 /* comm was made by fb_train_create */
+  int rank, nranks, nE, e0;     /* this rank's experts: [e0, e0 + nE) */
+  fb_ep_traffic traffic;        /* of the current step, this rank's */
+  int32_t *tokens, *inp, *tgt;  /* tokens: the global batch; inp, tgt: this rank's sequences */
+  float *gprobs;                /* Tg x E, Tg x K (EP: the global batch's router outputs, for the aux loss) */
+  int32_t *gidx;
+  double *ce_tok;               /* Tg: per-token cross-entropy (EP: gathered, summed in token order) */
   fbr_layer_act *act;
   float *xf, *rf, *hf, *logits;
   float *dx, *dn, *dtmp, *dlog; /* backward scratch */

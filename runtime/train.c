@@ -8,7 +8,13 @@
  *
  * A step that meets a non-finite loss or gradient norm is skipped (no update; NUMERICS.md: never silently used)
  * and reported in fb_step_stats.skipped; the step counter still advances, so the data and the random streams
- * stay where the uninterrupted run has them. */
+ * stay where the uninterrupted run has them.
+ *
+ * Expert parallelism (o->comm of N ranks): every function here that touches the state is collective. The step's
+ * loss, aux and gradient norm are global (model.c gathers them; the norm adds every rank's expert squares), so all
+ * ranks clip, skip and step alike and the replicated parameters stay identical. Checkpoints hold every expert in
+ * one file of the one-rank format: rank 0 gathers the experts and writes, every rank reads and keeps its own. */
+#include "comm.h"
 #include "fb_error.h"
 #include "model_internal.h"
 
@@ -34,6 +40,7 @@ void fb_train_opts_default(fb_train_opts *o, int steps, int tokens, uint32_t see
 void fb_train_free(fb_trainer *t) {
   if (!t) return;
   fbr_model_free(t);
+  if (t->own_comm) fb_comm_free(t->comm);
   fb_markov_free(t->data);
   fb_plan_free(t->plan);
   free(t);
@@ -64,9 +71,29 @@ fb_status fb_train_create(const fb_recipe *r, const fb_train_opts *o, const fb_e
   fb_trainer *t = calloc(1, sizeof *t);
   if (!t) return FB_ERR(FB_ENOMEM, "trainer");
   t->M = *M, t->o = *o, t->ops = ops ? ops : fb_expert_ops_cpu();
-  t->T = o->tokens, t->nseq = o->tokens / o->seq_len;
+  fb_status rc = FB_OK;
+  t->comm = o->comm;
+  if (!t->comm) {
+    FB_TRY_GOTO(fb_comm_single(&t->comm), fail);
+    t->own_comm = 1;
+  }
+  t->o.comm = t->comm;
+  t->rank = fb_comm_rank(t->comm), t->nranks = fb_comm_size(t->comm);
+  t->Tg = o->tokens, t->nseq_g = o->tokens / o->seq_len;
+  if (M->experts % t->nranks) {
+    rc = FB_USERERR(FB_EINVAL, "parallel.ep (--ranks/--gpus): %d ranks do not divide the model's %d experts", t->nranks,
+                    M->experts);
+    goto fail;
+  }
+  if (t->nseq_g % t->nranks) {
+    rc = FB_USERERR(FB_EINVAL, "batch: %d sequences (%d tokens / %d) do not split over %d ranks", t->nseq_g, o->tokens,
+                    o->seq_len, t->nranks);
+    goto fail;
+  }
+  t->nE = M->experts / t->nranks, t->e0 = t->rank * t->nE;
+  t->nseq = t->nseq_g / t->nranks, t->T = t->nseq * o->seq_len;
   snprintf(t->recipe_name, sizeof t->recipe_name, "%s", r->name);
-  fb_status rc = fb_plan_resolve(r, "sm_90a", &t->plan);
+  rc = fb_plan_resolve(r, "sm_90a", &t->plan);
   if (rc != FB_OK) goto fail;
   if (t->plan->nlayers != M->layers) {
     rc = FB_ERR(FB_EINVAL, "plan has %d layers, the model %d", t->plan->nlayers, M->layers);
@@ -89,7 +116,7 @@ const fb_plan *fb_train_plan(const fb_trainer *t) { return t->plan; }
 int fb_train_nparams(const fb_trainer *t) { return t->np; }
 size_t fb_train_param_count(const fb_trainer *t) {
   size_t n = 0;
-  for (int i = 0; i < t->np; ++i) n += t->p[i].rows * t->p[i].cols;
+  for (int i = 0; i < t->np; ++i) n += t->p[i].rows * t->p[i].cols * (t->p[i].expert ? (size_t)t->nranks : 1);
   return n;
 }
 fb_param_view fb_train_param(const fb_trainer *t, int i) {
@@ -122,11 +149,39 @@ fb_status fb_train_step(fb_trainer *t, fb_step_stats *st) {
   memset(st, 0, sizeof *st);
   int s = t->step;
   double ce, aux;
+  memset(&t->traffic, 0, sizeof t->traffic);
   FB_TRY(fbr_model_run(t, (uint32_t)s, 1, &ce, &aux));
   double n2 = 0;
-  for (int i = 0; i < t->np; ++i) {
-    const fbr_param *p = &t->p[i];
-    for (size_t k = 0; k < p->rows * p->cols; ++k) n2 += (double)p->g[k] * (double)p->g[k];
+  if (t->nranks == 1) {
+    for (int i = 0; i < t->np; ++i) {
+      const fbr_param *p = &t->p[i];
+      for (size_t k = 0; k < p->rows * p->cols; ++k) n2 += (double)p->g[k] * (double)p->g[k];
+    }
+  } else { /* the replicated tensors (identical on every rank), then every rank's experts in rank order */
+    double ex2 = 0, *all = malloc((size_t)t->nranks * sizeof *all);
+    if (!all) return FB_ERR(FB_ENOMEM, "gradient norm");
+    for (int i = 0; i < t->np; ++i) {
+      const fbr_param *p = &t->p[i];
+      double *acc = p->expert ? &ex2 : &n2;
+      for (size_t k = 0; k < p->rows * p->cols; ++k) *acc += (double)p->g[k] * (double)p->g[k];
+    }
+    fb_status rc = fb_comm_allgather(t->comm, &ex2, sizeof ex2, all);
+    for (int q = 0; rc == FB_OK && q < t->nranks; ++q) n2 += all[q];
+    free(all);
+    if (rc != FB_OK) return rc;
+  }
+  st->traffic = t->traffic;
+  if (t->nranks > 1) {
+    enum { NT = sizeof(fb_ep_traffic) / sizeof(double) };
+    double *all = malloc((size_t)t->nranks * NT * sizeof *all), *sum = (double *)&st->traffic;
+    if (!all) return FB_ERR(FB_ENOMEM, "traffic");
+    fb_status rc = fb_comm_allgather(t->comm, &t->traffic, sizeof t->traffic, all);
+    for (int j = 0; j < NT; ++j) {
+      sum[j] = 0;
+      for (int q = 0; q < t->nranks; ++q) sum[j] += all[(size_t)q * NT + j];
+    }
+    free(all);
+    if (rc != FB_OK) return rc;
   }
   double gn = sqrt(n2), lr = lr_at(&t->o, s);
   st->step = s + 1, st->loss = ce, st->aux = aux, st->grad_norm = gn, st->lr = lr;
@@ -205,8 +260,39 @@ static int identity(const fb_trainer *t, ident_t *id) {
   return n;
 }
 
+/* Rank 0: all = every rank's n floats in rank order; the others send theirs. */
+static fb_status gather0(fb_comm *c, const float *mine, size_t n, float *all) {
+  int N = fb_comm_size(c), me = fb_comm_rank(c);
+  size_t *a = malloc(4 * (size_t)N * sizeof *a);
+  float dummy = 0;
+  if (!a) return FB_ERR(FB_ENOMEM, "checkpoint gather");
+  for (int p = 0; p < N; ++p) {
+    a[p] = p == 0 ? n * sizeof *mine : 0, a[N + p] = 0;
+    a[2 * N + p] = me == 0 ? n * sizeof *mine : 0, a[3 * N + p] = (size_t)p * n * sizeof *mine;
+  }
+  fb_status s = fb_comm_alltoallv(c, mine, a, a + N, me == 0 ? (void *)all : (void *)&dummy, a + 2 * N, a + 3 * N);
+  free(a);
+  return s;
+}
+
+static fb_status save_rank0(const fb_trainer *t, const char *path, buf_t *b);
+
 fb_status fb_train_save(const fb_trainer *t, const char *path) {
   buf_t b = {0};
+  fb_status rc = save_rank0(t, path, &b);
+  free(b.b);
+  if (t->nranks == 1) return rc;
+  int32_t st = (int32_t)rc; /* every rank returns rank 0's outcome */
+  fb_status bs = fb_comm_bcast(t->comm, &st, sizeof st, 0);
+  if (bs != FB_OK) return bs;
+  if (t->rank != 0 && st != FB_OK) return FB_USERERR((fb_status)st, "%s: rank 0 could not write the checkpoint", path);
+  return rc;
+}
+
+/* Collective: every rank sends its experts; rank 0 builds the file in *b and writes it. */
+static fb_status save_rank0(const fb_trainer *t, const char *path, buf_t *bp) {
+  buf_t b = {0};
+  int root = t->rank == 0;
   put(&b, CKPT_MAGIC, 8);
   put_u32(&b, CKPT_VERSION);
   char name[64] = {0}, sha[72] = {0};
@@ -222,21 +308,39 @@ fb_status fb_train_save(const fb_trainer *t, const char *path) {
   put_u32(&b, t->o.seed);             /* ... and the RNG state: every stream is counter-based on (seed, step) */
   put_u32(&b, (uint32_t)t->step);
   put_u32(&b, (uint32_t)t->np);
+  float *all = NULL;
+  fb_status rc = FB_OK;
   for (int i = 0; i < t->np; ++i) {
     const fbr_param *p = &t->p[i];
     size_t n = p->rows * p->cols;
-    put_u32(&b, (uint32_t)n);
-    put(&b, p->w, n * 4), put(&b, p->m, n * 4), put(&b, p->v, n * 4);
+    if (!p->expert || t->nranks == 1) {
+      put_u32(&b, (uint32_t)n);
+      put(&b, p->w, n * 4), put(&b, p->m, n * 4), put(&b, p->v, n * 4);
+      continue;
+    }
+    size_t ng = n * (size_t)t->nranks; /* every rank's experts, in rank order: the one-rank tensor */
+    if (root && !all && !(all = malloc(ng * sizeof *all))) b.oom = 1;
+    put_u32(&b, (uint32_t)ng);
+    const float *src[3] = {p->w, p->m, p->v};
+    for (int k = 0; k < 3; ++k) {
+      fb_status s = gather0(t->comm, src[k], n, root && all ? all : (float *)src[k]);
+      if (s != FB_OK && rc == FB_OK) rc = s;
+      if (root && all) put(&b, all, ng * 4);
+    }
+    free(all), all = NULL;
   }
+  *bp = b;
+  if (rc != FB_OK) return rc;
+  if (!root) return FB_OK;
   uint8_t h[32];
   if (!b.oom) fb_sha256(b.b, b.n, h), put(&b, h, 32);
-  if (b.oom) { free(b.b); return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", b.n); }
+  *bp = b;
+  if (b.oom) return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", b.n);
 
   size_t len = strlen(path);
   char *tmp = malloc(len + 16);
-  if (!tmp) { free(b.b); return FB_ERR(FB_ENOMEM, "checkpoint path"); }
+  if (!tmp) return FB_ERR(FB_ENOMEM, "checkpoint path");
   snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-  fb_status rc = FB_OK;
   int fd = mkstemp(tmp);
   if (fd < 0) {
     rc = FB_USERERR(FB_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
@@ -255,7 +359,6 @@ fb_status fb_train_save(const fb_trainer *t, const char *path) {
   if (rc != FB_OK) unlink(tmp);
 out:
   free(tmp);
-  free(b.b);
   return rc;
 }
 
@@ -347,10 +450,15 @@ fb_status fb_train_load(fb_trainer *t, const char *path) {
   for (int i = 0; i < t->np; ++i) {
     fbr_param *p = &t->p[i];
     uint32_t cnt;
-    size_t m = p->rows * p->cols;
+    size_t m = p->rows * p->cols, mg = m * (p->expert ? (size_t)t->nranks : 1), off = p->expert ? (size_t)t->rank * m : 0;
     if (get(&r, &cnt, 4)) goto short_;
-    if (cnt != m) { rc = FB_USERERR(FB_EINVAL, "%s: %s: %u values, expected %zu", path, p->name, cnt, m); goto out; }
-    if (get(&r, p->w, m * 4) || get(&r, p->m, m * 4) || get(&r, p->v, m * 4)) goto short_;
+    if (cnt != mg) { rc = FB_USERERR(FB_EINVAL, "%s: %s: %u values, expected %zu", path, p->name, cnt, mg); goto out; }
+    float *dst[3] = {p->w, p->m, p->v};
+    for (int k = 0; k < 3; ++k) { /* this rank's experts: its slice of the one-rank tensor */
+      if (r.off + mg * 4 > r.n) goto short_;
+      memcpy(dst[k], r.b + r.off + off * 4, m * 4);
+      r.off += mg * 4;
+    }
   }
   if (r.off != r.n) { rc = FB_USERERR(FB_EINVAL, "%s: %zu trailing bytes", path, r.n - r.off); goto out; }
   t->step = (int)step;
