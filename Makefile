@@ -41,7 +41,7 @@ GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
-GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu
+GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
 
 # The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
@@ -143,6 +143,7 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)echo "== tests/test_golden.sh"; bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
 	$(Q)echo "== tests/test_gen.sh"; bash tests/test_gen.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_train.sh (fourbit train and compare on the CPU)"; bash tests/test_train.sh $(BUILD)/fourbit
+	$(Q)echo "== tests/test_ep.sh (fourbit train --ranks N: expert parallelism on the CPU)"; bash tests/test_ep.sh $(BUILD)/fourbit
 	$(Q)echo "== tests/test_cache.sh"; bash tests/test_cache.sh $(BUILD)/fourbit $(BUILD)/tests/test_cache
 	$(Q)echo "== tests/test_tune.sh (sweeps on the emulated worker)"; bash tests/test_tune.sh $(BUILD)/fourbit
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# test_ep.sh — `fourbit train --ranks N` (expert parallelism on the CPU path) end to end: 1, 2 and 4 ranks of the
+# tiny recipe on one global batch and seed (step 1 identical, later steps within the tolerance test_ep.c states:
+# 2e-3 nats), the payload bytes (--verbose) against BF16, checkpoint + resume across rank counts, torchrun-style
+# processes (RANK, WORLD_SIZE, MASTER_PORT), a killed worker (non-zero exit naming the rank, nothing left running),
+# Ctrl-C (all ranks stop after one step, the checkpoint is written), and the refusals.
+# usage: tests/test_ep.sh build/fourbit
+set -u
+FB=$1
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "  FAIL: $*"; }
+TR=recipes/tiny.lua
+MI="--model-override micro"
+nontime() { cut -d, -f1-7 "$1"; }
+
+# 1. 1, 2, 4 ranks: step 1 identical; steps 2-3 within 2e-3 nats; the payload line
+for n in 1 2 4; do
+  "$FB" train $TR --steps 20 --stop-at 3 --ranks $n --verbose --log "$W/t$n.csv" > "$W/t$n.out" 2> "$W/t$n.err" \
+    || bad "--ranks $n failed: $(tail -2 "$W/t$n.err")"
+  [ "$(grep -c '^step ' "$W/t$n.out")" = 3 ] && ok || bad "--ranks $n: $(grep -c '^step ' "$W/t$n.out") step lines (rank 0 alone prints)"
+done
+for n in 2 4; do
+  [ "$(sed -n 2p "$W/t1.csv" | cut -d, -f1-4)" = "$(sed -n 2p "$W/t$n.csv" | cut -d, -f1-4)" ] && ok \
+    || bad "step 1 differs: 1 rank $(sed -n 2p "$W/t1.csv" | cut -d, -f2), $n ranks $(sed -n 2p "$W/t$n.csv" | cut -d, -f2)"
+  d=$(paste -d, "$W/t1.csv" "$W/t$n.csv" | awk -F, 'NR > 1 { d = $2 - $11; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g", m }')
+  awk -v d="$d" 'BEGIN { exit !(d <= 2e-3) }' && ok || bad "$n ranks: loss differs from 1 rank's by $d"
+  echo "  tiny, $n ranks vs 1: step 1 loss identical, max |dloss| over 3 steps $d (tolerance 2e-3)"
+done
+# tiny: 6 layers x 256 tokens x top-2 = 3072 rows a step, d_model 128 (256 B in BF16); layers 1-5 dispatch NVFP4
+# (64 codes + 8 scales + 4 outer = 76 B = 0.2969 of BF16; 72 B = 0.28125 = 4.5/16 without the outer scale),
+# layer 6 MXFP8 (132 B); the combine is S2F6 + E8M0 (132 B = 0.515625 = 8.25/16). dY and dX travel in BF16.
+for n in 1 2 4; do
+  l=$(grep -m1 '^  payload:' "$W/t$n.out")
+  case "$l" in
+    *"3072 rows x 256 B in BF16; dispatch 262144 B = 0.3333 of BF16 (NVFP4 rows 0.2969, 0.2812 without their outer scales), combine 405504 B = 0.5156, dY 1.0000, dX 1.0000;"*) ok ;;
+    *) bad "--ranks $n payload line: $l" ;;
+  esac
+done
+grep -m1 '^  payload:' "$W/t1.out" | grep -q '0 B (0.0%) to other ranks of 1' && ok || bad "1 rank sent bytes to others"
+grep -m1 '^  payload:' "$W/t4.out" | grep -q '(7[0-9]\.[0-9]%) to other ranks of 4' && ok \
+  || bad "4 ranks: expected ~75% of the payload to other ranks: $(grep -m1 '^  payload:' "$W/t4.out")"
+grep -m1 '^  payload:' "$W/t4.out" | sed 's/^  /  4 ranks: /'
+
+# 2. checkpoint + resume with 2 ranks == the uninterrupted 2-rank run (log and checkpoint file); other rank counts
+M="$MI --steps 8"
+"$FB" train $TR $M --ranks 2 --log "$W/u.csv" --checkpoint "$W/u.ckpt" --quiet || bad "2-rank checkpointed run failed"
+"$FB" train $TR $M --ranks 2 --log "$W/r.csv" --checkpoint "$W/r.ckpt" --stop-at 3 --quiet || bad "--stop-at 3 failed"
+"$FB" train $TR $M --ranks 2 --log "$W/r.csv" --resume "$W/r.ckpt" --checkpoint "$W/r.ckpt" --quiet || bad "resume failed"
+cmp -s <(nontime "$W/u.csv") <(nontime "$W/r.csv") && ok || bad "2-rank resumed log differs from the uninterrupted one"
+cmp -s "$W/u.ckpt" "$W/r.ckpt" && ok || bad "2-rank final checkpoints differ"
+"$FB" train $TR $M --ranks 2 --stop-at 3 --checkpoint "$W/x.ckpt" --quiet || bad "--stop-at 3 failed"
+"$FB" train $TR $M --ranks 1 --resume "$W/x.ckpt" --log "$W/x1.csv" --quiet && ok || bad "a 2-rank checkpoint does not resume on 1 rank"
+"$FB" train $TR $M --ranks 4 --batch 128 --resume "$W/x.ckpt" --quiet > /dev/null 2>&1
+[ $? = 2 ] && ok || bad "resume with another batch was not refused"
+[ "$(wc -l < "$W/x1.csv")" = 6 ] && ok || bad "1-rank resume logged $(wc -l < "$W/x1.csv") lines, expected 6"
+
+# 3. torchrun-style processes: the same run as --ranks 2
+port=$((20000 + RANDOM % 30000))
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$FB" train $TR $M --quiet --log "$W/tr1.csv" &
+p1=$!
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$FB" train $TR $M --quiet --log "$W/tr.csv" \
+  || bad "torchrun-style rank 0 failed"
+wait $p1 || bad "torchrun-style rank 1 failed"
+cmp -s <(nontime "$W/u.csv") <(nontime "$W/tr.csv") && ok || bad "torchrun-style log differs from --ranks 2"
+[ ! -e "$W/tr1.csv" ] && ok || bad "rank 1 wrote a log"
+
+# 4. a killed worker: the run fails naming it; every process is gone
+"$FB" train $TR $MI --steps 100000 --ranks 2 --quiet > "$W/k.out" 2> "$W/k.err" &
+lp=$!
+for i in $(seq 50); do kids=$(pgrep -P $lp | tr '\n' ' '); [ "$(echo $kids | wc -w)" = 2 ] && break; sleep 0.1; done
+sleep 1
+victim=""
+for k in $kids; do tr '\0' '\n' < /proc/$k/environ 2>/dev/null | grep -qx 'RANK=1' && victim=$k; done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $lp; rc=$?
+[ $rc != 0 ] && grep -q "rank 1 (pid $victim) was killed by signal 9" "$W/k.err" && ok \
+  || bad "killed worker: exit $rc, stderr: $(cat "$W/k.err")"
+grep -q 'rank 0: .*lost rank 1' "$W/k.err" && ok || bad "rank 0 did not report the lost rank: $(cat "$W/k.err")"
+left=0; for k in $kids; do kill -0 "$k" 2> /dev/null && left=1; done
+[ $left = 0 ] && ok || bad "processes left after the launcher exited: $kids"
+sed 's/^/  killed worker: /' "$W/k.err"
+
+# 5. Ctrl-C (SIGINT to the process group): every rank stops after the same step, the checkpoint is written
+setsid "$FB" train $TR $MI --steps 100000 --ranks 2 --quiet --log "$W/c.csv" --checkpoint "$W/c.ckpt" 2> "$W/c.err" &
+sp=$!
+for i in $(seq 50); do [ -f "$W/c.csv" ] && [ "$(wc -l < "$W/c.csv")" -ge 4 ] && break; sleep 0.1; done
+kill -INT -- -$sp
+wait $sp; rc=$?
+n=$(($(wc -l < "$W/c.csv") - 1))
+[ $rc = 130 ] && [ -s "$W/c.ckpt" ] && ok || bad "Ctrl-C: exit $rc, checkpoint $(ls -l "$W/c.ckpt" 2>&1)"
+"$FB" train $TR $MI --steps 100000 --stop-at $((n + 1)) --ranks 2 --resume "$W/c.ckpt" --quiet > /dev/null 2>&1 && ok \
+  || bad "Ctrl-C checkpoint (after step $n) does not resume"
+
+# 6. refusals
+expect2() { # description, pattern, args...
+  local d=$1 pat=$2; shift 2
+  "$FB" "$@" > "$W/o" 2> "$W/e"; local rc=$?
+  [ $rc = 2 ] && grep -q -- "$pat" "$W/e" && ok || bad "$d: exit $rc, stderr: $(head -3 "$W/e")"
+}
+expect2 "experts % ranks" "parallel.ep (--ranks/--gpus): 3 ranks do not divide the model's 8 experts" train $TR --ranks 3 --steps 1
+expect2 "sequences % ranks" "do not split over 4 ranks" train $TR $MI --ranks 4 --steps 1
+expect2 "--gpus on cpu" "go with --device gpu\|goes with --device gpu" train $TR --gpus 2
+RANK=0 WORLD_SIZE=1 "$FB" train $TR --ranks 2 --steps 1 > /dev/null 2> "$W/e"; rc=$?
+[ $rc = 2 ] && grep -q "WORLD_SIZE is 1" "$W/e" && ok || bad "WORLD_SIZE mismatch: exit $rc, $(head -2 "$W/e")"
+expect2 "compare --ranks" "options of fourbit train" compare $TR --ranks 2
+
+echo "test_ep.sh: $pass passed, $fail failed"
+[ $fail = 0 ]
