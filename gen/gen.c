@@ -82,6 +82,11 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     if (q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) { *why = "unpermute: the S2F6 combine inverts RHT-32 only"; return 0; }
     *c = (choice){"unpermute.cuh", {"rows", "threads", NULL}};
     return 1;
+  case FB_OP_COMBINE_BWD:
+    if (q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6) { *why = "combine backward of a payload other than BF16 or S2F6: no template"; return 0; }
+    if (q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) { *why = "combine backward: the S2F6 combine inverts RHT-32 only"; return 0; }
+    *c = (choice){"combine_bwd.cuh", {"threads", NULL}};
+    return 1;
   case FB_OP_SWIGLU_FWD:
   case FB_OP_SWIGLU_BWD:
     *c = (choice){"swiglu.cuh", {"rows", "cols", "threads", NULL}};
@@ -242,6 +247,9 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
   } else if (!strcmp(tmpl, "unpermute.cuh")) {
     int s2f6 = q->format == FB_FMT_S2F6;
     fb_str_printf(d, "FB_OUT_BF16 %d\nFB_RHT %d\nFB_S2F6 %d\n", k->out_bf16 ? 1 : 0, s2f6 && q->rht ? 1 : 0, s2f6);
+  } else if (!strcmp(tmpl, "combine_bwd.cuh")) {
+    int s2f6 = q->format == FB_FMT_S2F6;
+    fb_str_printf(d, "FB_RHT %d\nFB_S2F6 %d\n", s2f6 && q->rht ? 1 : 0, s2f6);
   } else if (!strcmp(tmpl, "swiglu.cuh")) {
     fb_str_printf(d, "FB_BWD %d\n", k->op == FB_OP_SWIGLU_BWD);
   } else if (!strcmp(tmpl, "gemm_bcopy.cuh")) {

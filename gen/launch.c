@@ -37,6 +37,8 @@ fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long
   } else if (!strcmp(tm, "unpermute.cuh")) { /* param rows tokens per CTA */
     long long r = param(v, "rows", 1);
     *gx = cap((rows + r - 1) / r, (1ll << 31) - 1);
+  } else if (!strcmp(tm, "combine_bwd.cuh")) { /* a CTA per token */
+    *gx = cap(rows, (1ll << 31) - 1);
   } else if (!strcmp(tm, "swiglu.cuh")) { /* rows x f (cols) in tiles, grid-stride */
     long long tr = param(v, "rows", 4), tc = param(v, "cols", 256);
     *gx = cap(((rows + tr - 1) / tr) * ((cols + tc - 1) / tc), 1ll << 20);

@@ -221,7 +221,8 @@ typedef enum {
   FB_OP_REQUANT, FB_OP_ADAMW,
   FB_OP_S2F6_Q, FB_OP_S2F6_DQ, /* the combine payload's kernels on their own (tests, unfused paths) */
   FB_OP_SWIGLU_FWD, FB_OP_SWIGLU_BWD, /* SwiGLU on its own (tests, unfused paths; the GEMMs fuse it) */
-  FB_OP_BCOPY       /* sm_90a: the exact BF16 copy (K-permuted) of an NVFP4/MXFP8 GEMM operand (q: its format) */
+  FB_OP_BCOPY,      /* sm_90a: the exact BF16 copy (K-permuted) of an NVFP4/MXFP8 GEMM operand (q: its format) */
+  FB_OP_COMBINE_BWD /* the combine's backward: dY rows in expert order and dL/dtopk_w (q: the combine payload) */
 } fb_op;
 
 typedef struct {
@@ -474,6 +475,15 @@ fb_status fb_permute_gather_ref(const void *const in[3], const size_t bytes[3], 
 fb_status fb_unpermute_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows, fb_format f, int rht, uint32_t signs,
                            const int32_t *row_of, const float *topk_w, size_t tokens, int top_k, size_t cols,
                            float *out, uint16_t *out_bf16);
+
+/* The combine's backward (templates/combine_bwd.cuh): for every entry (t, slot) with r = row_of[t,slot] >= 0,
+ * dY[r][j] = bf16(w[t,slot] * bf16(dy[t][j])) (BF16 round to nearest even, both), and dtopk_w[t,slot] =
+ * sum over j in order of (double)dy[t][j] * (double)Yhat[r][j], in double, rounded to float; 0 where r < 0.
+ * Yhat: the y payload as fb_unpermute_ref reads it, one row at a time (S2F6: (q / 64.0f) * e8m0, then with rht
+ * fb_rht32_inverse per 32-block, exactly fb_s2f6_dequantize; BF16 rows). dY rows no entry names are untouched. */
+fb_status fb_combine_bwd_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows, fb_format f, int rht, uint32_t signs,
+                             const int32_t *row_of, const float *topk_w, size_t tokens, int top_k, size_t cols,
+                             const float *dy, uint16_t *dY, float *dtopk_w);
 
 /* SwiGLU, H rows x 2f BF16 with g = H[:, :f], u = H[:, f:]. Forward: A = bf16(fbm_siluf(g) * u).
  * Backward with dA (rows x f): s = fbm_sigmoidf(g); du = dA * (g * s); ds = s * (1 + g * (1 - s));

@@ -65,6 +65,21 @@ typedef struct {
   int shared; /* k belongs to an earlier entry (the same variant for another shape) */
 } kent;
 
+/* Device memory is pooled: a freed block goes to a free list by size class and the next request of that class takes
+ * it, so that a step allocates nothing once the first step has run (cuMemAlloc synchronizes the device). */
+#define POOL_FREE 512
+typedef struct {
+  CUdeviceptr p;
+  size_t n;
+} blk;
+
+/* profiling: an event pair around each launch, read at fb_gpu_experts_profile_end */
+#define PROF_MAX 256
+typedef struct {
+  CUevent a, b;
+  char name[96], phase[24];
+} prec;
+
 struct fb_gpu_experts {
   fb_gpu_experts_opts o;
   fb_expert_ops ops;
@@ -73,6 +88,12 @@ struct fb_gpu_experts {
   kent kt[MAXK];
   int nk;
   fb_gpu_experts_stats st;
+  blk fr[POOL_FREE];
+  int nfree;
+  size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
+  int prof, nprof, nevents;
+  const char *phase;
+  prec pr[PROF_MAX];
 };
 
 /* GEMM shape a variant must divide (gemm = 0: any variant) */
@@ -255,6 +276,13 @@ static fb_kernel_spec sp_swiglu(const fb_gpu_experts *g, int bwd) {
   return from_plan(g, sp(bwd ? FB_OP_SWIGLU_BWD : FB_OP_SWIGLU_FWD, "swiglu", "swiglu_%s_bf16_sm90a", bwd ? "bwd" : "fwd"));
 }
 
+static fb_kernel_spec sp_combine_bwd(const fb_gpu_experts *g, const fb_qspec *q) {
+  fb_kernel_spec k = q->format == FB_FMT_S2F6 ? sp(FB_OP_COMBINE_BWD, "combine", "combine_bwd_s2f6%s_sm90a", q->rht ? "_rht32" : "")
+                                              : sp(FB_OP_COMBINE_BWD, "combine", "combine_bwd_bf16_sm90a");
+  k.q.format = q->format, k.q.rht = q->format == FB_FMT_S2F6 ? q->rht : 0;
+  return from_plan(g, k);
+}
+
 /* which: 0 w13 fwd (BF16 H), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
 static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, int which) {
   const fb_qspec *w = which < 2 ? &p->fwd_weight : &p->bwd_saved, *a = which < 2 ? &p->fwd_act : &p->bwd_grad;
@@ -279,27 +307,85 @@ static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, i
   return from_plan(g, k);
 }
 
-/* ---- device memory: an arena per call (scratch) and one per saved layer ------------------------------------- */
+/* ---- device memory: an arena per call (scratch) and one per saved layer, both drawing on the pool ------------- */
 typedef struct {
+  fb_gpu_experts *g;
   CUdeviceptr p[64];
-  int n;
+  size_t n[64];
+  int k;
 } arena;
 
+/* size classes: powers of two up to 2 MiB, then multiples of 2 MiB */
+static size_t size_class(size_t n) {
+  if (n <= 256) return 256;
+  if (n <= (2u << 20)) {
+    size_t c = 256;
+    while (c < n) c <<= 1;
+    return c;
+  }
+  return (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+}
+
 static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
+  fb_gpu_experts *g = a->g;
   *out = 0;
-  if (a->n == 64) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
-  CU_CHECK(fb_cu.MemAlloc(out, n ? n : 16));
-  CU_CHECK(fb_cu.MemsetD8(*out, 0, n ? n : 16)); /* padding rows and never-stored GEMM rows read as zeros */
-  a->p[a->n++] = *out;
+  if (a->k == 64) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
+  size_t c = size_class(n);
+  for (int i = g->nfree - 1; i >= 0; --i)
+    if (g->fr[i].n == c) {
+      *out = g->fr[i].p;
+      g->fr[i] = g->fr[--g->nfree];
+      break;
+    }
+  if (!*out) {
+    CUresult r = fb_cu.MemAlloc(out, c);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && g->nfree) { /* give the free list back and try once more */
+      for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p), g->held -= g->fr[i].n;
+      g->nfree = 0;
+      r = fb_cu.MemAlloc(out, c);
+    }
+    if (r) return FB_ERR(FB_ECUDA, "experts gpu: cuMemAlloc(%zu): %s", c, fb_cu_errstr(r));
+    g->held += c;
+  }
+  CU_CHECK(fb_cu.MemsetD8(*out, 0, c)); /* padding rows and never-stored GEMM rows read as zeros (asynchronous) */
+  a->p[a->k] = *out, a->n[a->k++] = c;
+  g->live += c;
+  if (g->live > g->peak) g->peak = g->live;
   return FB_OK;
 }
 static void afree(arena *a) {
-  for (int i = 0; i < a->n; ++i) fb_cu.MemFree(a->p[i]);
-  a->n = 0;
+  fb_gpu_experts *g = a->g;
+  for (int i = 0; i < a->k; ++i) {
+    g->live -= a->n[i];
+    if (g->nfree < POOL_FREE) g->fr[g->nfree++] = (blk){a->p[i], a->n[i]};
+    else fb_cu.MemFree(a->p[i]), g->held -= a->n[i];
+  }
+  a->k = 0;
 }
 static fb_status up(arena *a, CUdeviceptr *out, const void *h, size_t n) {
   FB_TRY(aalloc(a, out, n));
   if (n) CU_CHECK(fb_cu.MemcpyHtoD(*out, h, n));
+  return FB_OK;
+}
+
+/* profiling marks around a launch (no-ops unless fb_gpu_experts_profile_begin) */
+static fb_status prof_a(fb_gpu_experts *g, const char *name) {
+  if (!g->prof) return FB_OK;
+  if (g->nprof == PROF_MAX) return FB_ERR(FB_EINVAL, "experts gpu: more than %d launches profiled", PROF_MAX);
+  prec *r = &g->pr[g->nprof];
+  if (g->nprof == g->nevents) {
+    CU_CHECK(fb_cu.EventCreate(&r->a, 0));
+    CU_CHECK(fb_cu.EventCreate(&r->b, 0));
+    g->nevents++;
+  }
+  snprintf(r->name, sizeof r->name, "%s", name);
+  snprintf(r->phase, sizeof r->phase, "%s", g->phase ? g->phase : "");
+  CU_CHECK(fb_cu.EventRecord(r->a, 0));
+  return FB_OK;
+}
+static fb_status prof_b(fb_gpu_experts *g) {
+  if (!g->prof) return FB_OK;
+  CU_CHECK(fb_cu.EventRecord(g->pr[g->nprof++].b, 0));
   return FB_OK;
 }
 
@@ -313,9 +399,8 @@ typedef struct {
 typedef struct {
   arena mem;
   size_t R;
-  int32_t *row_of;
   long long *off;
-  float *topk_w, *yhat;
+  uint32_t signs;
   CUdeviceptr d_rowof, d_off, d_w, H, yq, ye;
   dq X, W13, W2, A;
 } gsaved;
@@ -323,26 +408,30 @@ typedef struct {
 static void saved_free(gsaved *s) {
   if (!s) return;
   afree(&s->mem);
-  free(s->row_of), free(s->off), free(s->topk_w), free(s->yhat);
+  free(s->off);
   free(s);
 }
 
 /* ---- launches ------------------------------------------------------------------------------------------------ */
-static fb_status run_mem(const kent *e, fb_kp_mem *p, long long rows, long long cols, unsigned ng) {
+static fb_status run_mem(fb_gpu_experts *g, const kent *e, fb_kp_mem *p, long long rows, long long cols, unsigned ng) {
   unsigned gx, gy, th;
   FB_TRY(fb_launch_dims(&e->spec, &e->v, rows, cols, ng, &gx, &gy, &th));
-  return fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p);
+  FB_TRY(prof_a(g, e->v.name));
+  FB_TRY(fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p));
+  return prof_b(g);
 }
-static fb_status run_moe(const kent *e, fb_kp_moe *p, long long rows, long long cols) {
+static fb_status run_moe(fb_gpu_experts *g, const kent *e, fb_kp_moe *p, long long rows, long long cols) {
   unsigned gx, gy, th;
   FB_TRY(fb_launch_dims(&e->spec, &e->v, rows, cols, 0, &gx, &gy, &th));
-  return fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p);
+  FB_TRY(prof_a(g, e->v.name));
+  FB_TRY(fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p));
+  return prof_b(g);
 }
 
 /* Quantize rows x cols (BF16, or FP32 with in_f32) along the rows as q says into *d. NVFP4 per-expert/tensor outer
- * scales: the amax of each group of `grows` rows comes from the host copy hx (FP32 masters only). */
-static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, const float *hx,
-                            size_t rows, size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+ * scales (FP32 masters only): the amax of each group of `grows` rows by the amax kernel first. */
+static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
+                            size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
   const kent *e;
   fb_kernel_spec k = sp_quant(g, q, 0, in_f32);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -358,33 +447,38 @@ static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int 
     if (q->outer == FB_GRAN_TOKEN) {
       d->no = rows;
     } else {
-      if (!hx) return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a %s outer scale on activations (per token only)", fb_gran_name(q->outer));
+      if (!in_f32) return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a %s outer scale on activations (per token only)", fb_gran_name(q->outer));
       ng = q->outer == FB_GRAN_EXPERT ? (unsigned)(rows / grows) : 1u;
       d->no = ng;
-      float *am = calloc(ng, sizeof *am);
       long long *go = malloc((ng + 1) * sizeof *go);
-      if (!am || !go) { free(am), free(go); return FB_ERR(FB_ENOMEM, "experts gpu: amax"); }
+      if (!go) return FB_ERR(FB_ENOMEM, "experts gpu: groups");
       size_t per = rows / ng;
       for (unsigned i = 0; i <= ng; ++i) go[i] = (long long)(i * per);
-      for (size_t i = 0; i < rows * cols; ++i) { /* NaN ignored, as NUMERICS.md's A */
-        size_t gi = i / cols / per;
-        am[gi] = fmaxf(am[gi], fabsf(hx[i]));
-      }
-      CUdeviceptr dam, dgo;
-      fb_status s = up(a, &dam, am, ng * sizeof *am);
-      if (s == FB_OK) s = up(a, &dgo, go, (ng + 1) * sizeof *go);
-      free(am), free(go);
+      CUdeviceptr dam, dgo, dfl;
+      fb_status s = up(a, &dgo, go, (ng + 1) * sizeof *go);
+      free(go);
       FB_TRY(s);
+      FB_TRY(aalloc(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
+      FB_TRY(aalloc(a, &dfl, sizeof(unsigned)));
+      const kent *ea;
+      fb_kernel_spec ka = sp(FB_OP_AMAX, "amax", "amax_%s_f32_sm90a", q->outer == FB_GRAN_EXPERT ? "exp" : "ten");
+      ka.q.outer = q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, ka.in_f32 = 1;
+      FB_TRY(kget(g, &ka, NULL, &ea));
+      fb_kp_mem pa;
+      memset(&pa, 0, sizeof pa);
+      pa.in = in, pa.rows = (long long)rows, pa.cols = (long long)cols, pa.amax = dam, pa.flags = dfl;
+      pa.group_offsets = dgo, pa.ngroups = ng;
+      FB_TRY(run_mem(g, ea, &pa, (long long)rows, (long long)cols, ng));
       p.amax = dam, p.group_offsets = dgo, p.ngroups = ng;
     }
     FB_TRY(aalloc(a, &d->o, d->no * sizeof(float)));
     p.out = d->c, p.scales = d->s, p.s_dec = d->o;
-    return run_mem(e, &p, (long long)rows, (long long)cols, ng);
+    return run_mem(g, e, &p, (long long)rows, (long long)cols, ng);
   }
   FB_TRY(aalloc(a, &d->c, rows * cols));
   FB_TRY(aalloc(a, &d->s, rows * cols / 32));
   p.out = d->c, p.scales = d->s;
-  return run_mem(e, &p, (long long)rows, (long long)cols, 0);
+  return run_mem(g, e, &p, (long long)rows, (long long)cols, 0);
 }
 
 /* MXFP8 down the columns of a BF16 rows x cols matrix, stored transposed (cols x rows) */
@@ -401,7 +495,7 @@ static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUde
   memset(&p, 0, sizeof p);
   p.in = in, p.out = d->c, p.scales = d->s, p.rows = (long long)rows, p.cols = (long long)cols;
   p.seed = seed, p.stream = stream, p.step = step;
-  return run_mem(e, &p, (long long)rows, (long long)cols, 0);
+  return run_mem(g, e, &p, (long long)rows, (long long)cols, 0);
 }
 
 /* A saved src (rows x cols, quantized as sq says; group_rows: per-expert outer groups) dequantized, transposed and
@@ -432,7 +526,7 @@ static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const f
     FB_TRY(s);
     p.group_offsets = dgo, p.ngroups = ng;
   }
-  return run_mem(e, &p, (long long)rows, (long long)cols, ng);
+  return run_mem(g, e, &p, (long long)rows, (long long)cols, ng);
 }
 
 /* A strided device copy: height rows of width bytes, through cuMemCpy2D (resolved here: fb_cu does not list it),
@@ -485,7 +579,7 @@ static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr 
   fb_kp_mem p;
   memset(&p, 0, sizeof p);
   p.in = m->c, p.scales = m->s, p.out = *out, p.rows = (long long)m->rows, p.cols = (long long)m->cols;
-  return run_mem(e, &p, (long long)m->rows, (long long)m->cols, 0);
+  return run_mem(g, e, &p, (long long)m->rows, (long long)m->cols, 0);
 }
 
 static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, fb_gemm_args *ga) {
@@ -495,7 +589,9 @@ static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   FB_TRY(fb_gemm_config(&e->spec, &e->v, &cfg));
   fb_kp_gemm kp;
   FB_TRY(fb_gemm_params(&cfg, ga, &kp));
-  return fb_gemm_launch(&e->k, &cfg, &kp, g->sms);
+  FB_TRY(prof_a(g, e->v.name));
+  FB_TRY(fb_gemm_launch(&e->k, &cfg, &kp, g->sms));
+  return prof_b(g);
 }
 
 /* ---- checks ------------------------------------------------------------------------------------------------- */
@@ -533,6 +629,12 @@ static fb_status need_all(fb_gpu_experts *g, const fb_layer_prec *p) {
   k = sp_swiglu(g, 0); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_unpermute(g, &p->combine, 1, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_combine_bwd(g, &p->combine); FB_TRY(kget(g, &k, NULL, &e));
+  if (p->fwd_weight.format == FB_FMT_NVFP4 && p->fwd_weight.outer != FB_GRAN_TOKEN) {
+    k = sp(FB_OP_AMAX, "amax", "amax_%s_f32_sm90a", p->fwd_weight.outer == FB_GRAN_EXPERT ? "exp" : "ten");
+    k.q.outer = p->fwd_weight.outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, k.in_f32 = 1;
+    FB_TRY(kget(g, &k, NULL, &e));
+  }
   fb_qspec bf = {0};
   k = sp_unpermute(g, &bf, 0, K, E); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
@@ -555,37 +657,27 @@ static void gpu_release(void *ctx, fb_moe_layer *L) {
   L->saved = NULL;
 }
 
-static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const int32_t *topk_idx, const float *topk_w,
-                             const float *w13, const float *w2, float *y) {
-  fb_gpu_experts *g = ctx;
-  if (L->saved) gpu_release(ctx, L);
+/* The forward on device tensors (fb_gpu_experts_forward_dev). One host synchronization: the row count R. */
+static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
+  if (L->saved) gpu_release(g, L);
   if (L->exact) return FB_ERR(FB_EINVAL, "experts gpu: exact (gradient-check) mode runs on the CPU path");
   const fb_layer_prec *p = L->prec;
   FB_TRY(check_prec(p, L->layer));
   size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
   uint32_t seed = L->seed, step = L->step;
   fb_status rc = FB_OK;
-  arena tmp = {0};
-  uint16_t *hb = NULL;
-  int8_t *q6 = NULL;
-  uint8_t *e6 = NULL;
+  arena tmp = {.g = g};
   gsaved *s = calloc(1, sizeof *s);
   if (!s) return FB_ERR(FB_ENOMEM, "experts gpu: saved state");
   L->saved = s;
+  s->mem.g = g;
   arena *m = &s->mem;
   size_t maxr = fb_permute_max_rows(T, L->top_k, L->experts, PAD), nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
-  s->row_of = malloc(T * K * sizeof *s->row_of), s->off = malloc((E + 1) * sizeof *s->off);
-  s->topk_w = malloc(T * K * sizeof *s->topk_w);
-  hb = malloc(T * D * sizeof *hb + 16);
-  if (!s->row_of || !s->off || !s->topk_w || !hb) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
-  memcpy(s->topk_w, topk_w, T * K * sizeof *topk_w);
-
-  /* tokens up (BF16 values held in FP32: exact), routing up */
-  for (size_t i = 0; i < T * D; ++i) hb[i] = fb_bf16_from_f32(x[i]);
-  CUdeviceptr dx, didx, dchunk, dcounts, dtok;
-  FB_TRY_GOTO(up(&tmp, &dx, hb, T * D * 2), fail);
-  FB_TRY_GOTO(up(&tmp, &didx, topk_idx, T * K * 4), fail);
-  FB_TRY_GOTO(up(m, &s->d_w, topk_w, T * K * 4), fail);
+  s->off = malloc((E + 1) * sizeof *s->off);
+  if (!s->off) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
+  CUdeviceptr dchunk, dcounts, dtok;
+  FB_TRY_GOTO(aalloc(m, &s->d_w, T * K * 4), fail);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoD(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
   FB_TRY_GOTO(aalloc(&tmp, &dchunk, nch * E * 4), fail);
   FB_TRY_GOTO(aalloc(&tmp, &dcounts, E * 4), fail);
   FB_TRY_GOTO(aalloc(&tmp, &dtok, maxr * 4), fail);
@@ -593,8 +685,9 @@ static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const i
   FB_TRY_GOTO(aalloc(m, &s->d_rowof, T * K * 4), fail);
 
   /* dispatch: quantize the tokens, then the permutation gathers the payload into expert order */
+  g->phase = "fwd dispatch";
   dq tok;
-  FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, dx, NULL, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
+  FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
   {
     const kent *e;
     fb_kernel_spec k = sp_permute(g, &p->fwd_act, L->top_k, L->experts);
@@ -609,30 +702,30 @@ static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const i
     if (per_tok) FB_TRY_GOTO(aalloc(m, &X->o, maxr * b[2]), fail);
     fb_kp_moe pm;
     memset(&pm, 0, sizeof pm);
-    pm.topk_idx = didx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = s->d_off, pm.row_of = s->d_rowof;
+    pm.topk_idx = io->topk_idx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = s->d_off, pm.row_of = s->d_rowof;
     pm.token_of = dtok, pm.in = tok.c, pm.in_scales = tok.s, pm.in_outer = per_tok ? tok.o : 0;
     pm.out = X->c, pm.out_scales = X->s, pm.out_outer = per_tok ? X->o : 0;
     pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = PAD;
-    for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY_GOTO(run_moe(e, &pm, (long long)T, (long long)D), fail);
+    for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY_GOTO(run_moe(g, e, &pm, (long long)T, (long long)D), fail);
     CU_CHECK_GOTO(fb_cu.MemcpyDtoH(s->off, s->d_off, (E + 1) * 8), fail);
-    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(s->row_of, s->d_rowof, T * K * 4), fail);
     s->R = (size_t)s->off[E];
     X->rows = s->R, X->no = per_tok ? s->R : 0;
   }
   size_t R = s->R;
 
-  /* weights: FP32 masters up, quantized (per-expert groups of rows), BF16 copies for the GEMMs */
-  CUdeviceptr dw13, dw2, c13, c2;
-  FB_TRY_GOTO(up(&tmp, &dw13, w13, E * 2 * F * D * 4), fail);
-  FB_TRY_GOTO(up(&tmp, &dw2, w2, E * D * F * 4), fail);
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, dw13, w13, E * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13),
-                         step, &s->W13), fail);
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, dw2, w2, E * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
+  /* weights: the FP32 masters quantized (per-expert groups of rows), BF16 copies for the GEMMs. In a train step on
+   * the GPU optimizer these come from the AdamW kernel directly; here they are made from the masters. */
+  g->phase = "fwd weights";
+  CUdeviceptr c13, c2;
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w13, E * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
+                         &s->W13), fail);
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w2, E * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
               fail);
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W13, &c13), fail);
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W2, &c2), fail);
 
   /* w13: H (BF16), A = SwiGLU(H), A quantized as fwd.act */
+  g->phase = "fwd w13";
   FB_TRY_GOTO(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2), fail);
   CUdeviceptr dA;
   FB_TRY_GOTO(aalloc(&tmp, &dA, (R ? R : 1) * F * 2), fail);
@@ -647,58 +740,72 @@ static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const i
     fb_kp_moe ps;
     memset(&ps, 0, sizeof ps);
     ps.in = s->H, ps.out = dA, ps.rows = (long long)R, ps.cols = (long long)F;
-    FB_TRY_GOTO(run_moe(e, &ps, (long long)R, (long long)F), fail);
+    FB_TRY_GOTO(run_moe(g, e, &ps, (long long)R, (long long)F), fail);
   }
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, NULL, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A),
-              fail);
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A), fail);
   s->A.rows = R;
 
   /* w2 with the combine payload, then the combine */
+  g->phase = "fwd w2";
   FB_TRY_GOTO(aalloc(m, &s->yq, (R ? R : 1) * D), fail);
   FB_TRY_GOTO(aalloc(m, &s->ye, (R ? R : 1) * D / 32), fail);
-  uint32_t signs = fb_rht_signs(seed, 0);
+  s->signs = fb_rht_signs(seed, 0);
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 1);
     gfit f = {1, 0, 0, (int)D, (int)F};
-    fb_gemm_args ga = {s->A.c, c2, s->yq, s->d_off, s->A.s, 0, s->A.o, s->W2.o, (long long)R, (int)E, 0, (int)D, (int)F, 0, s->ye, signs};
+    fb_gemm_args ga = {s->A.c, c2, s->yq, s->d_off, s->A.s, 0, s->A.o, s->W2.o, (long long)R, (int)E, 0, (int)D, (int)F, 0, s->ye, s->signs};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
   }
-  CUdeviceptr dy;
-  FB_TRY_GOTO(aalloc(&tmp, &dy, T * D * 2), fail);
+  g->phase = "fwd combine";
   {
     const kent *e;
     fb_kernel_spec k = sp_unpermute(g, &p->combine, 1, L->top_k, L->experts);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
     fb_kp_moe pu;
     memset(&pu, 0, sizeof pu);
-    pu.in = s->yq, pu.in_scales = s->ye, pu.row_of = s->d_rowof, pu.topk_w = s->d_w, pu.out = dy;
-    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k, pu.signs = signs;
-    FB_TRY_GOTO(run_moe(e, &pu, (long long)T, (long long)D), fail);
+    pu.in = s->yq, pu.in_scales = s->ye, pu.row_of = s->d_rowof, pu.topk_w = s->d_w, pu.out = io->y;
+    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k, pu.signs = s->signs;
+    FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), fail);
   }
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(hb, dy, T * D * 2), fail);
-  for (size_t i = 0; i < T * D; ++i) y[i] = fb_bf16_to_f32(hb[i]);
-  /* Y^ for dL/dtopk_w (host, in the backward) */
-  q6 = malloc(R * D + 1), e6 = malloc(R * D / 32 + 1), s->yhat = malloc(R * D * sizeof *s->yhat + 4);
-  if (!q6 || !e6 || !s->yhat) { rc = FB_ERR(FB_ENOMEM, "experts gpu: combine payload"); goto fail; }
-  if (R) {
-    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(q6, s->yq, R * D), fail);
-    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(e6, s->ye, R * D / 32), fail);
-    FB_TRY_GOTO(fb_s2f6_dequantize(q6, e6, R, D, p->combine.rht != 0, signs, s->yhat), fail);
-  }
+  g->phase = NULL;
   afree(&tmp);
-  free(hb), free(q6), free(e6);
   return FB_OK;
 fail:
+  g->phase = NULL;
   afree(&tmp);
-  free(hb), free(q6), free(e6);
-  gpu_release(ctx, L);
+  gpu_release(g, L);
+  return rc;
+}
+
+/* The host entry (fb_expert_ops): tokens, routing and masters up, y down. */
+static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const int32_t *topk_idx, const float *topk_w,
+                             const float *w13, const float *w2, float *y) {
+  fb_gpu_experts *g = ctx;
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
+  fb_status rc = FB_OK;
+  arena tmp = {.g = g};
+  uint16_t *hb = malloc(T * D * sizeof *hb + 16);
+  if (!hb) return FB_ERR(FB_ENOMEM, "experts gpu: host buffers");
+  for (size_t i = 0; i < T * D; ++i) hb[i] = fb_bf16_from_f32(x[i]); /* BF16 values held in FP32: exact */
+  fb_gpu_layer_io io;
+  memset(&io, 0, sizeof io);
+  FB_TRY_GOTO(up(&tmp, &io.x, hb, T * D * 2), done);
+  FB_TRY_GOTO(up(&tmp, &io.topk_idx, topk_idx, T * K * 4), done);
+  FB_TRY_GOTO(up(&tmp, &io.topk_w, topk_w, T * K * 4), done);
+  FB_TRY_GOTO(up(&tmp, &io.w13, w13, E * 2 * F * D * 4), done);
+  FB_TRY_GOTO(up(&tmp, &io.w2, w2, E * D * F * 4), done);
+  FB_TRY_GOTO(aalloc(&tmp, &io.y, T * D * 2), done);
+  FB_TRY_GOTO(fwd_dev(g, L, &io), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(hb, io.y, T * D * 2), done);
+  for (size_t i = 0; i < T * D; ++i) y[i] = fb_bf16_to_f32(hb[i]);
+done:
+  afree(&tmp);
+  free(hb);
   return rc;
 }
 
 /* ---- backward ------------------------------------------------------------------------------------------------- */
-static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float *dx, float *dw13, float *dw2,
-                              float *dtopk_w) {
-  fb_gpu_experts *g = ctx;
+static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
   gsaved *s = L->saved;
   if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
   const fb_layer_prec *p = L->prec;
@@ -707,32 +814,31 @@ static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float
   uint32_t seed = L->seed, step = L->step;
   int lay = L->layer;
   fb_status rc = FB_OK;
-  arena tmp = {0};
-  uint16_t *hy = calloc(R * D + 1, sizeof *hy);
-  if (!hy) { rc = FB_ERR(FB_ENOMEM, "experts gpu: dY"); goto done; }
+  arena tmp = {.g = g};
+  CUdeviceptr dY, dA, dH, dXr, cW2t, cW13t, cAt, cXt;
 
-  /* host: dtopk_w and dY = w * dy in expert order (as model_experts.c) */
-  for (size_t t = 0; t < T; ++t)
-    for (size_t k = 0; k < K; ++k) {
-      int32_t r = s->row_of[t * K + k];
-      if (r < 0) { dtopk_w[t * K + k] = 0.0f; continue; }
-      const float *yr = s->yhat + (size_t)r * D, *gr = dy + t * D;
-      double acc = 0;
-      for (size_t j = 0; j < D; ++j) acc += (double)gr[j] * (double)yr[j];
-      dtopk_w[t * K + k] = (float)acc;
-      float w = s->topk_w[t * K + k];
-      for (size_t j = 0; j < D; ++j) hy[(size_t)r * D + j] = fb_bf16_from_f32(w * fbr_rb(gr[j], 0));
-    }
-  memset(dw13, 0, E * 2 * F * D * sizeof *dw13);
-  memset(dw2, 0, E * D * F * sizeof *dw2);
-  memset(dx, 0, T * D * sizeof *dx);
+  /* the combine's backward: dY = w * dy in expert order, dtopk_w = <dy, Y^> */
+  g->phase = "bwd combine";
+  FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
+  {
+    const kent *e;
+    fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
+    fb_kp_moe pc;
+    memset(&pc, 0, sizeof pc);
+    pc.in = s->yq, pc.in_scales = s->ye, pc.in2 = io->dy, pc.out = dY, pc.grad_w = io->dtopk_w, pc.row_of = s->d_rowof;
+    pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
+    FB_TRY_GOTO(run_moe(g, e, &pc, (long long)T, (long long)D), done);
+  }
+  CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
   if (!R) goto done;
-  CUdeviceptr dY, dA, dH, dXr, ddx, dgw2, dgw13, cW2t, cW13t, cAt, cXt;
-  FB_TRY_GOTO(up(&tmp, &dY, hy, R * D * 2), done);
 
   /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward */
+  g->phase = "bwd w2 dgrad";
   dq dYq, W2t, W2g;
-  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dY, NULL, R, D, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq), done);
+  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dY, R, D, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq), done);
   FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, seed, fb_moe_stream(lay, FB_MOE_OP_W2_T), step, &W2t), done);
   FB_TRY_GOTO(regroup(&tmp, &W2t, E, &W2g), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &W2g, &cW2t), done);
@@ -749,32 +855,31 @@ static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float
     fb_kp_moe ps;
     memset(&ps, 0, sizeof ps);
     ps.in = s->H, ps.in2 = dA, ps.out = dH, ps.rows = (long long)R, ps.cols = (long long)F;
-    FB_TRY_GOTO(run_moe(e, &ps, (long long)R, (long long)F), done);
+    FB_TRY_GOTO(run_moe(g, e, &ps, (long long)R, (long long)F), done);
   }
 
   /* w2 wgrad: dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
+  g->phase = "bwd w2 wgrad";
   dq dYt, At;
   FB_TRY_GOTO(quant_cols(g, &tmp, &p->bwd_grad, dY, R, D, seed, fb_moe_stream(lay, FB_MOE_OP_DY_COL), step, &dYt), done);
   FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_act, &s->A, 0, seed, fb_moe_stream(lay, FB_MOE_OP_A_T), step, &At), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &At, &cAt), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dgw2, E * D * F * 4), done);
   {
     fb_kernel_spec k = sp_gemm(g, p, 3);
     gfit f = {1, 1, (int)D, (int)F, 0};
-    fb_gemm_args ga = {dYt.c, cAt, dgw2, s->d_off, dYt.s, 0, 0, 0, (long long)R, (int)E, (int)D, (int)F, 0, 0, 0, 0};
+    fb_gemm_args ga = {dYt.c, cAt, io->dw2, s->d_off, dYt.s, 0, 0, 0, (long long)R, (int)E, (int)D, (int)F, 0, 0, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
 
   /* w13 dgrad: dX = Q(dH along 2f) Q(W13 requantized along 2f)^T, summed back to the tokens */
+  g->phase = "bwd w13 dgrad";
   dq dHq, W13t, W13g;
-  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dH, NULL, R, 2 * F, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq),
-              done);
+  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq), done);
   FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_W13_T), step, &W13t),
               done);
   FB_TRY_GOTO(regroup(&tmp, &W13t, E, &W13g), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &W13g, &cW13t), done);
   FB_TRY_GOTO(aalloc(&tmp, &dXr, R * D * 2), done);
-  FB_TRY_GOTO(aalloc(&tmp, &ddx, T * D * 4), done);
   {
     fb_kernel_spec k = sp_gemm(g, p, 2);
     gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
@@ -786,31 +891,79 @@ static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float
     FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
     fb_kp_moe pu;
     memset(&pu, 0, sizeof pu);
-    pu.in = dXr, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = ddx;
+    pu.in = dXr, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = io->dx;
     pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k;
-    FB_TRY_GOTO(run_moe(e, &pu, (long long)T, (long long)D), done);
+    FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), done);
   }
 
   /* w13 wgrad: dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
+  g->phase = "bwd w13 wgrad";
   dq dHt, Xt;
   FB_TRY_GOTO(quant_cols(g, &tmp, &p->bwd_grad, dH, R, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_DH_COL), step, &dHt), done);
   FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_act, &s->X, 0, seed, fb_moe_stream(lay, FB_MOE_OP_X_T), step, &Xt), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &Xt, &cXt), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dgw13, E * 2 * F * D * 4), done);
   {
     fb_kernel_spec k = sp_gemm(g, p, 3);
     gfit f = {1, 1, (int)(2 * F), (int)D, 0};
-    fb_gemm_args ga = {dHt.c, cXt, dgw13, s->d_off, dHt.s, 0, 0, 0, (long long)R, (int)E, (int)(2 * F), (int)D, 0, 0, 0, 0};
+    fb_gemm_args ga = {dHt.c, cXt, io->dw13, s->d_off, dHt.s, 0, 0, 0, (long long)R, (int)E, (int)(2 * F), (int)D, 0, 0, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dx, ddx, T * D * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw2, dgw2, E * D * F * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw13, dgw13, E * 2 * F * D * 4), done);
+done:
+  g->phase = NULL;
+  afree(&tmp);
+  gpu_release(g, L);
+  return rc;
+}
+
+static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float *dx, float *dw13, float *dw2,
+                              float *dtopk_w) {
+  fb_gpu_experts *g = ctx;
+  if (!L->saved) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
+  fb_status rc = FB_OK;
+  arena tmp = {.g = g};
+  fb_gpu_layer_io io;
+  memset(&io, 0, sizeof io);
+  FB_TRY_GOTO(up(&tmp, &io.dy, dy, T * D * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &io.dx, T * D * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &io.dw13, E * 2 * F * D * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &io.dw2, E * D * F * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &io.dtopk_w, T * K * 4), fail);
+  FB_TRY_GOTO(bwd_dev(g, L, &io), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dx, io.dx, T * D * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw2, io.dw2, E * D * F * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw13, io.dw13, E * 2 * F * D * 4), done);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dtopk_w, io.dtopk_w, T * K * 4), done);
 done:
   afree(&tmp);
-  free(hy);
-  gpu_release(ctx, L);
   return rc;
+fail:
+  afree(&tmp);
+  gpu_release(g, L);
+  return rc;
+}
+
+fb_status fb_gpu_experts_forward_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) { return fwd_dev(g, L, io); }
+fb_status fb_gpu_experts_backward_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) { return bwd_dev(g, L, io); }
+
+void fb_gpu_experts_profile_begin(fb_gpu_experts *g) { g->prof = 1, g->nprof = 0; }
+
+fb_status fb_gpu_experts_profile_end(fb_gpu_experts *g, fb_gpu_prof *out, int max, int *n) {
+  g->prof = 0;
+  *n = 0;
+  CU_CHECK(fb_cu.CtxSynchronize());
+  for (int i = 0; i < g->nprof && *n < max; ++i) {
+    float ms = 0;
+    CU_CHECK(fb_cu.EventElapsedTime(&ms, g->pr[i].a, g->pr[i].b));
+    snprintf(out[*n].name, sizeof out[*n].name, "%s", g->pr[i].name);
+    snprintf(out[*n].phase, sizeof out[*n].phase, "%s", g->pr[i].phase);
+    out[(*n)++].ms = ms;
+  }
+  return FB_OK;
+}
+
+void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, size_t *held) {
+  *live = g->live, *peak = g->peak, *held = g->held;
 }
 
 /* ---- create, probe ------------------------------------------------------------------------------------------ */
@@ -852,6 +1005,10 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
   if (!g) return;
   for (int i = 0; i < g->nk; ++i)
     if (!g->o.compile_only && !g->kt[i].shared) fb_kernel_unload(&g->kt[i].k);
+  if (!g->o.compile_only) {
+    for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p);
+    for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);
+  }
   fb_plan_free(g->plan);
   free(g);
 }
@@ -881,7 +1038,7 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
   else if (!strcmp(name, "y_codes")) d = s->yq, n = R * D;
   else if (!strcmp(name, "y_scales")) d = s->ye, n = R * D / 32;
   else if (!strcmp(name, "offsets")) host = s->off, n = (E + 1) * 8;
-  else if (!strcmp(name, "row_of")) host = s->row_of, n = T * K * 4;
+  else if (!strcmp(name, "row_of")) d = s->d_rowof, n = T * K * 4;
   if (!d && !host) return FB_ERR(FB_ENOTFOUND, "experts gpu: layer %d has no saved tensor '%s'", L->layer, name);
   void *h = malloc(n ? n : 1);
   if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: probe");

@@ -40,6 +40,30 @@ const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g);
 fb_gpu_experts_stats fb_gpu_experts_stats_get(const fb_gpu_experts *g);
 void fb_gpu_experts_free(fb_gpu_experts *g);
 
+/* ---- the layer on device tensors (benchmarks; a GPU-resident train step) ----------------------------------------
+ * Pointers are device addresses (CUdeviceptr). Forward reads x (T x D BF16), topk_idx (int32 T x k), topk_w (FP32
+ * T x k, copied: the caller may reuse it), w13 / w2 (FP32 masters, laid out as fb_expert_ops says) and writes y (T x D
+ * BF16); it keeps what the backward needs in L->saved (device memory of g's pool) and synchronizes with the host once
+ * (the number of permuted rows). Backward reads dy (T x D FP32) and writes dx (T x D FP32), dw13, dw2 (FP32, shaped
+ * like the masters) and dtopk_w (FP32 T x k), and releases L->saved. Work is queued on the default stream. */
+typedef struct {
+  unsigned long long x, topk_idx, topk_w, w13, w2, y;   /* forward */
+  unsigned long long dy, dx, dw13, dw2, dtopk_w;        /* backward */
+} fb_gpu_layer_io;
+fb_status fb_gpu_experts_forward_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io);
+fb_status fb_gpu_experts_backward_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io);
+
+/* Per-launch times: begin marks every launch that follows with an event pair; end synchronizes and hands back up to
+ * max entries, in launch order. */
+typedef struct {
+  char name[96], phase[24]; /* kernel variant; step of the layer ("fwd w13", "bwd w2 wgrad", ...) */
+  float ms;
+} fb_gpu_prof;
+void fb_gpu_experts_profile_begin(fb_gpu_experts *g);
+fb_status fb_gpu_experts_profile_end(fb_gpu_experts *g, fb_gpu_prof *out, int max, int *n);
+/* Device memory of the pool: handed out now, the most handed out at once, held from the driver (bytes). */
+void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, size_t *held);
+
 /* A saved tensor of L (after forward, before backward), copied to the host (malloc'd *out, *bytes). Names:
  * x_codes x_scales x_sdec (the dispatched payload, R rows), w13_codes w13_scales w13_sdec, w2_codes w2_scales
  * w2_sdec, a_codes a_scales a_sdec, h (R x 2f BF16), y_codes y_scales (the S2F6 combine payload), offsets

@@ -179,6 +179,43 @@ fb_status fb_permute_gather_ref(const void *const in[3], const size_t bytes[3], 
 }
 
 /* ---- unpermute ----------------------------------------------------------------------------- */
+fb_status fb_combine_bwd_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows, fb_format f, int rht, uint32_t signs,
+                             const int32_t *row_of, const float *topk_w, size_t tokens, int top_k, size_t cols,
+                             const float *dy, uint16_t *dY, float *dtopk_w) {
+  if (!y || !row_of || !topk_w || !dy || !dY || !dtopk_w) return FB_ERR(FB_EINVAL, "combine_bwd: NULL argument");
+  if (top_k < 1 || cols == 0 || cols % 32) return FB_ERR(FB_EINVAL, "combine_bwd: top_k %d, %zu columns", top_k, cols);
+  if (f == FB_FMT_S2F6 ? !y_e8m0 : (f != FB_FMT_BF16 || rht))
+    return FB_ERR(FB_EINVAL, "combine_bwd: a BF16 payload, or S2F6 with its E8M0 scales (and the RHT only on S2F6)");
+  for (size_t i = 0; i < tokens * (size_t)top_k; ++i)
+    if (row_of[i] >= 0 && (size_t)row_of[i] >= y_rows)
+      return FB_ERR(FB_EINVAL, "combine_bwd: row_of[%zu] = %d: y has %zu rows", i, (int)row_of[i], y_rows);
+  float *yh = malloc(cols * sizeof *yh);
+  if (!yh) return FB_ERR(FB_ENOMEM, "combine_bwd: %zu columns", cols);
+  for (size_t t = 0; t < tokens; ++t)
+    for (int s = 0; s < top_k; ++s) {
+      size_t i = t * (size_t)top_k + (size_t)s;
+      int32_t r = row_of[i];
+      if (r < 0) { dtopk_w[i] = 0.0f; continue; }
+      if (f == FB_FMT_BF16) {
+        const uint16_t *yr = (const uint16_t *)y + (size_t)r * cols;
+        for (size_t j = 0; j < cols; ++j) yh[j] = fb_bf16_to_f32(yr[j]);
+      } else {
+        fb_status st = fb_s2f6_dequantize((const int8_t *)y + (size_t)r * cols, y_e8m0 + (size_t)r * (cols / 32), 1, cols, rht,
+                                          signs, yh);
+        if (st != FB_OK) { free(yh); return st; }
+      }
+      const float *g = dy + t * cols;
+      double acc = 0;
+      for (size_t j = 0; j < cols; ++j) {
+        acc += (double)g[j] * (double)yh[j];
+        dY[(size_t)r * cols + j] = fb_bf16_from_f32(topk_w[i] * fb_bf16_to_f32(fb_bf16_from_f32(g[j])));
+      }
+      dtopk_w[i] = (float)acc;
+    }
+  free(yh);
+  return FB_OK;
+}
+
 fb_status fb_unpermute_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows, fb_format f, int rht, uint32_t signs,
                            const int32_t *row_of, const float *topk_w, size_t tokens, int top_k, size_t cols,
                            float *out, uint16_t *out_bf16) {

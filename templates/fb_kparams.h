@@ -58,7 +58,8 @@ typedef struct {
   int pass;             /* permute: 0 count, 1 scan, 2 place, 3 gather */
   float lr, b1, b2, eps, wd, bc1, bc2, gscale; /* adamw */
   unsigned seed, stream, step; /* adamw MXFP8 SR: Philox key (seed, stream), counter step */
-  unsigned signs;       /* unpermute: RHT-32 sign mask */
+  unsigned signs;       /* unpermute, combine_bwd: RHT-32 sign mask */
+  fb_dptr grad_w;       /* combine_bwd: FP32 T x k, dL/dtopk_w */
 } fb_kp_moe;
 
 #endif

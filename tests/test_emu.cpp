@@ -311,6 +311,53 @@ void unpermute_case(const char *name, long long T, long long C, int kind, int we
   else cmp(host<float>(p.out), rf.data(), nout, 4, "out", k.v.name);
 }
 
+/* combine_bwd: dY bit-exact; dtopk_w from the same double products summed in another order (CTA tree): within
+ * 1e-6 relative of the reference's sequential double sum rounded to float (counted; exact in practice) */
+void combine_bwd_case(const char *name, long long T, long long C, int kind) {
+  const Kern &k = kern(name);
+  int E = k.k.experts, K = k.k.top_k, s2f6 = k.k.q.format == FB_FMT_S2F6;
+  size_t n = (size_t)T * K, maxr = fb_permute_max_rows((size_t)T, K, E, 16), total = 0;
+  std::vector<int32_t> idx, ref, rc(E), row_of(n), tok(maxr + 1);
+  std::vector<long long> off(E + 1);
+  make_topk(kind == 2 ? 0 : kind, T, K, E, idx, ref);
+  assert_int_equal(fb_permute_ref(ref.data(), (size_t)T, K, E, 16, rc.data(), off.data(), row_of.data(), tok.data(), &total), FB_OK);
+  if (kind == 2) /* dropped entries */
+    for (size_t i = 0; i < n; i += 5) row_of[i] = -1;
+  size_t ny = total * C;
+  std::vector<uint16_t> yb(ny), rY(ny, 0x7FC1); /* rows no entry names keep this */
+  std::vector<int8_t> yq(ny);
+  std::vector<uint8_t> e8(ny / 32 + 1);
+  for (size_t i = 0; i < ny; ++i) yb[i] = fb_bf16_from_f32(gauss()), yq[i] = (int8_t)(rng() % 255 - 127);
+  for (auto &e : e8) e = (uint8_t)(100 + rng() % 40);
+  std::vector<float> w(n), dy((size_t)T * C), rdw(n);
+  for (float &x : w) x = (float)unif();
+  for (float &x : dy) x = gauss() * (kind == 1 ? 1e-3f : 1.0f);
+  uint32_t signs = fb_rht_signs(11, 0);
+  const void *y = s2f6 ? (const void *)yq.data() : (const void *)yb.data();
+  assert_int_equal(fb_combine_bwd_ref(y, s2f6 ? e8.data() : NULL, total, k.k.q.format, s2f6 && k.k.q.rht, signs, row_of.data(), w.data(),
+                                      (size_t)T, K, (size_t)C, dy.data(), rY.data(), rdw.data()),
+                   FB_OK);
+  fb_kp_moe p;
+  memset(&p, 0, sizeof p);
+  p.in = dev(s2f6 ? ny : ny * 2, y), p.in_scales = s2f6 ? dev(ny / 32, e8.data()) : 0, p.row_of = dev(n * 4, row_of.data());
+  std::vector<uint16_t> init(ny, 0x7FC1);
+  p.topk_w = dev(n * 4, w.data()), p.in2 = dev((size_t)T * C * 4, dy.data()), p.out = dev(ny * 2, init.data()), p.grad_w = dev(n * 4);
+  p.rows = T, p.cols = C, p.top_k = K, p.signs = signs;
+  launch(k, T, C, 0, p);
+  cmp(host<uint16_t>(p.out), rY.data(), ny, 2, "dY", k.v.name);
+  const float *got = host<float>(p.grad_w);
+  size_t off_ = 0, exact = 0;
+  for (size_t i = 0; i < n; ++i) {
+    exact += got[i] == rdw[i];
+    if (!(fabsf(got[i] - rdw[i]) <= 1e-6f * fabsf(rdw[i]) + 1e-30f)) {
+      if (!off_) printf("    %s: dtopk_w[%zu] = %.9g, reference %.9g\n", k.v.name, i, got[i], rdw[i]);
+      ++off_;
+    }
+  }
+  assert_int_equal(off_, 0);
+  assert_true(exact >= n - n / 100); /* the double sums round to the same float nearly always */
+}
+
 void swiglu_case(const char *name, long long R, long long F, int kind) {
   const Kern &k = kern(name);
   int bwd = k.k.op == FB_OP_SWIGLU_BWD;
@@ -423,6 +470,10 @@ int setup(void **state) {
   ur.out_bf16 = 1;
   add_kernel(spec(FB_OP_UNPERMUTE, s2r, "combine", "unpermute_s2f6_rht32", 8, 16), {{"rows", 4}, {"threads", 128}});
   add_kernel(ur, {{"rows", 1}, {"threads", 32}});
+  /* the combine's backward */
+  add_kernel(spec(FB_OP_COMBINE_BWD, bf, "combine", "combine_bwd_bf16", 3, 8), {{"threads", 64}});
+  add_kernel(spec(FB_OP_COMBINE_BWD, s2, "combine", "combine_bwd_s2f6", 2, 6), {{"threads", 32}});
+  add_kernel(spec(FB_OP_COMBINE_BWD, s2r, "combine", "combine_bwd_s2f6_rht32", 8, 16), {{"threads", 128}});
   /* SwiGLU */
   add_kernel(spec(FB_OP_SWIGLU_FWD, none, "swiglu", "swiglu_fwd"), {{"rows", 4}, {"cols", 64}, {"threads", 32}});
   add_kernel(spec(FB_OP_SWIGLU_BWD, none, "swiglu", "swiglu_bwd"), {{"rows", 2}, {"cols", 256}, {"threads", 64}});
@@ -514,6 +565,18 @@ void test_unpermute(void **state) {
   END();
 }
 
+void test_combine_bwd(void **state) {
+  (void)state;
+  BEGIN();
+  for (int kind = 0; kind < 3; ++kind) {
+    combine_bwd_case("combine_bwd_bf16", 45, 64, kind);
+    combine_bwd_case("combine_bwd_s2f6", 30, 96, kind);
+    combine_bwd_case("combine_bwd_s2f6_rht32", 33, 160, kind); /* 5 blocks over 4 warps: a thread with 2, others 1 */
+  }
+  printf("    combine_bwd: 3 kernels x 3 inputs\n");
+  END();
+}
+
 void test_swiglu(void **state) {
   (void)state;
   BEGIN();
@@ -549,7 +612,7 @@ void test_adamw(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_router), cmocka_unit_test(test_permute), cmocka_unit_test(test_unpermute),
+      cmocka_unit_test(test_router), cmocka_unit_test(test_permute), cmocka_unit_test(test_unpermute), cmocka_unit_test(test_combine_bwd),
       cmocka_unit_test(test_swiglu), cmocka_unit_test(test_adamw),
   };
   return cmocka_run_group_tests_name("emu", tests, setup, teardown);

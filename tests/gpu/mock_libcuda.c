@@ -310,8 +310,47 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
   }
   free(x);
 }
+static void emu_amax(const char *nm, const fb_kp_mem *p) {
+  size_t R = p->rows, C = p->cols, ng = strstr(nm, "_exp") ? p->ngroups : 1;
+  int f32 = strstr(nm, "_f32") != NULL;
+  find(p->in, R * C * (f32 ? 4 : 2), "amax in");
+  find(p->amax, ng * 4, "amax out");
+  if (strstr(nm, "_exp")) find(p->group_offsets, (ng + 1) * 8, "amax groups");
+  for (size_t g = 0; g < ng; ++g) {
+    size_t lo = ng > 1 || strstr(nm, "_exp") ? (size_t)((long long *)p->group_offsets)[g] : 0;
+    size_t hi = ng > 1 || strstr(nm, "_exp") ? (size_t)((long long *)p->group_offsets)[g + 1] : R;
+    float a = ((float *)p->amax)[g];
+    for (size_t i = lo * C; i < hi * C; ++i) {
+      float v = f32 ? ((float *)p->in)[i] : bf(((uint16_t *)p->in)[i]);
+      if (!(fabsf(v) <= 3.4028235e38f) && p->flags) *(unsigned *)p->flags |= 1u;
+      a = fmaxf(a, fabsf(v));
+    }
+    ((float *)p->amax)[g] = a;
+  }
+}
 static void emu_moe(const char *nm, const fb_kp_moe *p) {
   size_t T = p->rows, C = p->cols, K = p->top_k;
+  if (!strncmp(nm, "combine_bwd_", 12)) {
+    int s2 = strstr(nm, "s2f6") != NULL;
+    find(p->row_of, T * K * 4, "cb row_of");
+    size_t yr = 0;
+    for (size_t i = 0; i < T * K; ++i) {
+      int32_t r = ((int32_t *)p->row_of)[i];
+      if (r >= 0 && (size_t)r + 1 > yr)
+        yr = (size_t)r + 1;
+    }
+    find(p->in, yr * C * (s2 ? 1 : 2), "cb in");
+    if (s2)
+      find(p->in_scales, yr * C / 32, "cb sf");
+    find(p->topk_w, T * K * 4, "cb w");
+    find(p->in2, T * C * 4, "cb dy");
+    find(p->out, yr * C * 2, "cb dY");
+    find(p->grad_w, T * K * 4, "cb dw");
+    CHK(fb_combine_bwd_ref((void *)p->in, s2 ? (uint8_t *)p->in_scales : NULL, yr, s2 ? FB_FMT_S2F6 : FB_FMT_BF16,
+                           s2 && strstr(nm, "rht32"), p->signs, (int32_t *)p->row_of, (float *)p->topk_w, T, (int)K, C,
+                           (float *)p->in2, (uint16_t *)p->out, (float *)p->grad_w));
+    return;
+  }
   if (!strncmp(nm, "swiglu_fwd", 10)) {
     find(p->in, T * 2 * C * 2, "sw in");
     find(p->out, T * C * 2, "sw out");
@@ -390,6 +429,10 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   }
   if (!strncmp(nm, "gemm_", 5)) {
     emu_gemm(nm, (const fb_kp_gemm *)a[0]);
+    return 0;
+  }
+  if (!strncmp(nm, "amax_", 5)) {
+    emu_amax(nm, (const fb_kp_mem *)e[1]);
     return 0;
   }
   if (!strncmp(nm, "quant_", 6) || !strncmp(nm, "requant_", 8) || !strncmp(nm, "bcopy_", 6)) {

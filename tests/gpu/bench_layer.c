@@ -1,0 +1,361 @@
+/* bench_layer.c — one MoE expert layer's forward + backward at the S1 shape on the GPU (issue: the runtime's speed),
+ * through the runtime's device entry points (runtime/experts_gpu.h: fb_gpu_experts_forward_dev / _backward_dev), with
+ * its PyTorch peer (tests/gpu/bench_layer_peer.py: an eager BF16 layer on the same routing) measured in the same call.
+ *
+ *   bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]
+ *               [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE] [--peer FILE]
+ *
+ * What is timed: from the BF16 tokens, the routing and the FP32 masters to y, then from dy to dx, dW13, dW2 and
+ * dL/dtopk_w: dispatch (quantize, permute), the weights' quantization and BF16 copies, the GEMMs with their epilogues,
+ * SwiGLU, the combine, and the whole MXFP8 backward (SR quantizers, requantize-transposes, copies). In a train step the
+ * weights' forward quantization is done by the AdamW kernel (fused) and not by the layer; its share is printed apart.
+ * Not timed: the router (the peer gets the same routing, also without a router).
+ *
+ * Checks before timing (exit 1 on failure): every output finite; two runs byte-identical (y, dx, dW13, dW2, dtopk_w);
+ * y of 8 sampled tokens within 0.5 (relative Frobenius) of an FP64 evaluation of the layer on the unquantized
+ * masters and tokens (the recipe's quantization error is ~0.1 for NVFP4: this catches wrong rows, experts or layouts,
+ * not rounding; the rounding is checked bit for bit by test_kernels, test_gemm and test_train_gpu in the same call).
+ * Device memory: the pool's peak (everything the layer allocates: saved tensors, scratch) plus the tensors the caller
+ * holds (tokens, routing, masters, dy, dx, gradients), against the peer's torch.cuda.max_memory_allocated. */
+#include "experts_gpu.h"
+#include "fb_cuda.h"
+#include "fb_error.h"
+#include "fourbit_train.h"
+#include "../../tuner/tune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
+             "                   [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE] [--peer FILE]\n");
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static float nrand(void) { /* uniform with unit variance (fast enough for 1.5e9 values) */
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((double)(rng >> 11) * (1.0 / 9007199254740992.0) * 3.4641016151377544 - 1.7320508075688772);
+}
+
+/* the cache lookup (as fourbit train --cache) */
+typedef struct {
+  fb_cache *cache;
+  fb_fingerprint fp;
+  const fb_recipe *r;
+  fb_plan *plan;
+  int winners, defaults, missing;
+} lk;
+static fb_status lookup(void *user, const fb_kernel_spec *k, long long tokens, char *vn, size_t vl, void **cubin, size_t *size,
+                        char *note, size_t nl) {
+  lk *u = user;
+  fb_tune_choice ch;
+  fb_status s = fb_tune_lookup(u->cache, &u->fp, u->r, u->plan, k, tokens, &ch, cubin, size, note, nl);
+  if (s == FB_OK) snprintf(vn, vl, "%s", ch.var.name), ch.from_winner ? ++u->winners : ++u->defaults;
+  else ++u->missing;
+  return s;
+}
+
+#define CK(x)                                                                                                            \
+  do {                                                                                                                   \
+    if ((x) != FB_OK) { fprintf(stderr, "bench_layer: %s\n", fb_errmsg()); return 1; }                                   \
+  } while (0)
+#define CU(x)                                                                                                            \
+  do {                                                                                                                   \
+    int r_ = (int)(x);                                                                                                   \
+    if (r_) { fprintf(stderr, "bench_layer: %s: %s\n", #x, fb_cu_errstr(r_)); return 1; }                               \
+  } while (0)
+
+static int dalloc(CUdeviceptr *d, size_t n, const void *h, size_t *total) {
+  CU(fb_cu.MemAlloc(d, n));
+  if (h) CU(fb_cu.MemcpyHtoD(*d, h, n));
+  else CU(fb_cu.MemsetD8(*d, 0, n));
+  *total += n;
+  return 0;
+}
+
+static double silu(double g) { return g / (1 + exp(-g)); }
+
+int main(int argc, char **argv) {
+  const char *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL;
+  int layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(s) (!strcmp(a, s) && v && (++i, 1))
+    if (OPT("--recipe")) recipe = v;
+    else if (OPT("--layer")) layer = atoi(v);
+    else if (OPT("--tokens")) T = atoi(v);
+    else if (OPT("--experts")) E = atoi(v);
+    else if (OPT("--top-k")) K = atoi(v);
+    else if (OPT("--d-model")) D = atoi(v);
+    else if (OPT("--d-ff")) F = atoi(v);
+    else if (OPT("--routing")) routing = v;
+    else if (OPT("--iters")) iters = atoi(v);
+    else if (OPT("--cache")) cache = v;
+    else if (OPT("--routing-out")) rout = v;
+    else if (OPT("--peer")) peer = v;
+    else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+    else { usage(stderr); return 2; }
+  }
+  if (T < 1 || E < 1 || K < 1 || K > E || D % 128 || F % 128 || iters < 1 || (strcmp(routing, "balanced") && strcmp(routing, "zipf"))) {
+    usage(stderr);
+    return 2;
+  }
+  fb_model over = {0};
+  over.experts = E, over.top_k = K, over.d_model = D, over.d_ff = F;
+  fb_recipe *r = NULL;
+  if (fb_train_recipe_load(recipe, &over, &r) != FB_OK) { fprintf(stderr, "bench_layer: %s\n", fb_errmsg()); return 2; }
+  fb_plan *plan = NULL;
+  CK(fb_plan_resolve(r, "sm_90a", &plan));
+  if (layer < 1 || layer > plan->nlayers) { fprintf(stderr, "bench_layer: --layer %d: the recipe has %d\n", layer, plan->nlayers); return 2; }
+  const fb_layer_prec *prec = &plan->layers[layer - 1];
+
+  /* ---- host data: routing, tokens, masters, dy ---- */
+  size_t nT = (size_t)T, nD = (size_t)D, nF = (size_t)F, nE = (size_t)E, nK = (size_t)K;
+  int32_t *idx = malloc(nT * nK * 4);
+  float *tw = malloc(nT * nK * 4), *w13 = malloc(nE * 2 * nF * nD * 4), *w2 = malloc(nE * nD * nF * 4), *dy = malloc(nT * nD * 4);
+  uint16_t *xb = malloc(nT * nD * 2);
+  if (!idx || !tw || !w13 || !w2 || !dy || !xb) { fprintf(stderr, "bench_layer: host memory\n"); return 1; }
+  double *zw = malloc(nE * sizeof *zw);
+  for (size_t e = 0; e < nE; ++e) zw[e] = 1.0 / (double)(e + 1); /* Zipf, s = 1 */
+  long long *cnt = calloc(nE, sizeof *cnt);
+  for (size_t t = 0; t < nT; ++t) {
+    double ws = 0, wv[64];
+    for (size_t s = 0; s < nK; ++s) {
+      int e;
+      if (!strcmp(routing, "balanced")) {
+        e = (int)((t * nK + s) % nE);
+      } else { /* K distinct experts, drawn in proportion to zw */
+        for (;;) {
+          double u = urand(), tot = 0;
+          for (size_t j = 0; j < nE; ++j) tot += zw[j];
+          u *= tot, e = 0;
+          while (e < E - 1 && u >= zw[e]) u -= zw[e++];
+          int dup = 0;
+          for (size_t q = 0; q < s; ++q) dup |= idx[t * nK + q] == e;
+          if (!dup) break;
+        }
+      }
+      idx[t * nK + s] = e, cnt[e]++;
+      wv[s] = urand() + 0.05, ws += wv[s];
+    }
+    for (size_t s = 0; s < nK; ++s) tw[t * nK + s] = (float)(wv[s] / ws);
+  }
+  long long cmin = cnt[0], cmax = cnt[0];
+  for (size_t e = 0; e < nE; ++e) cmin = cnt[e] < cmin ? cnt[e] : cmin, cmax = cnt[e] > cmax ? cnt[e] : cmax;
+  for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
+  float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
+  for (size_t i = 0; i < nE * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
+  for (size_t i = 0; i < nE * nD * nF; ++i) w2[i] = nrand() * s2;
+  for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
+  if (rout) { /* for the peer: idx (int32 T x K), weights (FP32 T x K) */
+    FILE *f = fopen(rout, "wb");
+    if (!f || fwrite(idx, 4, nT * nK, f) != nT * nK || fwrite(tw, 4, nT * nK, f) != nT * nK || fclose(f)) {
+      fprintf(stderr, "bench_layer: --routing-out %s: cannot write\n", rout);
+      return 1;
+    }
+  }
+  printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
+         "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
+         (long long)nT * K, routing, cmin, cmax, D, F);
+
+  /* ---- device ---- */
+  if (fb_cuda_use_device(0) != FB_OK) { printf("bench_layer: SKIPPED (not passed): no GPU: %s\n", fb_errmsg()); return 0; }
+  lk u;
+  memset(&u, 0, sizeof u);
+  u.r = r;
+  if (cache) {
+    CK(fb_cache_open(cache, &u.cache));
+    CK(fb_tune_fingerprint(&u.fp));
+    CK(fb_plan_resolve(r, "sm_90a", &u.plan));
+  }
+  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : NULL, .lookup_user = &u, .log = stdout, .verbose = 1};
+  fb_gpu_experts *g = NULL;
+  CK(fb_gpu_experts_create(&go, &g));
+  fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
+  printf("kernels: %d (%d from the cache: %d tuned winners, %d defaults; %d compiled with NVRTC)\n", st.kernels, st.from_cache,
+         u.winners, u.defaults, st.compiled);
+  size_t held_io = 0;
+  fb_gpu_layer_io io;
+  memset(&io, 0, sizeof io);
+  CUdeviceptr d;
+  if (dalloc(&d, nT * nD * 2, xb, &held_io)) return 1;
+  io.x = d;
+  if (dalloc(&d, nT * nK * 4, idx, &held_io)) return 1;
+  io.topk_idx = d;
+  if (dalloc(&d, nT * nK * 4, tw, &held_io)) return 1;
+  io.topk_w = d;
+  if (dalloc(&d, nE * 2 * nF * nD * 4, w13, &held_io)) return 1;
+  io.w13 = d;
+  if (dalloc(&d, nE * nD * nF * 4, w2, &held_io)) return 1;
+  io.w2 = d;
+  if (dalloc(&d, nT * nD * 2, NULL, &held_io)) return 1;
+  io.y = d;
+  if (dalloc(&d, nT * nD * 4, dy, &held_io)) return 1;
+  io.dy = d;
+  if (dalloc(&d, nT * nD * 4, NULL, &held_io)) return 1;
+  io.dx = d;
+  if (dalloc(&d, nE * 2 * nF * nD * 4, NULL, &held_io)) return 1;
+  io.dw13 = d;
+  if (dalloc(&d, nE * nD * nF * 4, NULL, &held_io)) return 1;
+  io.dw2 = d;
+  if (dalloc(&d, nT * nK * 4, NULL, &held_io)) return 1;
+  io.dtopk_w = d;
+
+  fb_moe_layer L;
+  memset(&L, 0, sizeof L);
+  L.layer = layer, L.prec = prec, L.tokens = T, L.d_model = D, L.d_ff = F, L.experts = E, L.top_k = K, L.seed = 1234, L.step = 1;
+
+  /* ---- checks: two runs byte-identical, finite, y near the FP64 layer ---- */
+  struct { CUdeviceptr p; size_t n; const char *name; void *h[2]; } outs[] = {
+      {io.y, nT * nD * 2, "y", {0}}, {io.dx, nT * nD * 4, "dx", {0}}, {io.dw13, nE * 2 * nF * nD * 4, "dW13", {0}},
+      {io.dw2, nE * nD * nF * 4, "dW2", {0}}, {io.dtopk_w, nT * nK * 4, "dtopk_w", {0}}};
+  for (int run = 0; run < 2; ++run) {
+    CK(fb_gpu_experts_forward_dev(g, &L, &io));
+    CU(fb_cu.CtxSynchronize());
+    for (int o = 0; o < 1; ++o) {
+      outs[o].h[run] = malloc(outs[o].n);
+      CU(fb_cu.MemcpyDtoH(outs[o].h[run], outs[o].p, outs[o].n));
+    }
+    CK(fb_gpu_experts_backward_dev(g, &L, &io));
+    CU(fb_cu.CtxSynchronize());
+    for (int o = 1; o < 5; ++o) {
+      outs[o].h[run] = malloc(outs[o].n);
+      CU(fb_cu.MemcpyDtoH(outs[o].h[run], outs[o].p, outs[o].n));
+    }
+  }
+  int bad = 0;
+  for (int o = 0; o < 5; ++o) {
+    size_t nonfinite = 0;
+    if (o == 0) {
+      for (size_t i = 0; i < nT * nD; ++i) nonfinite += !isfinite(fb_bf16_to_f32(((uint16_t *)outs[o].h[0])[i]));
+    } else {
+      for (size_t i = 0; i < outs[o].n / 4; ++i) nonfinite += !isfinite(((float *)outs[o].h[0])[i]);
+    }
+    int same = !memcmp(outs[o].h[0], outs[o].h[1], outs[o].n);
+    printf("check %-8s non-finite %zu, two runs %s\n", outs[o].name, nonfinite, same ? "byte-identical" : "DIFFER");
+    bad |= nonfinite != 0 || !same;
+  }
+  { /* y of 8 tokens against the FP64 layer on the unquantized operands */
+    double num = 0, den = 0;
+    double *h = malloc(2 * nF * sizeof *h), *a = malloc(nF * sizeof *a), *yr = malloc(nD * sizeof *yr);
+    const uint16_t *yg = outs[0].h[0];
+    for (int q = 0; q < 8; ++q) {
+      size_t t = (size_t)q * (nT / 8) + (size_t)q;
+      if (t >= nT) t = nT - 1;
+      for (size_t j = 0; j < nD; ++j) yr[j] = 0;
+      for (size_t s = 0; s < nK; ++s) {
+        size_t e = (size_t)idx[t * nK + s];
+        for (size_t n = 0; n < 2 * nF; ++n) {
+          double acc = 0;
+          const float *wr = w13 + (e * 2 * nF + n) * nD;
+          for (size_t k = 0; k < nD; ++k) acc += (double)wr[k] * fb_bf16_to_f32(xb[t * nD + k]);
+          h[n] = acc;
+        }
+        for (size_t n = 0; n < nF; ++n) a[n] = silu(h[n]) * h[nF + n];
+        for (size_t j = 0; j < nD; ++j) {
+          double acc = 0;
+          const float *wr = w2 + (e * nD + j) * nF;
+          for (size_t n = 0; n < nF; ++n) acc += (double)wr[n] * a[n];
+          yr[j] += tw[t * nK + s] * acc;
+        }
+      }
+      for (size_t j = 0; j < nD; ++j) {
+        double dv = fb_bf16_to_f32(yg[t * nD + j]) - yr[j];
+        num += dv * dv, den += yr[j] * yr[j];
+      }
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("check y (8 tokens) vs the FP64 layer on unquantized operands: rel. Frobenius %.4f (<= 0.5: %s)\n", rel,
+           rel <= 0.5 ? "ok" : "FAIL");
+    bad |= !(rel <= 0.5);
+    free(h), free(a), free(yr);
+  }
+  if (bad) { printf("bench_layer: FAILED a check: not timed\n"); return 1; }
+
+  /* ---- timing: iters x (forward + backward), events around each half ---- */
+  CUevent ev[3];
+  for (int i = 0; i < 3; ++i) CU(fb_cu.EventCreate(&ev[i], 0));
+  double *tf = malloc(iters * sizeof *tf), *tb = malloc(iters * sizeof *tb), *tt = malloc(iters * sizeof *tt);
+  for (int it = 0; it < iters; ++it) {
+    L.step = 2 + (uint32_t)it;
+    CU(fb_cu.EventRecord(ev[0], 0));
+    CK(fb_gpu_experts_forward_dev(g, &L, &io));
+    CU(fb_cu.EventRecord(ev[1], 0));
+    CK(fb_gpu_experts_backward_dev(g, &L, &io));
+    CU(fb_cu.EventRecord(ev[2], 0));
+    CU(fb_cu.EventSynchronize(ev[2]));
+    float a, b;
+    CU(fb_cu.EventElapsedTime(&a, ev[0], ev[1]));
+    CU(fb_cu.EventElapsedTime(&b, ev[1], ev[2]));
+    tf[it] = a, tb[it] = b, tt[it] = a + b;
+  }
+  int cmpd(const void *x, const void *y);
+  qsort(tf, iters, sizeof *tf, cmpd), qsort(tb, iters, sizeof *tb, cmpd), qsort(tt, iters, sizeof *tt, cmpd);
+  double mf = tf[iters / 2], mb = tb[iters / 2], mt = tt[iters / 2];
+
+  /* ---- one profiled step: per-launch times, summed by phase ---- */
+  static fb_gpu_prof pr[256];
+  int np = 0;
+  fb_gpu_experts_profile_begin(g);
+  CK(fb_gpu_experts_forward_dev(g, &L, &io));
+  CK(fb_gpu_experts_backward_dev(g, &L, &io));
+  CK(fb_gpu_experts_profile_end(g, pr, 256, &np));
+  const char *phases[] = {"fwd dispatch", "fwd weights", "fwd w13", "fwd w2", "fwd combine", "bwd combine", "bwd w2 dgrad",
+                          "bwd w2 wgrad", "bwd w13 dgrad", "bwd w13 wgrad"};
+  double ksum = 0, wq = 0, gemm_ms = 0;
+  printf("\nper-kernel times of one profiled step (ms; a GEMM's FLOPs / its time):\n");
+  for (int i = 0; i < np; ++i) {
+    ksum += pr[i].ms;
+    if (!strcmp(pr[i].phase, "fwd weights") && strncmp(pr[i].name, "bcopy", 5)) wq += pr[i].ms;
+    if (!strncmp(pr[i].name, "gemm_", 5)) gemm_ms += pr[i].ms;
+    printf("  %-14s %-64s %8.3f\n", pr[i].phase, pr[i].name, pr[i].ms);
+  }
+  printf("\nby phase:\n");
+  for (size_t p = 0; p < sizeof phases / sizeof *phases; ++p) {
+    double s = 0;
+    int n = 0;
+    for (int i = 0; i < np; ++i)
+      if (!strcmp(pr[i].phase, phases[p])) s += pr[i].ms, ++n;
+    printf("  %-14s %3d launches %8.3f ms %5.1f%%\n", phases[p], n, s, 100 * s / ksum);
+  }
+  double rows = (double)nT * nK, flop = 2.0 * rows * (2.0 * nF * nD + nD * nF) * 3.0; /* fwd, dgrad, wgrad of w13 and w2 */
+  size_t live, peak, held;
+  fb_gpu_experts_memory(g, &live, &peak, &held);
+  printf("\nlayer fwd+bwd: median of %d: forward %.3f ms, backward %.3f ms, total %.3f ms (min %.3f, max %.3f)\n", iters, mf, mb, mt,
+         tt[0], tt[iters - 1]);
+  printf("kernels of the profiled step: %.3f ms (%d launches; GEMMs %.3f ms = %.0f TFLOP/s on their %.2f TFLOP); the rest of "
+         "the median step (memsets, copies, gaps) %.3f ms\n", ksum, np, gemm_ms, flop / (gemm_ms * 1e-3) / 1e12, flop / 1e12, mt - ksum);
+  printf("forward weight quantization (FP32 masters -> %s; the AdamW kernel's in a train step): %.3f ms; total without it %.3f ms\n",
+         fb_format_name(prec->fwd_weight.format), wq, mt - wq);
+  printf("layer TFLOP/s (GEMM FLOPs / total): %.0f\n", flop / (mt * 1e-3) / 1e12);
+  printf("device memory: the layer's pool peak %.2f GiB (held %.2f GiB) + inputs, masters and gradients %.2f GiB = %.2f GiB\n",
+         peak / 1073741824.0, held / 1073741824.0, held_io / 1073741824.0, (peak + held_io) / 1073741824.0);
+  printf("RESULT layer=%d routing=%s ms=%.3f fwd=%.3f bwd=%.3f wq=%.3f peak_gib=%.3f\n", layer, routing, mt, mf, mb, wq,
+         (peak + held_io) / 1073741824.0);
+  if (peer) { /* "ms MS peak_gib G" lines from bench_layer_peer.py */
+    FILE *f = fopen(peer, "r");
+    double pm = 0, pg = 0;
+    char ln[256];
+    while (f && fgets(ln, sizeof ln, f))
+      if (sscanf(ln, "%*s routing=%*s ms=%lf peak_gib=%lf", &pm, &pg) == 2 && strstr(ln, routing)) break;
+    if (f) fclose(f);
+    if (pm > 0)
+      printf("PEER eager PyTorch BF16 layer (%s): %.3f ms, peak %.2f GiB; ours / peer = %.3f (target <= 0.5), without the weights' "
+             "quantization %.3f\n", routing, pm, pg, mt / pm, (mt - wq) / pm);
+    else
+      printf("PEER: no figure for %s in %s\n", routing, peer);
+  }
+  fb_gpu_experts_free(g);
+  return 0;
+}
+
+int cmpd(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
