@@ -7,6 +7,9 @@
  *   sr           the recipe as written (MXFP8 SR backward): N = 2, 4.
  *   rn           the same recipe with an RN backward (grad and saved rounding "rn"): N = 2, 4.
  *   exact        FP32, no quantization: N = 2, 4.
+ *   nccl         libnccl.so.2 loads by dlopen and makes the launcher's unique id (FOURBIT_NCCL_ID, 256 hex digits);
+ *                a device collective before fb_comm_nccl_init is refused. (Nothing more runs without a GPU:
+ *                tests/gpu/test_comm.c does on the device.)
  *   grads        one forward and backward at N = 2, 4: each rank's expert gradients equal one rank's bit for bit;
  *                the replicated tensors' gradients within 1e-5 (relative, norm-wise).
  *   sr, rn, exact compare the per-step loss, aux and gradient norm (doubles) and print the largest differences. Step 1's
@@ -185,6 +188,27 @@ static void test_comm(void **st) {
   }
 }
 
+static void test_nccl(void **st) {
+  (void)st;
+  unsetenv("FOURBIT_NCCL_ID");
+  fb_status s = fb_comm_nccl_unique_id_env();
+  if (s != FB_OK) print_message("%s\n", fb_errmsg());
+  assert_int_equal(s, FB_OK);
+  const char *id = getenv("FOURBIT_NCCL_ID");
+  assert_non_null(id);
+  assert_int_equal(strlen(id), 256);
+  assert_int_equal(strspn(id, "0123456789abcdef"), 256);
+  print_message("    FOURBIT_NCCL_ID=%.24s...\n", id);
+  unsetenv("FOURBIT_NCCL_ID");
+  fb_comm *c = NULL;
+  assert_int_equal(fb_comm_single(&c), FB_OK);
+  size_t z[1] = {0};
+  float x = 0;
+  assert_int_equal(fb_comm_dev_alltoallv(c, &x, z, z, &x, z, z, NULL), FB_EINVAL);
+  assert_int_equal(fb_comm_dev_allreduce_f32(c, &x, 1, NULL), FB_EINVAL);
+  fb_comm_free(c);
+}
+
 /* ---- training against one rank ---- */
 typedef struct { int rn, exact; } mode;
 static int train_body(fb_comm *c, void *arg, void *result, size_t rn) {
@@ -295,7 +319,9 @@ static void test_exact(void **st) { (void)st; compare("exact", 0, 1, 1e-6); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_comm), cmocka_unit_test(test_grads), cmocka_unit_test(test_sr), cmocka_unit_test(test_rn), cmocka_unit_test(test_exact),
+      cmocka_unit_test(test_comm), cmocka_unit_test(test_grads), cmocka_unit_test(test_sr), cmocka_unit_test(test_rn),
+      cmocka_unit_test(test_exact),
+      cmocka_unit_test(test_nccl), /* last: NCCL's bootstrap thread lives on in this process, and the others fork */
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
