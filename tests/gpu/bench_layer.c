@@ -3,7 +3,7 @@
  * its PyTorch peer (tests/gpu/bench_layer_peer.py: an eager BF16 layer on the same routing) measured in the same call.
  *
  *   bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]
- *               [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE] [--peer FILE]
+ *               [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE [--routing-only]] [--peer FILE]
  *
  * What is timed: from the BF16 tokens, the routing and the FP32 masters to y, then from dy to dx, dW13, dW2 and
  * dL/dtopk_w: dispatch (quantize, permute), the weights' quantization and BF16 copies, the GEMMs with their epilogues,
@@ -30,7 +30,8 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
-             "                   [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE] [--peer FILE]\n");
+             "                   [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE [--routing-only]] [--peer FILE]\n"
+             "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n");
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -83,7 +84,7 @@ static double silu(double g) { return g / (1 + exp(-g)); }
 
 int main(int argc, char **argv) {
   const char *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL;
-  int layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
+  int routing_only = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(s) (!strcmp(a, s) && v && (++i, 1))
@@ -99,6 +100,7 @@ int main(int argc, char **argv) {
     else if (OPT("--cache")) cache = v;
     else if (OPT("--routing-out")) rout = v;
     else if (OPT("--peer")) peer = v;
+    else if (!strcmp(a, "--routing-only")) routing_only = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
   }
@@ -160,6 +162,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (routing_only) return 0;
   printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
          "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
          (long long)nT * K, routing, cmin, cmax, D, F);
