@@ -150,11 +150,6 @@ int main(int argc, char **argv) {
   }
   long long cmin = cnt[0], cmax = cnt[0];
   for (size_t e = 0; e < nE; ++e) cmin = cnt[e] < cmin ? cnt[e] : cmin, cmax = cnt[e] > cmax ? cnt[e] : cmax;
-  for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
-  float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
-  for (size_t i = 0; i < nE * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
-  for (size_t i = 0; i < nE * nD * nF; ++i) w2[i] = nrand() * s2;
-  for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
   if (rout) { /* for the peer: idx (int32 T x K), weights (FP32 T x K) */
     FILE *f = fopen(rout, "wb");
     if (!f || fwrite(idx, 4, nT * nK, f) != nT * nK || fwrite(tw, 4, nT * nK, f) != nT * nK || fclose(f)) {
@@ -163,6 +158,11 @@ int main(int argc, char **argv) {
     }
   }
   if (routing_only) return 0;
+  for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
+  float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
+  for (size_t i = 0; i < nE * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
+  for (size_t i = 0; i < nE * nD * nF; ++i) w2[i] = nrand() * s2;
+  for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
   printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
          "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
          (long long)nT * K, routing, cmin, cmax, D, F);
