@@ -169,6 +169,112 @@ static __device__ __forceinline__ void nv_quant_block_rn(const fb_kp_mem &p, lon
 }
 #endif
 
+#if FB_FOUR_OVER_SIX && !FB_SR && !FB_TWO_D && !FB_IN_F32
+#define NV46_FAST 1
+/* ---- Four Over Six, RN, BF16 input: the fast block path ----
+ * The same codes, scales and candidate errors as nv_quant_block_rn, for blocks whose checks below pass (the others go
+ * to it): both scale codes normal (sf6 >= 8, so sf4 >= 8 too), and fl(abn * enc6) < 7, so that every a = |x| * enc
+ * of either candidate (enc4 <= enc6) is below 7, where fbf_e2m1_rn_grid's min(., 6) never acts. Each candidate then
+ * works in the domain scaled by 2^-6 (exact: a normal enc * 2^-6 for the row's s_dec in [2^-100, 2^100], and a value
+ * below 2^-126 there rounds to 0 on both sides): the magic-add grid g' = g * 2^-6 is what the E4M3 pair conversion
+ * turns into code << 2 (0.5 * 2^-6 is E4M3's subnormal 4 * 2^-9, the normals follow), two elements an instruction;
+ * the error is (g' * sf * 64) * s_dec - |x|, g' * sf * 64 = g * sf exactly as the reference's first product.
+ * enc without a division: sf = (1 + m/8) 2^(e-7) (normal code e, m), so fl(sf * s_dec) = 2^(e-7) fl((1 + m/8) s_dec)
+ * and enc * 2^-6 = R[m] * 2^(1-e) with R[m] = fl(1 / fl((1 + m/8) s_dec)), eight values a row (shared memory). */
+/* prmt.b32 with sign replication (selector bit 3 set: the byte's msb over all 8 bits) */
+static __device__ __forceinline__ unsigned nv_prmt_rep(unsigned a, unsigned b, unsigned sel) {
+#if defined(__CUDA_ARCH__)
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+#else
+  unsigned long long v = (unsigned long long)b << 32 | a;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) {
+    unsigned n = (sel >> (4 * i)) & 15u, by = (unsigned)(v >> (8 * (n & 7u))) & 255u;
+    if (n & 8u) by = (by & 0x80u) ? 255u : 0u;
+    r |= by << (8 * i);
+  }
+  return r;
+#endif
+}
+/* max.{NaN.}xorsign.abs.bf16x2: per half, the larger magnitude (its sign the xor of the two signs; the callers use
+ * magnitudes only). Without .NaN a NaN half gives the other operand's half (both NaN: NaN), with .NaN any NaN gives
+ * NaN. On the host the same rule on the 16-bit halves (a magnitude's order is its bits' order; NaN 0x7FFF). */
+template <int NANP> static __device__ __forceinline__ unsigned nv_bmax2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__)
+  unsigned r;
+  if (NANP) asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  else asm("max.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  unsigned r = 0;
+  for (int h = 0; h < 2; ++h) {
+    unsigned x = (a >> (16 * h)) & 0xFFFFu, y = (b >> (16 * h)) & 0xFFFFu, mx = x & 0x7FFFu, my = y & 0x7FFFu, m;
+    bool nx = mx > 0x7F80u, ny = my > 0x7F80u;
+    if (nx && ny) m = 0x7FFFu;
+    else if (nx || ny) m = NANP ? 0x7FFFu : (nx ? my : mx);
+    else m = mx > my ? mx : my;
+    r |= (m | (m == 0x7FFFu && (nx || ny) ? 0u : ((x ^ y) & 0x8000u))) << (16 * h);
+  }
+  return r;
+#endif
+}
+/* the larger magnitude of a bf16x2 word's two halves, as a float (max.NaN: NaN if either is) */
+static __device__ __forceinline__ float nv_bmax_f(unsigned m) {
+  return fbf_absmax_nan(fabsf(__uint_as_float(m << 16)), __uint_as_float(m & 0xFFFF0000u));
+}
+/* One candidate: its squared error, and its codes as E4M3 bytes (code << 2): q[0] elements 0 2 4 6, q[1] 1 3 5 7,
+ * q[2] and q[3] the same for 8..15. encs = enc * 2^-6, sf64 = sf * 64. */
+static __device__ __forceinline__ float nv46_cand(const float v[16], float encs, float sf64, float s_dec, unsigned q[4]) {
+  float g[16], err = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float av = fabsf(v[j]), a = av * encs;
+    const float pw = __uint_as_float(__float_as_uint(fmaxf(a, 0.015625f)) & 0x7F800000u); /* 2^-6 .. 2^-4 */
+    g[j] = fmaf(pw, -6291456.0f, fmaf(pw, 6291456.0f, a));
+    const float d = (g[j] * sf64) * s_dec - av;
+    err = fmaf(d, d, err);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float *x = g + 8 * h;
+    q[2 * h] = fbf_e4m3x2_rn(x[0], x[2]) | fbf_e4m3x2_rn(x[4], x[6]) << 16;
+    q[2 * h + 1] = fbf_e4m3x2_rn(x[1], x[3]) | fbf_e4m3x2_rn(x[5], x[7]) << 16;
+  }
+  return err;
+}
+/* Eight nibbles from the even (A) and odd (B) elements' code bytes and the signs of the four BF16 words w0..w3 (elements
+ * 0..7): the sign bytes replicated (X = s0 s2 s1 s3, Y = s4 s6 s5 s7), gathered into even and odd, put on bit 5 of each
+ * code byte, then A >> 2 leaves code | sign << 3 in the low nibble and B << 2 the same in the high one. */
+static __device__ __forceinline__ unsigned nv46_pack(unsigned A, unsigned B, unsigned w0, unsigned w1, unsigned w2, unsigned w3) {
+  const unsigned X = nv_prmt_rep(w0, w1, 0xFBD9u), Y = nv_prmt_rep(w2, w3, 0xFBD9u);
+  A |= fbf_prmt(X, Y, 0x5410u) & 0x20202020u;
+  B |= fbf_prmt(X, Y, 0x7632u) & 0x20202020u;
+  return (A >> 2) + (B << 2);
+}
+static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long i0, const nv_raw &r, const float v[16],
+                                                  float abn, float k, float s_dec, const float *rt) {
+  const float base = abn * k;
+  const unsigned sf2 = fbf_e4m3x2_rn(fminf(base, 448.0f), fminf(1.5f * base, 448.0f)), sf6 = sf2 & 255u, sf4 = sf2 >> 8;
+  const float enc6s = rt[sf6 & 7u] * __uint_as_float((128u - (sf6 >> 3)) << 23);
+  if (!(sf6 >= 8u && abn * enc6s < 0.109375f)) { /* 7 * 2^-6; false for NaN */
+    nv_quant_block_rn(p, i0, v, abn, k, s_dec);
+    return;
+  }
+  const float enc4s = rt[sf4 & 7u] * __uint_as_float((128u - (sf4 >> 3)) << 23);
+  unsigned q6[4], q4[4];
+  const float e6 = nv46_cand(v, enc6s, __uint_as_float((sf6 << 20) + (126u << 23)), s_dec, q6);
+  const float e4 = nv46_cand(v, enc4s, __uint_as_float((sf4 << 20) + (126u << 23)), s_dec, q4);
+  const bool four = e4 < e6;
+  uint2 packed;
+  packed.x = nv46_pack(four ? q4[0] : q6[0], four ? q4[1] : q6[1], r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w);
+  packed.y = nv46_pack(four ? q4[2] : q6[2], four ? q4[3] : q6[3], r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w);
+  reinterpret_cast<uint2 *>(p.out)[i0 >> 4] = packed;
+  reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)(four ? sf4 : sf6);
+}
+#endif
+
 static __device__ __forceinline__ long long group_of(const fb_kp_mem &p, long long row) {
 #if FB_OUTER == 2
   const long long *off = reinterpret_cast<const long long *>(p.group_offsets);
@@ -188,6 +294,9 @@ static __device__ __forceinline__ long long group_of(const fb_kp_mem &p, long lo
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long nb = p.cols / 16;
+#if NV46_FAST
+  __shared__ float rt[FB_THREADS / 32][8];
+#endif
 #if FB_OUTER != 1
   /* tensor / group outer scales: S_dec from the amax pass, written once per group */
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -232,12 +341,27 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     float v[16], s_enc;
 #if FB_OUTER == 1
     float A = 0.0f;
+#if NV46_FAST
+    { /* the row's magnitudes, NaN ignored, by bf16x2 abs-max (half an instruction an element); the accumulator starts
+       * at +0 and so never becomes NaN */
+      unsigned m = 0u;
+#pragma unroll 4
+      for (long long b = lane; b < nb; b += 32) {
+        nv_raw r;
+        load16_raw(p, row * p.cols + b * 16, r);
+        m = nv_bmax2<0>(m, nv_bmax2<0>(nv_bmax2<0>(r.q[0].x, r.q[0].y), nv_bmax2<0>(r.q[0].z, r.q[0].w)));
+        m = nv_bmax2<0>(m, nv_bmax2<0>(nv_bmax2<0>(r.q[1].x, r.q[1].y), nv_bmax2<0>(r.q[1].z, r.q[1].w)));
+      }
+      A = fmaxf(fabsf(__uint_as_float(m << 16)), fabsf(__uint_as_float(m & 0xFFFF0000u)));
+    }
+#else
 #pragma unroll 4
     for (long long b = lane; b < nb; b += 32) {
       load16(p, row * p.cols + b * 16, v);
 #pragma unroll
       for (int j = 0; j < 16; ++j) A = fmaxf(A, fabsf(v[j]));
     }
+#endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) A = fmaxf(A, __shfl_xor_sync(0xFFFFFFFFu, A, o));
     s_enc = fbf_nvfp4_s_enc(A, FB_FOUR_OVER_SIX);
@@ -246,16 +370,34 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     s_enc = fbf_nvfp4_s_enc(reinterpret_cast<const float *>(p.amax)[group_of(p, row)], FB_FOUR_OVER_SIX);
 #endif
     float s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f);
+#if NV46_FAST
+    __syncwarp(); /* the previous row's table is no longer read */
+    if (lane < 8) rt[warp][lane] = 1.0f / ((1.0f + 0.125f * (float)lane) * s_dec);
+    __syncwarp();
+    const bool rowfast = s_dec >= 7.8886090522101181e-31f && s_dec <= 1.2676506002282294e30f; /* 2^-100, 2^100 */
+#endif
     /* software pipeline: the next block's loads are in flight while this one is quantized */
     nv_raw nxt;
     if (lane < nb) load16_raw(p, row * p.cols + lane * 16, nxt);
     for (long long b = lane; b < nb; b += 32) {
+#if NV46_FAST
+      const nv_raw cur = nxt;
+#endif
       unpack16(nxt, v);
       if (b + 32 < nb) load16_raw(p, row * p.cols + (b + 32) * 16, nxt);
-#if !FB_SR
+#if NV46_FAST
+      const float abn = nv_bmax_f(nv_bmax2<1>(nv_bmax2<1>(nv_bmax2<1>(cur.q[0].x, cur.q[0].y), nv_bmax2<1>(cur.q[0].z, cur.q[0].w)),
+                                              nv_bmax2<1>(nv_bmax2<1>(cur.q[1].x, cur.q[1].y), nv_bmax2<1>(cur.q[1].z, cur.q[1].w))));
+#elif !FB_SR
       float abn = 0.0f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) abn = fbf_absmax_nan(abn, v[j]);
+#endif
+#if !FB_SR
+#if NV46_FAST
+      if (rowfast) nv46_block(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, rt[warp]);
+      else
+#endif
       nv_quant_block_rn(p, row * p.cols + b * 16, v, abn, k, s_dec);
 #else
       float ab = 0.0f;
