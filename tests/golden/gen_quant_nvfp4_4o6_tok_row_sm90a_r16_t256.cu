@@ -254,15 +254,18 @@ static __device__ __forceinline__ unsigned nv46_pack(unsigned A, unsigned B, uns
   return (A >> 2) + (B << 2);
 }
 static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long i0, const nv_raw &r, const float v[16],
-                                                  float abn, float k, float s_dec, const float *rt) {
+                                                  float abn, float k, float s_dec, float R, bool live) {
   const float base = abn * k;
   const unsigned sf2 = fbf_e4m3x2_rn(fminf(base, 448.0f), fminf(1.5f * base, 448.0f)), sf6 = sf2 & 255u, sf4 = sf2 >> 8;
-  const float enc6s = rt[sf6 & 7u] * __uint_as_float((128u - (sf6 >> 3)) << 23);
+  /* R[m] from lanes 0..7 (every lane of the warp is here: the caller's loop is warp-uniform) */
+  const float r6 = __shfl_sync(0xFFFFFFFFu, R, (int)(sf6 & 7u)), r4 = __shfl_sync(0xFFFFFFFFu, R, (int)(sf4 & 7u));
+  if (!live) return;
+  const float enc6s = r6 * __uint_as_float((128u - (sf6 >> 3)) << 23);
   if (!(sf6 >= 8u && abn * enc6s < 0.109375f)) { /* 7 * 2^-6; false for NaN */
     nv_quant_block_rn(p, i0, v, abn, k, s_dec);
     return;
   }
-  const float enc4s = rt[sf4 & 7u] * __uint_as_float((128u - (sf4 >> 3)) << 23);
+  const float enc4s = r4 * __uint_as_float((128u - (sf4 >> 3)) << 23);
   unsigned q6[4], q4[4];
   const float e6 = nv46_cand(v, enc6s, __uint_as_float((sf6 << 20) + (126u << 23)), s_dec, q6);
   const float e4 = nv46_cand(v, enc4s, __uint_as_float((sf4 << 20) + (126u << 23)), s_dec, q4);
@@ -294,9 +297,6 @@ static __device__ __forceinline__ long long group_of(const fb_kp_mem &p, long lo
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long nb = p.cols / 16;
-#if NV46_FAST
-  __shared__ float rt[FB_THREADS / 32][8];
-#endif
 #if FB_OUTER != 1
   /* tensor / group outer scales: S_dec from the amax pass, written once per group */
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -371,33 +371,34 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
 #endif
     float s_dec = 1.0f / s_enc, k = s_enc * (1.0f / 6.0f);
 #if NV46_FAST
-    __syncwarp(); /* the previous row's table is no longer read */
-    if (lane < 8) rt[warp][lane] = 1.0f / ((1.0f + 0.125f * (float)lane) * s_dec);
-    __syncwarp();
-    const bool rowfast = s_dec >= 7.8886090522101181e-31f && s_dec <= 1.2676506002282294e30f; /* 2^-100, 2^100 */
+    if (s_dec >= 7.8886090522101181e-31f && s_dec <= 1.2676506002282294e30f) { /* 2^-100 .. 2^100: nv46_block's range */
+      /* lane m < 8 holds R[m] = fl(1 / fl((1 + m/8) s_dec)); a warp-uniform loop (the table is read by shuffles), no
+       * prefetch: the occupancy hides the latency of these reads, which pass 1 has just brought into the cache */
+      const float R = 1.0f / ((1.0f + 0.125f * (float)(lane & 7)) * s_dec);
+      for (long long bw = 0; bw < nb; bw += 32) {
+        const long long b = bw + lane;
+        const bool live = b < nb;
+        nv_raw cur;
+        if (live) load16_raw(p, row * p.cols + b * 16, cur);
+        else cur.q[0] = cur.q[1] = make_uint4(0u, 0u, 0u, 0u);
+        unpack16(cur, v);
+        const float abn = nv_bmax_f(nv_bmax2<1>(nv_bmax2<1>(nv_bmax2<1>(cur.q[0].x, cur.q[0].y), nv_bmax2<1>(cur.q[0].z, cur.q[0].w)),
+                                                nv_bmax2<1>(nv_bmax2<1>(cur.q[1].x, cur.q[1].y), nv_bmax2<1>(cur.q[1].z, cur.q[1].w))));
+        nv46_block(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, R, live);
+      }
+      continue;
+    }
 #endif
     /* software pipeline: the next block's loads are in flight while this one is quantized */
     nv_raw nxt;
     if (lane < nb) load16_raw(p, row * p.cols + lane * 16, nxt);
     for (long long b = lane; b < nb; b += 32) {
-#if NV46_FAST
-      const nv_raw cur = nxt;
-#endif
       unpack16(nxt, v);
       if (b + 32 < nb) load16_raw(p, row * p.cols + (b + 32) * 16, nxt);
-#if NV46_FAST
-      const float abn = nv_bmax_f(nv_bmax2<1>(nv_bmax2<1>(nv_bmax2<1>(cur.q[0].x, cur.q[0].y), nv_bmax2<1>(cur.q[0].z, cur.q[0].w)),
-                                              nv_bmax2<1>(nv_bmax2<1>(cur.q[1].x, cur.q[1].y), nv_bmax2<1>(cur.q[1].z, cur.q[1].w))));
-#elif !FB_SR
+#if !FB_SR
       float abn = 0.0f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) abn = fbf_absmax_nan(abn, v[j]);
-#endif
-#if !FB_SR
-#if NV46_FAST
-      if (rowfast) nv46_block(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, rt[warp]);
-      else
-#endif
       nv_quant_block_rn(p, row * p.cols + b * 16, v, abn, k, s_dec);
 #else
       float ab = 0.0f;
