@@ -46,17 +46,19 @@ static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long r
 
 /* One chunk of 16 elements of the source at element i of a row whose S_dec is sd, as floats. */
 #define CHUNK 16
-static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long i, float sd, float t[CHUNK]) {
+static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long tb, unsigned off, float sd, float t[CHUNK]) {
+  /* element tb + off: tb the tile's first element (a multiple of 16), off the item's offset in it (a multiple of 16),
+   * so that each pointer is the tile's base plus a 32-bit offset computed once per thread */
 #if FB_SRC == 0
 #if FB_IN_F32
-  const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + i);
+  const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + tb) + (off >> 2);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     float4 a = s[k];
     t[4 * k] = a.x, t[4 * k + 1] = a.y, t[4 * k + 2] = a.z, t[4 * k + 3] = a.w;
   }
 #else
-  const uint4 *s = reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + i);
+  const uint4 *s = reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + tb) + (off >> 3);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     uint4 u = s[k];
@@ -67,14 +69,14 @@ static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long 
 #endif
   (void)sd;
 #elif FB_SRC == 1
-  uint2 c = reinterpret_cast<const uint2 *>(p.in)[i >> 4];
-  const unsigned sfh2 = fbf_nvfp4_sfh2(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 4]);
+  uint2 c = (reinterpret_cast<const uint2 *>(p.in) + (tb >> 4))[off >> 4];
+  const unsigned sfh2 = fbf_nvfp4_sfh2((reinterpret_cast<const unsigned char *>(p.src_scales) + (tb >> 4))[off >> 4]);
   fbf_nvfp4_deq8(c.x, sfh2, sd, t);
   fbf_nvfp4_deq8(c.y, sfh2, sd, t + 8);
 #else
   /* e4m3 * 2^(e-127) (or the E8M0 rule's 2^-127 / NaN): the f16 values of the codes, to fp32, times the scale */
-  uint4 c = reinterpret_cast<const uint4 *>(p.in)[i >> 4];
-  const float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.src_scales)[i >> 5]);
+  uint4 c = (reinterpret_cast<const uint4 *>(p.in) + (tb >> 4))[off >> 4];
+  const float sc = fbf_e8m0_dec((reinterpret_cast<const unsigned char *>(p.src_scales) + (tb >> 5))[off >> 5]);
   unsigned w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -147,6 +149,17 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   (void)lane;
+  /* this thread's load items, once: row and column in the tile, and the element offset (32-bit: rows * cols < 2^32
+   * within a tile of at most 64 rows) */
+#define NIT ((NITEMS + NWARPS - 1) / NWARPS)
+  int it_rr[NIT], it_cc[NIT];
+  unsigned it_off[NIT];
+#pragma unroll
+  for (int it = 0; it < NIT; ++it) {
+    const int wi = warp + it * NWARPS;
+    it_rr[it] = (wi % (TR / LR)) * LR + lane % LR, it_cc[it] = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
+    it_off[it] = (unsigned)it_rr[it] * (unsigned)p.cols + (unsigned)it_cc[it];
+  }
   for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
     const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
   for (long long r0 = b0; r0 < b1; r0 += TR) {
@@ -157,40 +170,35 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
 #endif
     /* load phase: warp item wi = (row group, chunk group), a compile-time count per warp; lane = (row LR, chunk LC).
      * Values outside the matrix are not loaded: their 32-row blocks and columns are never quantized. */
+    const long long tb = r0 * p.cols + c0;
 #pragma unroll
-    for (int it = 0; it < (NITEMS + NWARPS - 1) / NWARPS; ++it) {
-      const int wi = warp + it * NWARPS;
-      if (NITEMS % NWARPS != 0 && wi >= NITEMS) break;
-      const int rr = (wi % (TR / LR)) * LR + lane % LR, cc = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
+    for (int it = 0; it < NIT; ++it) {
+      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+      const int rr = it_rr[it], cc = it_cc[it];
       if (r0 + rr < p.rows && c0 + cc < p.cols) {
         float v[CHUNK];
-        load_chunk(p, (r0 + rr) * p.cols + (c0 + cc), FB_SRC == 1 ? sdec[rr] : 1.0f, v);
+        load_chunk(p, tb, it_off[it], FB_SRC == 1 ? sdec[rr] : 1.0f, v);
 #pragma unroll
         for (int j = 0; j < CHUNK; j += 4) *reinterpret_cast<float4 *>(&tile[rr][cc + j]) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
       }
     }
     __syncthreads();
-    /* column phase: item = (column pair, 32-row block) */
-    for (int k = threadIdx.x; k < FB_RB * (FB_COLS / 2); k += FB_THREADS) {
-      const int cc = 2 * (k % (FB_COLS / 2)), rb = k / (FB_COLS / 2);
+    /* column phase: item = (column, 32-row block); a warp reads 32 consecutive floats of a row at a time (no bank
+     * conflicts), and a thread holds one column's 32 values (half the registers of a column pair) */
+    for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
+      const int cc = k % FB_COLS, rb = k / FB_COLS;
       const long long col = c0 + cc, row = r0 + 32 * rb;
       if (col >= p.cols || row >= p.rows) continue;
-      float v0[32], v1[32];
+      float v[32];
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        uint2 x = *reinterpret_cast<const uint2 *>(&tile[32 * rb + j][cc]);
-        v0[j] = __uint_as_float(x.x), v1[j] = __uint_as_float(x.y);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) { /* cols % 16 == 0: both columns of a pair exist */
-        unsigned w[8];
-        const long long o = (col + h) * p.rows + row; /* output element index, row-major in the transposed layout */
-        const unsigned e = col_block(p, h ? v1 : v0, o, w);
-        uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
-        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-        sc[cc + h][(row - b0) >> 5] = (unsigned char)e;
-      }
+      for (int j = 0; j < 32; ++j) v[j] = tile[32 * rb + j][cc];
+      unsigned w[8];
+      const long long o = col * p.rows + row; /* output element index, row-major in the transposed layout */
+      const unsigned e = col_block(p, v, o, w);
+      uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      sc[cc][(row - b0) >> 5] = (unsigned char)e;
     }
   }
     __syncthreads();
