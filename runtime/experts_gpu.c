@@ -91,8 +91,8 @@ struct fb_gpu_experts {
   blk fr[POOL_FREE];
   int nfree;
   size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
-  int prof, nprof, nevents;
-  const char *phase;
+  int prof, nprof, nevents, sync_check;
+  const char *phase, *last;
   prec pr[PROF_MAX];
 };
 
@@ -370,6 +370,7 @@ static fb_status up(arena *a, CUdeviceptr *out, const void *h, size_t n) {
 
 /* profiling marks around a launch (no-ops unless fb_gpu_experts_profile_begin) */
 static fb_status prof_a(fb_gpu_experts *g, const char *name) {
+  g->last = name;
   if (!g->prof) return FB_OK;
   if (g->nprof == PROF_MAX) return FB_ERR(FB_EINVAL, "experts gpu: more than %d launches profiled", PROF_MAX);
   prec *r = &g->pr[g->nprof];
@@ -384,6 +385,10 @@ static fb_status prof_a(fb_gpu_experts *g, const char *name) {
   return FB_OK;
 }
 static fb_status prof_b(fb_gpu_experts *g) {
+  if (g->sync_check) { /* FOURBIT_GPU_SYNC=1: a fault is reported at the launch that made it */
+    CUresult r = fb_cu.CtxSynchronize();
+    if (r) return FB_ERR(FB_ECUDA, "experts gpu: %s %s: %s", g->phase ? g->phase : "", g->last, fb_cu_errstr((int)r));
+  }
   if (!g->prof) return FB_OK;
   CU_CHECK(fb_cu.EventRecord(g->pr[g->nprof++].b, 0));
   return FB_OK;
@@ -984,6 +989,8 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   fb_gpu_experts *g = calloc(1, sizeof *g);
   if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
   g->o = *o, g->sms = info.sm_count;
+  const char *sc = getenv("FOURBIT_GPU_SYNC");
+  g->sync_check = sc && *sc && strcmp(sc, "0");
   g->ops = (fb_expert_ops){"gpu", g, gpu_forward, gpu_backward, gpu_release};
   fb_status s = fb_plan_resolve(o->recipe, "sm_90a", &g->plan);
   for (int l = 0; s == FB_OK && l < g->plan->nlayers; ++l) {

@@ -70,6 +70,8 @@ void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, 
  * (long long [E+1]), row_of (int32 [T*k]). FB_ENOTFOUND for a name the layer does not have. */
 fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes);
 
+/* FOURBIT_GPU_SYNC=1 in the environment: synchronize after every launch and name the kernel of a fault (debugging). */
+
 /* Destination rows of each expert are padded to this (the wgrad GEMM's K tile; the CPU path pads to 32). */
 #define FB_GPU_EXPERT_PAD 128
 #endif
