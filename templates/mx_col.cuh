@@ -44,40 +44,62 @@ static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long r
 #endif
 }
 
-/* One chunk of 16 elements of the source at element i of a row whose S_dec is sd, as floats. */
+/* One chunk of 16 elements of the source: loaded raw (the next tile's loads are in flight during this tile's column
+ * phase, in registers: 8 words of BF16, 3 of NVFP4, 5 of MXFP8), then dequantized to floats when stored to the tile.
+ * Element tb + off: tb the tile's first element (a multiple of 32), off the item's offset in it (a multiple of 16), so
+ * that each pointer is the tile's base plus a 32-bit offset computed once per thread. */
 #define CHUNK 16
-static __device__ __forceinline__ void load_chunk(const fb_kp_mem &p, long long tb, unsigned off, float sd, float t[CHUNK]) {
-  /* element tb + off: tb the tile's first element (a multiple of 16), off the item's offset in it (a multiple of 16),
-   * so that each pointer is the tile's base plus a 32-bit offset computed once per thread */
-#if FB_SRC == 0
-#if FB_IN_F32
+struct raw_chunk {
+#if FB_SRC == 0 && FB_IN_F32
+  float4 q[4];
+#elif FB_SRC == 0
+  uint4 q[2];
+#elif FB_SRC == 1
+  uint2 c;
+  unsigned s;
+#else
+  uint4 c;
+  unsigned s;
+#endif
+};
+static __device__ __forceinline__ void load_raw(const fb_kp_mem &p, long long tb, unsigned off, raw_chunk &r) {
+#if FB_SRC == 0 && FB_IN_F32
   const float4 *s = reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(p.in) + tb) + (off >> 2);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    float4 a = s[k];
-    t[4 * k] = a.x, t[4 * k + 1] = a.y, t[4 * k + 2] = a.z, t[4 * k + 3] = a.w;
-  }
-#else
+  for (int k = 0; k < 4; ++k) r.q[k] = s[k];
+#elif FB_SRC == 0
   const uint4 *s = reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned short *>(p.in) + tb) + (off >> 3);
+  r.q[0] = s[0], r.q[1] = s[1];
+#elif FB_SRC == 1
+  r.c = (reinterpret_cast<const uint2 *>(p.in) + (tb >> 4))[off >> 4];
+  r.s = (reinterpret_cast<const unsigned char *>(p.src_scales) + (tb >> 4))[off >> 4];
+#else
+  r.c = (reinterpret_cast<const uint4 *>(p.in) + (tb >> 4))[off >> 4];
+  r.s = (reinterpret_cast<const unsigned char *>(p.src_scales) + (tb >> 5))[off >> 5];
+#endif
+}
+/* the chunk's values, its row's S_dec sd (NVFP4 sources) */
+static __device__ __forceinline__ void deq_raw(const raw_chunk &r, float sd, float t[CHUNK]) {
+#if FB_SRC == 0 && FB_IN_F32
+#pragma unroll
+  for (int k = 0; k < 4; ++k) t[4 * k] = r.q[k].x, t[4 * k + 1] = r.q[k].y, t[4 * k + 2] = r.q[k].z, t[4 * k + 3] = r.q[k].w;
+  (void)sd;
+#elif FB_SRC == 0
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    uint4 u = s[k];
-    unsigned w[4] = {u.x, u.y, u.z, u.w};
+    unsigned w[4] = {r.q[k].x, r.q[k].y, r.q[k].z, r.q[k].w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) t[8 * k + 2 * j] = __uint_as_float(w[j] << 16), t[8 * k + 2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
   }
-#endif
   (void)sd;
 #elif FB_SRC == 1
-  uint2 c = (reinterpret_cast<const uint2 *>(p.in) + (tb >> 4))[off >> 4];
-  const unsigned sfh2 = fbf_nvfp4_sfh2((reinterpret_cast<const unsigned char *>(p.src_scales) + (tb >> 4))[off >> 4]);
-  fbf_nvfp4_deq8(c.x, sfh2, sd, t);
-  fbf_nvfp4_deq8(c.y, sfh2, sd, t + 8);
+  const unsigned sfh2 = fbf_nvfp4_sfh2(r.s);
+  fbf_nvfp4_deq8(r.c.x, sfh2, sd, t);
+  fbf_nvfp4_deq8(r.c.y, sfh2, sd, t + 8);
 #else
   /* e4m3 * 2^(e-127) (or the E8M0 rule's 2^-127 / NaN): the f16 values of the codes, to fp32, times the scale */
-  uint4 c = (reinterpret_cast<const uint4 *>(p.in) + (tb >> 4))[off >> 4];
-  const float sc = fbf_e8m0_dec((reinterpret_cast<const unsigned char *>(p.src_scales) + (tb >> 5))[off >> 5]);
-  unsigned w[4] = {c.x, c.y, c.z, c.w};
+  const float sc = fbf_e8m0_dec(r.s);
+  unsigned w[4] = {r.c.x, r.c.y, r.c.z, r.c.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     unsigned lo = fbf_e4m3x2_to_h2(w[j]), hi = fbf_e4m3x2_to_h2(w[j] >> 16);
@@ -139,7 +161,7 @@ static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const f
 extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
   float(*tile)[PITCH] = reinterpret_cast<float(*)[PITCH]>(tile4);
-  __shared__ float sdec[TR];
+  __shared__ float sdec[2][TR]; /* NVFP4 sources: this tile's rows and the next one's */
   /* a CTA owns a band of FB_COLS columns and SB = 1024 rows (tiles of TR rows, one after another), so that
    * it writes each output row's 32 scale bytes of the band as one whole sector at the end, rather than
    * bytes scattered over sectors that other CTAs fill (partial-sector writes cost a read of the sector) */
@@ -162,27 +184,46 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   }
   for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
     const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
-  for (long long r0 = b0; r0 < b1; r0 += TR) {
-    __syncthreads();
+    /* software pipeline over the band's tiles: tile r0's raw chunks arrived during tile r0 - TR's column phase; they are
+     * dequantized into the tile, then tile r0 + TR's loads are issued, then r0's columns are quantized. Values outside
+     * the matrix are not loaded: their 32-row blocks and columns are never quantized. */
+    raw_chunk pre[NIT];
+    __syncthreads(); /* the previous band's scale stores have read sc and sdec */
 #if FB_SRC == 1
-    for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[k] = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
-    __syncthreads();
+    for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[0][k] = b0 + k < p.rows ? row_sdec(p, b0 + k) : 0.0f;
 #endif
-    /* load phase: warp item wi = (row group, chunk group), a compile-time count per warp; lane = (row LR, chunk LC).
-     * Values outside the matrix are not loaded: their 32-row blocks and columns are never quantized. */
-    const long long tb = r0 * p.cols + c0;
+#pragma unroll
+    for (int it = 0; it < NIT; ++it) {
+      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+      if (b0 + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols) load_raw(p, b0 * p.cols + c0, it_off[it], pre[it]);
+    }
+    int buf = 0;
+  for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1) {
+    __syncthreads(); /* the previous tile's columns are done; sdec[buf] is written */
 #pragma unroll
     for (int it = 0; it < NIT; ++it) {
       if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
       const int rr = it_rr[it], cc = it_cc[it];
       if (r0 + rr < p.rows && c0 + cc < p.cols) {
         float v[CHUNK];
-        load_chunk(p, tb, it_off[it], FB_SRC == 1 ? sdec[rr] : 1.0f, v);
+        deq_raw(pre[it], FB_SRC == 1 ? sdec[buf][rr] : 1.0f, v);
 #pragma unroll
         for (int j = 0; j < CHUNK; j += 4) *reinterpret_cast<float4 *>(&tile[rr][cc + j]) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
       }
     }
+    const long long rn = r0 + TR; /* the next tile of the band */
+#if FB_SRC == 1
+    if (rn < b1)
+      for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[buf ^ 1][k] = rn + k < p.rows ? row_sdec(p, rn + k) : 0.0f;
+#endif
     __syncthreads();
+    if (rn < b1) {
+#pragma unroll
+      for (int it = 0; it < NIT; ++it) {
+        if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+        if (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
+      }
+    }
     /* column phase: item = (column, 32-row block); a warp reads 32 consecutive floats of a row at a time (no bank
      * conflicts), and a thread holds one column's 32 values (half the registers of a column pair) */
     for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
