@@ -30,7 +30,8 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
-             "                   [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE [--routing-only]] [--peer FILE]\n"
+             "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
+             "                   [--peer FILE]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n");
 }
 
@@ -62,6 +63,45 @@ static fb_status lookup(void *user, const fb_kernel_spec *k, long long tokens, c
   return s;
 }
 
+/* --pick V1,V2,...: these variants (full names) instead of the defaults, compiled here (no cache) */
+typedef struct {
+  const fb_recipe *r;
+  char picks[4096];
+  int used;
+} pk;
+static fb_status pick_lookup(void *user, const fb_kernel_spec *k, long long tokens, char *vn, size_t vl, void **cubin, size_t *size,
+                             char *note, size_t nl) {
+  (void)tokens;
+  pk *u = user;
+  const fb_tune_family *fam = NULL;
+  for (int f = 0; f < u->r->nfamilies; ++f)
+    if (!strcmp(u->r->families[f].family, k->family)) fam = &u->r->families[f];
+  fb_variant *vs = NULL;
+  int nv = 0;
+  if (!fam || fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0) != FB_OK) return FB_ERR(FB_ENOTFOUND, "no variants");
+  for (int j = 0; j < nv; ++j) {
+    char key[200];
+    snprintf(key, sizeof key, ",%s,", vs[j].name);
+    if (!strstr(u->picks, key)) continue;
+    char *src = NULL;
+    fb_cubin cb;
+    memset(&cb, 0, sizeof cb);
+    fb_status s = fb_gen_source(k, &vs[j], u->r->path, "-", &src);
+    if (s == FB_OK) s = fb_nvrtc_compile(vs[j].name, src, "sm_90a", &cb);
+    free(src);
+    if (s != FB_OK) { free(vs); return s; }
+    *cubin = cb.cubin, *size = cb.size, cb.cubin = NULL;
+    fb_cubin_free(&cb);
+    snprintf(vn, vl, "%s", vs[j].name);
+    snprintf(note, nl, "--pick");
+    u->used++;
+    free(vs);
+    return FB_OK;
+  }
+  free(vs);
+  return FB_ERR(FB_ENOTFOUND, "not picked");
+}
+
 #define CK(x)                                                                                                            \
   do {                                                                                                                   \
     if ((x) != FB_OK) { fprintf(stderr, "bench_layer: %s\n", fb_errmsg()); return 1; }                                   \
@@ -83,7 +123,7 @@ static int dalloc(CUdeviceptr *d, size_t n, const void *h, size_t *total) {
 static double silu(double g) { return g / (1 + exp(-g)); }
 
 int main(int argc, char **argv) {
-  const char *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL;
+  const char *picks = NULL, *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL;
   int routing_only = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -100,6 +140,7 @@ int main(int argc, char **argv) {
     else if (OPT("--cache")) cache = v;
     else if (OPT("--routing-out")) rout = v;
     else if (OPT("--peer")) peer = v;
+    else if (OPT("--pick")) picks = v;
     else if (!strcmp(a, "--routing-only")) routing_only = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
@@ -177,7 +218,12 @@ int main(int argc, char **argv) {
     CK(fb_tune_fingerprint(&u.fp));
     CK(fb_plan_resolve(r, "sm_90a", &u.plan));
   }
-  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : NULL, .lookup_user = &u, .log = stdout, .verbose = 1};
+  pk pu;
+  memset(&pu, 0, sizeof pu);
+  pu.r = r;
+  if (picks) snprintf(pu.picks, sizeof pu.picks, ",%s,", picks);
+  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : picks ? pick_lookup : NULL,
+                            .lookup_user = cache ? (void *)&u : (void *)&pu, .log = stdout, .verbose = 1};
   fb_gpu_experts *g = NULL;
   CK(fb_gpu_experts_create(&go, &g));
   fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
