@@ -143,7 +143,11 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
              F == FB_FMT_BF16 ? "w13 fwd H = X W13^T; epilogue SwiGLU -> A" : "w13 fwd H = X W13^T; epilogue SwiGLU -> A (BF16; quant_*_row quantizes it)",
              "gemm_fwd_%sx%s_bf16_swiglu", f, f));
   FB_TRY(add(b, KG(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, &L->fwd_act), "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
-  FB_TRY(add(b, K(FB_OP_UNPERMUTE, &L->combine, NULL, 0), "combine", "combine: dequantize, inverse RHT, router-weighted sum", "unpermute_%s", comb));
+  { /* the combined expert output is a BF16 value (fourbit_train.h): the kernel writes BF16 */
+    fb_kernel_spec u = K(FB_OP_UNPERMUTE, &L->combine, NULL, 0);
+    u.out_bf16 = 1;
+    FB_TRY(add(b, u, "combine", "combine: dequantize, inverse RHT, router-weighted sum (BF16 out)", "unpermute_%s_obf16", comb));
+  }
 
   /* backward */
   FB_TRY(add(b, K(FB_OP_PERMUTE, &bf, NULL, 0), "permute", "gradients dY gathered by expert", "permute_bf16"));

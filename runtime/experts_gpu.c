@@ -122,6 +122,8 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   for (int i = 0; i < g->nk; ++i)
     if (!strcmp(g->kt[i].key, key)) { *out = &g->kt[i]; return FB_OK; }
   if (g->nk == MAXK) return FB_ERR(FB_EINVAL, "experts gpu: more than %d kernels", MAXK);
+  if (k->nvariants == -1)
+    return FB_ERR(FB_EINVAL, "experts gpu: %s: the layer needs another kernel (output or input type) than the plan's of this name", k->name);
   const char *why = NULL;
   if (!fb_gen_template(k, &why)) return FB_ERR(FB_EINVAL, "experts gpu: %s: %s", k->name, why ? why : "no template");
   const fb_recipe *r = g->o.recipe;
@@ -203,11 +205,15 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
 /* ---- specs: the plan's where it has one of this name (the cache keys agree), else built here ---------------- */
 static void gran3(fb_gran o, char *b, size_t n) { snprintf(b, n, "%s", o == FB_GRAN_TOKEN ? "tok" : o == FB_GRAN_EXPERT ? "exp" : "ten"); }
 
+/* The plan's spec of k's name (its tuned winners are cached under that name) with k's top_k and experts, which no
+ * template compiles in. A spec that would generate another kernel than the plan's under the same name (another
+ * output type, say) would load the plan's cubins for a kernel they are not: kget refuses it (spec_mismatch). */
 static fb_kernel_spec from_plan(const fb_gpu_experts *g, fb_kernel_spec k) {
   for (int i = 0; i < g->plan->nkernels; ++i)
     if (!strcmp(g->plan->kernels[i].name, k.name)) {
       fb_kernel_spec p = g->plan->kernels[i];
-      p.top_k = k.top_k, p.experts = k.experts, p.out_bf16 = k.out_bf16, p.in_f32 = k.in_f32;
+      p.top_k = k.top_k, p.experts = k.experts;
+      if (p.out_bf16 != k.out_bf16 || p.in_f32 != k.in_f32) p.nvariants = -1; /* marks the mismatch for kget */
       return p;
     }
   return k;
@@ -265,8 +271,9 @@ static fb_kernel_spec sp_permute(const fb_gpu_experts *g, const fb_qspec *q, int
 }
 
 static fb_kernel_spec sp_unpermute(const fb_gpu_experts *g, const fb_qspec *q, int out_bf16, int top_k, int experts) {
-  fb_kernel_spec k = q->format == FB_FMT_S2F6 ? sp(FB_OP_UNPERMUTE, "combine", "unpermute_s2f6%s_sm90a", q->rht ? "_rht32" : "")
-                                              : sp(FB_OP_UNPERMUTE, "combine", "unpermute_bf16_sm90a");
+  const char *ob = out_bf16 ? "_obf16" : "";
+  fb_kernel_spec k = q->format == FB_FMT_S2F6 ? sp(FB_OP_UNPERMUTE, "combine", "unpermute_s2f6%s%s_sm90a", q->rht ? "_rht32" : "", ob)
+                                              : sp(FB_OP_UNPERMUTE, "combine", "unpermute_bf16%s_sm90a", ob);
   k.q.format = q->format, k.q.rht = q->format == FB_FMT_S2F6 ? q->rht : 0;
   k.out_bf16 = out_bf16, k.top_k = top_k, k.experts = experts;
   return from_plan(g, k);
@@ -297,6 +304,7 @@ static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, i
     fb_qspec_tag(&p->combine, tag, sizeof tag);
     k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_%s_sm90a", f, f, tag);
     k.q = p->combine;
+    k.out_bf16 = 1; /* as the plan's (plan.c: fwd GEMMs write BF16); the S2F6 epilogue takes its place either way */
   } else if (which == 2) {
     k = sp(FB_OP_GEMM_DGRAD13, "gemm", "gemm_dgrad_%sx%s_bf16_sm90a", f, f);
     k.out_bf16 = 1;
