@@ -6,31 +6,29 @@
  *   dispatch   quant_{nvfp4|mxfp8}_..._row on the T x D tokens (stream X), then permute (4 passes) gathers the
  *              payload planes (codes, scales, per-token S_dec) into expert order: the payload w13 reads and the
  *              backward reuses.
- *   weights    the FP32 masters are copied up and quantized by quant_*_f32_row (NVFP4: per-expert or per-tensor amax
- *              from the host, the only host work on them; streams W13 / W2), then bcopy makes the exact BF16 copy the
- *              Hopper GEMMs multiply by. (The GPU AdamW kernel writes these directly once the optimizer runs on the
- *              GPU; runtime/train.c's AdamW is on the host today.)
- *   w13        GEMM H = X W13^T with BF16 output (R x 2F), then swiglu_fwd -> A (BF16), then A quantized as fwd.act
- *              (stream A). Not the fused SwiGLU epilogue: that one computes silu(g)*u from the FP32 accumulators,
- *              while the recipe's reference (model_experts.c) rounds H to BF16 first and the backward needs H.
+ *   weights    the FP32 masters are quantized by quant_*_f32_row (NVFP4 per-expert or per-tensor outer scales: the amax
+ *              kernel first; streams W13 / W2), then bcopy makes the exact BF16 copy the Hopper GEMMs multiply by. (The GPU
+ *              AdamW kernel writes these directly once the optimizer runs on the GPU; runtime/train.c's AdamW is on the host.)
+ *   w13        GEMM with the SwiGLU epilogue: H = X W13^T rounded to BF16 (R x 2F, kept for the backward) and A =
+ *              bf16(silu(g) * u) of the BF16 g, u (R x F), as swiglu.cuh would make it from the stored H; then A quantized
+ *              as fwd.act (stream A).
  *   w2         GEMM with the RHT-32 + S2F6 epilogue (the combine payload) -> unpermute (S2F6, inverse RHT, router
- *              weights, BF16 out) -> y. The payload is also copied back: dL/dtopk_w needs Y^ (below).
+ *              weights, BF16 out) -> y.
  * backward (MXFP8 with SR, the recipe's)
- *   dY         built on the HOST: dY[row] = bf16(w * bf16(dy[t])) in expert order, and dtopk_w[t,s] = <dy[t], Y^[row]>
- *              in double, with Y^ the S2F6 payload dequantized by the host library (no GPU kernel multiplies gathered
- *              rows by the router weight or reduces these dot products yet). Copied up once.
+ *   combine    combine_bwd: dY[row] = bf16(w * bf16(dy[t])) in expert order (padding rows zero) and dtopk_w[t,s] =
+ *              <dy[t], Y^[row]> in double, Y^ the S2F6 payload dequantized.
  *   w2 dgrad   quant_mxfp8_sr_row(dY, stream DY_ROW); requant W2 (NVFP4/MXFP8 -> FP32 -> transposed MXFP8 SR, stream
  *              W2_T) as one E*D x F matrix, as the CPU does (so the SR element indices agree), then its F x (E*D) result
  *              regrouped per expert into (E*F) x D with strided device copies (a requant that writes the grouped
- *              layout would remove them: templates/mx_col.cuh's change, listed in the report), bcopy, GEMM -> dA
- *              (BF16), swiglu_bwd(H, dA) -> dH (BF16). Unfused for the same reason as the forward.
+ *              layout would remove them: templates/mx_col.cuh's change), bcopy, GEMM -> dA (BF16), swiglu_bwd(H, dA) ->
+ *              dH (BF16). Unfused: the fused SwiGLU-backward epilogue measured slower (BENCHMARKS.md).
  *   w2 wgrad   quant_mxfp8_sr_col(dY, DY_COL) (D x R); requant A (A_T) (F x R) + bcopy; wgrad GEMM -> dW2 (E x D x F).
  *   w13 dgrad  quant_mxfp8_sr_row(dH, DH_ROW); requant W13 (W13_T), regrouped, bcopy; GEMM -> dX rows (BF16);
  *              unpermute (BF16, weights 1, FP32 out) -> dx.
  *   w13 wgrad  quant_mxfp8_sr_col(dH, DH_COL); requant X (X_T) + bcopy; wgrad GEMM -> dW13.
- * Copied back: y, dx, dw13, dw2 (what fb_expert_ops returns), the row map and the combine payload (for the host
- * pieces above). Everything else stays on the device; a layer's saved tensors live there from its forward to its
- * backward.
+ * The device entry points (fb_gpu_experts_forward_dev / _backward_dev) take and give device tensors and synchronize
+ * with the host once a forward (the permuted row count); the fb_expert_ops copy the host arrays up and down around
+ * them. A layer's saved tensors live on the device from its forward to its backward; memory comes from a pool.
  *
  * Not done here (refused with FB_EINVAL naming the field): a BF16 forward, NVFP4 activations without per-token outer
  * scales, a BF16 combine, an NVFP4 or BF16 backward, wgrad_rht, E5M2, exact (gradient-check) mode; dimensions the
@@ -290,15 +288,14 @@ static fb_kernel_spec sp_combine_bwd(const fb_gpu_experts *g, const fb_qspec *q)
   return from_plan(g, k);
 }
 
-/* which: 0 w13 fwd (BF16 H), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
+/* which: 0 w13 fwd (H and A, SwiGLU epilogue), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
 static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, int which) {
   const fb_qspec *w = which < 2 ? &p->fwd_weight : &p->bwd_saved, *a = which < 2 ? &p->fwd_act : &p->bwd_grad;
   const char *f = fb_format_name(w->format);
   fb_kernel_spec k;
-  if (which == 0) {
-    /* the plain rows-grouped GEMM with BF16 output: op FWD2 with a BF16 "payload" is that kernel */
-    k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_bf16_sm90a", f, f);
-    k.q.format = FB_FMT_BF16, k.out_bf16 = 1;
+  if (which == 0) { /* H and A = SwiGLU(H), both BF16 (the plan's w13 forward) */
+    k = sp(FB_OP_GEMM_FWD13, "gemm", "gemm_fwd_%sx%s_bf16_swiglu_sm90a", f, f);
+    k.q = p->fwd_act, k.out_bf16 = 1;
   } else if (which == 1) {
     char tag[64];
     fb_qspec_tag(&p->combine, tag, sizeof tag);
@@ -334,6 +331,9 @@ static size_t size_class(size_t n) {
   return (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
 }
 
+/* Pool memory is not zeroed (a step would otherwise write gigabytes of zeros at S1): every buffer below is written
+ * whole by its kernel before it is read, except those taken with aalloc_z (kernels that leave rows alone or
+ * accumulate into them). tests/gpu/mock_libcuda.c fills fresh allocations with a NaN pattern to hold us to that. */
 static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   fb_gpu_experts *g = a->g;
   *out = 0;
@@ -355,10 +355,14 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
     if (r) return FB_ERR(FB_ECUDA, "experts gpu: cuMemAlloc(%zu): %s", c, fb_cu_errstr(r));
     g->held += c;
   }
-  CU_CHECK(fb_cu.MemsetD8(*out, 0, c)); /* padding rows and never-stored GEMM rows read as zeros (asynchronous) */
   a->p[a->k] = *out, a->n[a->k++] = c;
   g->live += c;
   if (g->live > g->peak) g->peak = g->live;
+  return FB_OK;
+}
+static fb_status aalloc_z(arena *a, CUdeviceptr *out, size_t n) {
+  FB_TRY(aalloc(a, out, n));
+  CU_CHECK(fb_cu.MemsetD8(*out, 0, n)); /* asynchronous: ordered with the launches on the default stream */
   return FB_OK;
 }
 static void afree(arena *a) {
@@ -471,8 +475,8 @@ static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int 
       fb_status s = up(a, &dgo, go, (ng + 1) * sizeof *go);
       free(go);
       FB_TRY(s);
-      FB_TRY(aalloc(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
-      FB_TRY(aalloc(a, &dfl, sizeof(unsigned)));
+      FB_TRY(aalloc_z(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
+      FB_TRY(aalloc_z(a, &dfl, sizeof(unsigned)));
       const kent *ea;
       fb_kernel_spec ka = sp(FB_OP_AMAX, "amax", "amax_%s_f32_sm90a", q->outer == FB_GRAN_EXPERT ? "exp" : "ten");
       ka.q.outer = q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, ka.in_f32 = 1;
@@ -639,7 +643,6 @@ static fb_status need_all(fb_gpu_experts *g, const fb_layer_prec *p) {
   k = sp_permute(g, &p->fwd_act, K, E); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_bcopy(g, p->fwd_weight.format); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_bcopy(g, FB_FMT_MXFP8); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_swiglu(g, 0); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_unpermute(g, &p->combine, 1, K, E); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_combine_bwd(g, &p->combine); FB_TRY(kget(g, &k, NULL, &e));
@@ -737,7 +740,8 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W13, &c13), fail);
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W2, &c2), fail);
 
-  /* w13: H (BF16), A = SwiGLU(H), A quantized as fwd.act */
+  /* w13 with the SwiGLU epilogue: H (BF16, kept for the backward) and A = SwiGLU(H) (BF16), then A quantized as
+   * fwd.act (a second pass: a per-token scale needs the whole row) */
   g->phase = "fwd w13";
   FB_TRY_GOTO(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2), fail);
   CUdeviceptr dA;
@@ -745,15 +749,8 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 0);
     gfit f = {1, 0, 0, (int)(2 * F), (int)D};
-    fb_gemm_args ga = {s->X.c, c13, s->H, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)E, 0, (int)(2 * F), (int)D, 0, 0, 0};
+    fb_gemm_args ga = {s->X.c, c13, dA, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)E, 0, (int)(2 * F), (int)D, s->H, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
-    const kent *e;
-    k = sp_swiglu(g, 0);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
-    fb_kp_moe ps;
-    memset(&ps, 0, sizeof ps);
-    ps.in = s->H, ps.out = dA, ps.rows = (long long)R, ps.cols = (long long)F;
-    FB_TRY_GOTO(run_moe(g, e, &ps, (long long)R, (long long)F), fail);
   }
   FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A), fail);
   s->A.rows = R;
@@ -832,7 +829,7 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
 
   /* the combine's backward: dY = w * dy in expert order, dtopk_w = <dy, Y^> */
   g->phase = "bwd combine";
-  FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
+  FB_TRY_GOTO(aalloc_z(&tmp, &dY, (R ? R : 1) * D * 2), done); /* padding rows: no entry writes them, the GEMMs read them */
   {
     const kent *e;
     fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
@@ -843,10 +840,13 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
     FB_TRY_GOTO(run_moe(g, e, &pc, (long long)T, (long long)D), done);
   }
-  CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
-  if (!R) goto done;
+  if (!R) { /* no rows: nothing below runs (otherwise the wgrad GEMM writes every expert's tiles, empty ones as
+               zeros, and the combine of dX every token) */
+    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
+    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
+    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
+    goto done;
+  }
 
   /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward */
   g->phase = "bwd w2 dgrad";

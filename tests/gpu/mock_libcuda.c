@@ -178,7 +178,18 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
           Y[r * N + n] = acc;
         }
       }
-    if (s2f6) {
+    if (strstr(nm, "_swiglu_")) { /* w13 fwd, SwiGLU epilogue: H = bf16(Y) to aux (if set), A = SwiGLU(H) to out */
+      uint16_t *h = malloc(R * N * 2 + 2);
+      for (size_t i = 0; i < R * N; ++i)
+        h[i] = fb_bf16_from_f32(Y[i]);
+      if (p->aux) {
+        find(p->aux, R * N * 2, "swiglu H");
+        memcpy((void *)p->aux, h, R * N * 2);
+      }
+      find(p->out, R * N, "swiglu A");
+      CHK(fb_swiglu_fwd_ref(h, R, N / 2, (uint16_t *)p->out));
+      free(h);
+    } else if (s2f6) {
       find(p->out, R * N, "s2f6 out");
       find(p->out_sf, R * N / 32, "s2f6 sf");
       CHK(fb_s2f6_quantize(Y, R, N, strstr(nm, "rht32") != NULL, p->signs, (int8_t *)p->out, (uint8_t *)p->out_sf));
@@ -444,6 +455,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 }
 CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) {
   char *p = malloc(n + 64);
+  memset(p, 0xFF, n + 64); /* fresh device memory holds garbage: here NaN (BF16 / FP32) and -1 (int8 / int32) */
   A[nA].p = p;
   A[nA].n = n;
   nA++;
