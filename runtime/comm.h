@@ -77,8 +77,13 @@ fb_status fb_comm_nccl_unique_id_env(void);
 
 /* ---- NCCL: device buffers ---- */
 /* Loads libnccl.so.2 and makes the NCCL communicator of these ranks on the current CUDA device. The caller has
- * made its context current on device fb_comm_local_rank(c). Collective over the ranks. */
+ * made its context current on device fb_comm_local_rank(c). Collective over the ranks. Under a CUDA driver whose
+ * device memory is host memory (the fake libcuda.so.1 of tests/gpu/mock_libcuda.c, which exports
+ * fbmock_device_memory_is_host) no NCCL is loaded: the device collectives below run over the host mesh on the
+ * same pointers (how `make test` runs the GPU expert layer's exchanges with N ranks without GPUs). */
 fb_status fb_comm_nccl_init(fb_comm *c);
+/* 1 when fb_comm_nccl_init chose the host mesh for device pointers (the fake driver), 0 with NCCL. */
+int fb_comm_dev_is_host(const fb_comm *c);
 /* fb_comm_alltoallv on device pointers (bytes, ncclUint8) as one ncclGroupStart/End of ncclSend/ncclRecv, on
  * `stream` (a CUstream / cudaStream_t); asynchronous like any NCCL call. */
 fb_status fb_comm_dev_alltoallv(fb_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,

@@ -40,6 +40,7 @@
  * by permuted row (dY, dH, A_T, X_T) draw other random bits because the rows are padded to 128 here and to 32 there. */
 #include "experts_gpu.h"
 
+#include "comm.h"
 #include "fb_cuda.h"
 #include "fb_error.h"
 #include "fb_gemm_host.h"
@@ -80,6 +81,8 @@ typedef struct {
 
 struct fb_gpu_experts {
   fb_gpu_experts_opts o;
+  fb_comm *comm;    /* o.comm, or a one-rank communicator of our own (own_comm) */
+  int own_comm;
   fb_expert_ops ops;
   fb_plan *plan;
   int sms;
@@ -413,19 +416,31 @@ typedef struct {
   fb_format f;
 } dq;
 
+/* A layer's state from its forward to its backward. Source side (this rank's tokens): its (token, expert) rows, by
+ * expert then token (= by destination rank), and the combine payload they came back with. Owner side (this rank's
+ * experts [e0, e0 + nE)): the rows it received, grouped per expert and padded as one rank lays them out. */
 typedef struct {
   arena mem;
-  size_t R;
-  long long *off;
+  int N, me, nE, e0;
+  int32_t *cnt;          /* N x E: rows of every rank for every expert (the allgathered counts) */
+  size_t *srows, *rrows; /* N each: rows to / from every rank in the forward direction */
+  size_t Rs, Rr, R;      /* rows sent, received, and the owner's padded rows */
+  long long *off;        /* nE + 1: the owner's padded row offsets (host) */
   uint32_t signs;
-  CUdeviceptr d_rowof, d_off, d_w, H, yq, ye;
+  CUdeviceptr d_rowof;   /* int32 T*K: the source row of each (token, slot), -1 for none */
+  CUdeviceptr d_w;       /* FP32 T*K: the router weights */
+  CUdeviceptr ycq, yce;  /* Rs rows: the S2F6 combine payload as received back (codes, E8M0) */
+  CUdeviceptr d_ridx;    /* int32 Rr: the local expert of each received row (the owner's regroup) */
+  CUdeviceptr d_oidx;    /* int32 R: the source rank of each owner row, -1 on padding (the way back) */
+  CUdeviceptr d_lrow;    /* int32 Rr: the owner row of each received row */
+  CUdeviceptr d_off, H;  /* owner: long long nE + 1 padded offsets; H (R x 2F BF16) */
   dq X, W13, W2, A;
 } gsaved;
 
 static void saved_free(gsaved *s) {
   if (!s) return;
   afree(&s->mem);
-  free(s->off);
+  free(s->off), free(s->cnt), free(s->srows), free(s->rrows);
   free(s);
 }
 
@@ -641,6 +656,11 @@ static fb_status need_all(fb_gpu_experts *g, const fb_layer_prec *p) {
   k = sp_quant(g, &p->fwd_act, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_quant(g, &p->fwd_weight, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_permute(g, &p->fwd_act, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  fb_qspec pq = {0}; /* the exchange's regathers: S2F6 combine rows (as MXFP8 bytes), dY and dX rows (BF16) */
+  pq.format = FB_FMT_MXFP8, pq.outer = FB_GRAN_TOKEN;
+  k = sp_permute(g, &pq, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  pq.format = FB_FMT_BF16;
+  k = sp_permute(g, &pq, K, E); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_bcopy(g, p->fwd_weight.format); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_bcopy(g, FB_FMT_MXFP8); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
@@ -673,12 +693,137 @@ static void gpu_release(void *ctx, fb_moe_layer *L) {
   L->saved = NULL;
 }
 
-/* The forward on device tensors (fb_gpu_experts_forward_dev). One host synchronization: the row count R. */
+/* The communicator of a layer: L->comm (N ranks) must be the one g was created with (its NCCL communicator); without
+ * one, g's own (one rank). */
+static fb_status layer_comm(fb_gpu_experts *g, const fb_moe_layer *L, fb_comm **c) {
+  *c = NULL;
+  if (g->o.compile_only) return FB_ERR(FB_EINVAL, "experts gpu: created with compile_only: the layer does not run");
+  if (L->comm && L->comm != g->comm)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: its communicator is not the one the GPU expert layer was created with", L->layer);
+  if (!L->comm && fb_comm_size(g->comm) != 1)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: no communicator, but the GPU expert layer runs on %d ranks", L->layer,
+                  fb_comm_size(g->comm));
+  if (L->experts % fb_comm_size(g->comm))
+    return FB_ERR(FB_EINVAL, "experts gpu: %d experts do not split over %d ranks", L->experts, fb_comm_size(g->comm));
+  *c = g->comm;
+  return FB_OK;
+}
+
+/* Rows between the sources and the owners, one all-to-all-v per payload plane (bytes b[q] a row, 0: no plane), on the
+ * default stream: back = 0 sends s->srows[p] rows to rank p and receives s->rrows[q] from rank q (consecutive in rank
+ * order in both buffers), back = 1 the reverse. *bytes (may be NULL) and L->traffic->remote get the bytes sent. */
+static fb_status xchg(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, int back, const CUdeviceptr *snd, const CUdeviceptr *rcv,
+                      const size_t *b, int nplanes, double *bytes) {
+  int N = s->N;
+  const size_t *out = back ? s->rrows : s->srows, *in = back ? s->srows : s->rrows;
+  size_t *a = malloc(4 * (size_t)N * sizeof *a);
+  if (!a) return FB_ERR(FB_ENOMEM, "experts gpu: exchange");
+  size_t *sc = a, *sd = a + N, *rc_ = a + 2 * N, *rd = a + 3 * N;
+  double sent = 0, remote = 0;
+  fb_status rc = FB_OK;
+  for (int q = 0; q < nplanes && rc == FB_OK; ++q) {
+    if (!b[q]) continue;
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < N; ++p) {
+      sc[p] = out[p] * b[q], sd[p] = so, so += sc[p];
+      rc_[p] = in[p] * b[q], rd[p] = ro, ro += rc_[p];
+      sent += (double)sc[p];
+      if (p != s->me) remote += (double)sc[p];
+    }
+    rc = prof_a(g, "exchange (all-to-all-v)");
+    if (rc == FB_OK)
+      rc = fb_comm_dev_alltoallv(g->comm, (const void *)(uintptr_t)snd[q], sc, sd, (void *)(uintptr_t)rcv[q], rc_, rd, NULL);
+    if (rc == FB_OK) rc = prof_b(g);
+  }
+  free(a);
+  if (bytes) *bytes += sent;
+  if (L->traffic) L->traffic->remote += remote;
+  return rc;
+}
+
+/* Rows grouped by an index (the permute kernel with top_k 1): n rows of a payload (permute format f: BF16, NVFP4 with
+ * its per-row outer scale, MXFP8 = also the S2F6 combine payload's layout), idx[i] (int32, device) the group of row i
+ * in [0, ng) or -1 (dropped); out gets the rows by group (stable), groups padded to tile rows (zero rows). offsets
+ * (long long ng + 1, device) and row_of (int32 n, device; the out row of each row) may be 0. */
+static fb_status regather(fb_gpu_experts *g, arena *a, const fb_moe_layer *L, fb_format f, size_t cols, CUdeviceptr idx, size_t n,
+                          int ng, int tile, const CUdeviceptr *in, const CUdeviceptr *out, CUdeviceptr offsets, CUdeviceptr row_of) {
+  if (!offsets) FB_TRY(aalloc(a, &offsets, ((size_t)ng + 1) * 8));
+  if (!n) { /* nothing to place (no launch of zero rows) */
+    CU_CHECK(fb_cu.MemsetD8(offsets, 0, ((size_t)ng + 1) * 8));
+    return FB_OK;
+  }
+  fb_qspec q = {0};
+  q.format = f, q.outer = FB_GRAN_TOKEN;
+  const kent *e;
+  fb_kernel_spec k = sp_permute(g, &q, L->top_k, L->experts);
+  FB_TRY(kget(g, &k, NULL, &e));
+  size_t maxr = fb_permute_max_rows(n, 1, ng, tile), nch = (n + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
+  CUdeviceptr dchunk, dcounts, dtok;
+  FB_TRY(aalloc(a, &dchunk, nch * (size_t)ng * 4));
+  FB_TRY(aalloc(a, &dcounts, (size_t)ng * 4));
+  FB_TRY(aalloc(a, &dtok, maxr * 4));
+  if (!row_of) FB_TRY(aalloc(a, &row_of, n * 4));
+  fb_kp_moe pm;
+  memset(&pm, 0, sizeof pm);
+  pm.topk_idx = idx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = offsets, pm.row_of = row_of, pm.token_of = dtok;
+  pm.in = in[0], pm.in_scales = f == FB_FMT_BF16 ? 0 : in[1], pm.in_outer = f == FB_FMT_NVFP4 ? in[2] : 0;
+  pm.out = out[0], pm.out_scales = f == FB_FMT_BF16 ? 0 : out[1], pm.out_outer = f == FB_FMT_NVFP4 ? out[2] : 0;
+  pm.rows = (long long)n, pm.cols = (long long)cols, pm.experts = ng, pm.top_k = 1, pm.tile = tile;
+  for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY(run_moe(g, e, &pm, (long long)n, (long long)cols));
+  return FB_OK;
+}
+
+/* Routing of every rank from the allgathered counts: rows to and from each rank, the owner's padded layout, and the
+ * owner's two index arrays (uploaded). */
+static fb_status plan_rows(arena *m, gsaved *s, size_t E) {
+  int N = s->N, nE = s->nE, e0 = s->e0, me = s->me;
+  const int32_t *cnt = s->cnt;
+  s->Rs = s->Rr = 0;
+  for (int p = 0; p < N; ++p) s->srows[p] = s->rrows[p] = 0;
+  for (int q = 0; q < N; ++q)
+    for (size_t e = 0; e < E; ++e) {
+      int owner = (int)e / nE;
+      size_t c = (size_t)cnt[(size_t)q * E + e];
+      if (q == me) s->srows[owner] += c, s->Rs += c;
+      if (owner == me) s->rrows[q] += c, s->Rr += c;
+    }
+  s->off[0] = 0;
+  for (int j = 0; j < nE; ++j) {
+    size_t g = 0;
+    for (int q = 0; q < N; ++q) g += (size_t)cnt[(size_t)q * E + (size_t)(e0 + j)];
+    s->off[j + 1] = s->off[j] + (long long)((g + PAD - 1) / PAD * PAD);
+  }
+  s->R = (size_t)s->off[nE];
+  int32_t *ridx = malloc((s->Rr ? s->Rr : 1) * 4), *oidx = malloc((s->R ? s->R : 1) * 4);
+  fb_status rc = FB_OK;
+  if (!ridx || !oidx) { rc = FB_ERR(FB_ENOMEM, "experts gpu: routing"); goto out; }
+  /* received rows: by source rank, then expert, then token; the owner's rows of expert j: source 0's, then source
+   * 1's, ... (the global token order: rank q holds global tokens [q T, (q+1) T)), then padding */
+  size_t k = 0;
+  for (int q = 0; q < N; ++q)
+    for (int j = 0; j < nE; ++j)
+      for (int32_t i = 0; i < cnt[(size_t)q * E + (size_t)(e0 + j)]; ++i) ridx[k++] = j;
+  for (size_t r = 0; r < s->R; ++r) oidx[r] = -1;
+  for (int j = 0; j < nE; ++j) {
+    size_t r = (size_t)s->off[j];
+    for (int q = 0; q < N; ++q)
+      for (int32_t i = 0; i < cnt[(size_t)q * E + (size_t)(e0 + j)]; ++i) oidx[r++] = q;
+  }
+  FB_TRY_GOTO(up(m, &s->d_ridx, ridx, s->Rr * 4), out);
+  FB_TRY_GOTO(up(m, &s->d_oidx, oidx, s->R * 4), out);
+out:
+  free(ridx), free(oidx);
+  return rc;
+}
+
+/* The forward on device tensors (fb_gpu_experts_forward_dev). One host synchronization: the row counts. */
 static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
   if (L->saved) gpu_release(g, L);
   if (L->exact) return FB_ERR(FB_EINVAL, "experts gpu: exact (gradient-check) mode runs on the CPU path");
   const fb_layer_prec *p = L->prec;
   FB_TRY(check_prec(p, L->layer));
+  fb_comm *c;
+  FB_TRY(layer_comm(g, L, &c));
   size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
   uint32_t seed = L->seed, step = L->step;
   fb_status rc = FB_OK;
@@ -688,54 +833,79 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   L->saved = s;
   s->mem.g = g;
   arena *m = &s->mem;
-  size_t maxr = fb_permute_max_rows(T, L->top_k, L->experts, PAD), nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
-  s->off = malloc((E + 1) * sizeof *s->off);
-  if (!s->off) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
-  CUdeviceptr dchunk, dcounts, dtok;
+  s->N = fb_comm_size(c), s->me = fb_comm_rank(c), s->nE = (int)E / s->N, s->e0 = s->me * s->nE;
+  size_t N = (size_t)s->N, nE = (size_t)s->nE;
+  size_t maxs = fb_permute_max_rows(T, L->top_k, L->experts, 1), nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
+  s->off = malloc((nE + 1) * sizeof *s->off), s->cnt = malloc(N * E * sizeof *s->cnt);
+  s->srows = calloc(N, sizeof *s->srows), s->rrows = calloc(N, sizeof *s->rrows);
+  int32_t *mine = malloc(E * sizeof *mine);
+  if (!s->off || !s->cnt || !s->srows || !s->rrows || !mine) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
+  CUdeviceptr dchunk, dcounts, dtok, dsoff;
   FB_TRY_GOTO(aalloc(m, &s->d_w, T * K * 4), fail);
   CU_CHECK_GOTO(fb_cu.MemcpyDtoD(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
   FB_TRY_GOTO(aalloc(&tmp, &dchunk, nch * E * 4), fail);
   FB_TRY_GOTO(aalloc(&tmp, &dcounts, E * 4), fail);
-  FB_TRY_GOTO(aalloc(&tmp, &dtok, maxr * 4), fail);
-  FB_TRY_GOTO(aalloc(m, &s->d_off, (E + 1) * 8), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &dtok, (maxs ? maxs : 1) * 4), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &dsoff, (E + 1) * 8), fail);
   FB_TRY_GOTO(aalloc(m, &s->d_rowof, T * K * 4), fail);
 
-  /* dispatch: quantize the tokens, then the permutation gathers the payload into expert order */
+  /* source: quantize the tokens, then the permutation (no padding) gathers the payload rows by expert, then token:
+   * the rows for rank p are one contiguous range of each plane */
   g->phase = "fwd dispatch";
   dq tok;
+  size_t b[3];
+  CUdeviceptr xs[3] = {0, 0, 0}, xr[3] = {0, 0, 0};
   FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
+  int per_tok = tok.f == FB_FMT_NVFP4;
+  FB_TRY_GOTO(fb_payload_planes(tok.f, per_tok, D, b), fail);
+  for (int q = 0; q < 3; ++q)
+    if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xs[q], (maxs ? maxs : 1) * b[q]), fail);
   {
     const kent *e;
     fb_kernel_spec k = sp_permute(g, &p->fwd_act, L->top_k, L->experts);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
-    size_t b[3];
-    int per_tok = tok.f == FB_FMT_NVFP4;
-    FB_TRY_GOTO(fb_payload_planes(tok.f, per_tok, D, b), fail);
-    dq *X = &s->X;
-    X->rows = maxr, X->cols = D, X->f = tok.f, X->no = per_tok ? maxr : 0;
-    FB_TRY_GOTO(aalloc(m, &X->c, maxr * b[0]), fail);
-    FB_TRY_GOTO(aalloc(m, &X->s, maxr * b[1]), fail);
-    if (per_tok) FB_TRY_GOTO(aalloc(m, &X->o, maxr * b[2]), fail);
     fb_kp_moe pm;
     memset(&pm, 0, sizeof pm);
-    pm.topk_idx = io->topk_idx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = s->d_off, pm.row_of = s->d_rowof;
+    pm.topk_idx = io->topk_idx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = dsoff, pm.row_of = s->d_rowof;
     pm.token_of = dtok, pm.in = tok.c, pm.in_scales = tok.s, pm.in_outer = per_tok ? tok.o : 0;
-    pm.out = X->c, pm.out_scales = X->s, pm.out_outer = per_tok ? X->o : 0;
-    pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = PAD;
+    pm.out = xs[0], pm.out_scales = xs[1], pm.out_outer = xs[2];
+    pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = 1;
     for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY_GOTO(run_moe(g, e, &pm, (long long)T, (long long)D), fail);
-    CU_CHECK_GOTO(fb_cu.MemcpyDtoH(s->off, s->d_off, (E + 1) * 8), fail);
-    s->R = (size_t)s->off[E];
-    X->rows = s->R, X->no = per_tok ? s->R : 0;
   }
-  size_t R = s->R;
+  /* the counts: this rank's rows per expert to the host (the one synchronization), every rank's over the host mesh */
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(mine, dcounts, E * 4), fail);
+  FB_TRY_GOTO(fb_comm_allgather(c, mine, E * 4, s->cnt), fail);
+  FB_TRY_GOTO(plan_rows(m, s, E), fail);
+  size_t R = s->R, Rr = s->Rr, Rs = s->Rs;
+  if (L->traffic) {
+    fb_ep_traffic *x = L->traffic;
+    x->rows += (double)Rs, x->bf16 += (double)Rs * 2.0 * (double)D, x->dispatch_outer += (double)Rs * (double)b[2];
+    if (per_tok) x->nvfp4 += (double)Rs * (double)(b[0] + b[1] + b[2]), x->nvfp4_bf16 += (double)Rs * 2.0 * (double)D;
+  }
+  /* exchange: plane by plane, then the owner groups the received rows per expert (padded as one rank has them) */
+  for (int q = 0; q < 3; ++q)
+    if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xr[q], (Rr ? Rr : 1) * b[q]), fail);
+  FB_TRY_GOTO(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL), fail);
+  {
+    dq *X = &s->X;
+    X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0;
+    CUdeviceptr xo[3] = {0, 0, 0};
+    FB_TRY_GOTO(aalloc(m, &X->c, (R ? R : 1) * b[0]), fail);
+    FB_TRY_GOTO(aalloc(m, &X->s, (R ? R : 1) * b[1]), fail);
+    if (per_tok) FB_TRY_GOTO(aalloc(m, &X->o, (R ? R : 1) * b[2]), fail);
+    xo[0] = X->c, xo[1] = X->s, xo[2] = X->o;
+    FB_TRY_GOTO(aalloc(m, &s->d_off, (nE + 1) * 8), fail);
+    FB_TRY_GOTO(aalloc(m, &s->d_lrow, (Rr ? Rr : 1) * 4), fail);
+    FB_TRY_GOTO(regather(g, &tmp, L, tok.f, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow), fail);
+  }
 
-  /* weights: the FP32 masters quantized (per-expert groups of rows), BF16 copies for the GEMMs. In a train step on
-   * the GPU optimizer these come from the AdamW kernel directly; here they are made from the masters. */
+  /* weights: this rank's experts' FP32 masters quantized (per-expert groups of rows), BF16 copies for the GEMMs. In a
+   * train step on the GPU optimizer these come from the AdamW kernel directly; here they are made from the masters. */
   g->phase = "fwd weights";
   CUdeviceptr c13, c2;
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w13, E * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
                          &s->W13), fail);
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w2, E * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
+  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
               fail);
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W13, &c13), fail);
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W2, &c2), fail);
@@ -749,49 +919,64 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 0);
     gfit f = {1, 0, 0, (int)(2 * F), (int)D};
-    fb_gemm_args ga = {s->X.c, c13, dA, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)E, 0, (int)(2 * F), (int)D, s->H, 0, 0};
+    fb_gemm_args ga = {s->X.c, c13, dA, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)nE, 0, (int)(2 * F), (int)D, s->H, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
   }
   FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A), fail);
   s->A.rows = R;
 
-  /* w2 with the combine payload, then the combine */
+  /* w2 with the combine payload, back to the sources in the order they sent the rows, then the combine there */
   g->phase = "fwd w2";
-  FB_TRY_GOTO(aalloc(m, &s->yq, (R ? R : 1) * D), fail);
-  FB_TRY_GOTO(aalloc(m, &s->ye, (R ? R : 1) * D / 32), fail);
+  CUdeviceptr yq, ye, ys[2], yb[2];
+  FB_TRY_GOTO(aalloc(&tmp, &yq, (R ? R : 1) * D), fail);
+  FB_TRY_GOTO(aalloc(&tmp, &ye, (R ? R : 1) * D / 32), fail);
   s->signs = fb_rht_signs(seed, 0);
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 1);
     gfit f = {1, 0, 0, (int)D, (int)F};
-    fb_gemm_args ga = {s->A.c, c2, s->yq, s->d_off, s->A.s, 0, s->A.o, s->W2.o, (long long)R, (int)E, 0, (int)D, (int)F, 0, s->ye, s->signs};
+    fb_gemm_args ga = {s->A.c, c2, yq, s->d_off, s->A.s, 0, s->A.o, s->W2.o, (long long)R, (int)nE, 0, (int)D, (int)F, 0, ye, s->signs};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
   }
   g->phase = "fwd combine";
   {
+    size_t cb[2] = {D, D / 32};
+    CUdeviceptr yo[2] = {yq, ye};
+    FB_TRY_GOTO(aalloc(&tmp, &ys[0], (Rr ? Rr : 1) * D), fail);
+    FB_TRY_GOTO(aalloc(&tmp, &ys[1], (Rr ? Rr : 1) * D / 32), fail);
+    FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0), fail); /* S2F6 rows: MXFP8's bytes */
+    FB_TRY_GOTO(aalloc(m, &s->ycq, (Rs ? Rs : 1) * D), fail);
+    FB_TRY_GOTO(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32), fail);
+    yb[0] = s->ycq, yb[1] = s->yce;
+    FB_TRY_GOTO(xchg(g, L, s, 1, ys, yb, cb, 2, L->traffic ? &L->traffic->combine : NULL), fail);
     const kent *e;
     fb_kernel_spec k = sp_unpermute(g, &p->combine, 1, L->top_k, L->experts);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
     fb_kp_moe pu;
     memset(&pu, 0, sizeof pu);
-    pu.in = s->yq, pu.in_scales = s->ye, pu.row_of = s->d_rowof, pu.topk_w = s->d_w, pu.out = io->y;
+    pu.in = s->ycq, pu.in_scales = s->yce, pu.row_of = s->d_rowof, pu.topk_w = s->d_w, pu.out = io->y;
     pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k, pu.signs = s->signs;
     FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), fail);
   }
   g->phase = NULL;
   afree(&tmp);
+  free(mine);
   return FB_OK;
 fail:
   g->phase = NULL;
   afree(&tmp);
+  free(mine);
   gpu_release(g, L);
   return rc;
 }
 
-/* The host entry (fb_expert_ops): tokens, routing and masters up, y down. */
+/* The host entry (fb_expert_ops): tokens, routing and this rank's experts' masters up, y down. */
 static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const int32_t *topk_idx, const float *topk_w,
                              const float *w13, const float *w2, float *y) {
   fb_gpu_experts *g = ctx;
-  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
+  fb_comm *c;
+  FB_TRY(layer_comm(g, L, &c));
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts / (size_t)fb_comm_size(c),
+         K = (size_t)L->top_k;
   fb_status rc = FB_OK;
   arena tmp = {.g = g};
   uint16_t *hb = malloc(T * D * sizeof *hb + 16);
@@ -819,33 +1004,39 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   gsaved *s = L->saved;
   if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
   const fb_layer_prec *p = L->prec;
-  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k,
-         R = s->R;
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, K = (size_t)L->top_k,
+         R = s->R, Rs = s->Rs, Rr = s->Rr, N = (size_t)s->N;
   uint32_t seed = L->seed, step = L->step;
   int lay = L->layer;
   fb_status rc = FB_OK;
   arena tmp = {.g = g};
-  CUdeviceptr dY, dA, dH, dXr, cW2t, cW13t, cAt, cXt;
+  CUdeviceptr dY, dYs, dYr, dA, dH, dXr, dXs, dXb, cW2t, cW13t, cAt, cXt;
+  size_t b2[1] = {2 * D};
 
-  /* the combine's backward: dY = w * dy in expert order, dtopk_w = <dy, Y^> */
+  /* at the source, the combine's backward: dY = w * dy by source row, dtopk_w = <dy, Y^>; dY rows to their owners,
+   * grouped there per expert and padded (zero rows) */
   g->phase = "bwd combine";
-  FB_TRY_GOTO(aalloc_z(&tmp, &dY, (R ? R : 1) * D * 2), done); /* padding rows: no entry writes them, the GEMMs read them */
+  FB_TRY_GOTO(aalloc(&tmp, &dYs, (Rs ? Rs : 1) * D * 2), done);
   {
     const kent *e;
     fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
     fb_kp_moe pc;
     memset(&pc, 0, sizeof pc);
-    pc.in = s->yq, pc.in_scales = s->ye, pc.in2 = io->dy, pc.out = dY, pc.grad_w = io->dtopk_w, pc.row_of = s->d_rowof;
+    pc.in = s->ycq, pc.in_scales = s->yce, pc.in2 = io->dy, pc.out = dYs, pc.grad_w = io->dtopk_w, pc.row_of = s->d_rowof;
     pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
     FB_TRY_GOTO(run_moe(g, e, &pc, (long long)T, (long long)D), done);
   }
-  if (!R) { /* no rows: nothing below runs (otherwise the wgrad GEMM writes every expert's tiles, empty ones as
-               zeros, and the combine of dX every token) */
+  FB_TRY_GOTO(aalloc(&tmp, &dYr, (Rr ? Rr : 1) * D * 2), done);
+  FB_TRY_GOTO(xchg(g, L, s, 0, &dYs, &dYr, b2, 1, L->traffic ? &L->traffic->dy : NULL), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
+  FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_ridx, Rr, (int)E, PAD, &dYr, &dY, 0, 0), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dXr, (R ? R : 1) * D * 2), done);
+
+  if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
     CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
     CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
-    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
-    goto done;
+    goto back;
   }
 
   /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward */
@@ -884,7 +1075,7 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
 
-  /* w13 dgrad: dX = Q(dH along 2f) Q(W13 requantized along 2f)^T, summed back to the tokens */
+  /* w13 dgrad: dX rows = Q(dH along 2f) Q(W13 requantized along 2f)^T */
   g->phase = "bwd w13 dgrad";
   dq dHq, W13t, W13g;
   FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq), done);
@@ -892,21 +1083,11 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
               done);
   FB_TRY_GOTO(regroup(&tmp, &W13t, E, &W13g), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &W13g, &cW13t), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dXr, R * D * 2), done);
   {
     fb_kernel_spec k = sp_gemm(g, p, 2);
     gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
     fb_gemm_args ga = {dHq.c, cW13t, dXr, s->d_off, dHq.s, 0, 0, 0, (long long)R, (int)E, 0, (int)D, (int)(2 * F), 0, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
-    const kent *e;
-    fb_qspec bf = {0};
-    k = sp_unpermute(g, &bf, 0, L->top_k, L->experts);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
-    fb_kp_moe pu;
-    memset(&pu, 0, sizeof pu);
-    pu.in = dXr, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = io->dx;
-    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k;
-    FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), done);
   }
 
   /* w13 wgrad: dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
@@ -921,6 +1102,27 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     fb_gemm_args ga = {dHt.c, cXt, io->dw13, s->d_off, dHt.s, 0, 0, 0, (long long)R, (int)E, (int)(2 * F), (int)D, 0, 0, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
+
+back:
+  /* dX rows back to their sources in the order they were sent, summed there per token (every rank takes part) */
+  g->phase = "bwd dx";
+  FB_TRY_GOTO(aalloc(&tmp, &dXs, (Rr ? Rr : 1) * D * 2), done);
+  FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dXb, (Rs ? Rs : 1) * D * 2), done);
+  FB_TRY_GOTO(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL), done);
+  if (!Rs) {
+    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
+  } else {
+    const kent *e;
+    fb_qspec bf = {0};
+    fb_kernel_spec k = sp_unpermute(g, &bf, 0, L->top_k, L->experts);
+    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
+    fb_kp_moe pu;
+    memset(&pu, 0, sizeof pu);
+    pu.in = dXb, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = io->dx;
+    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k;
+    FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), done);
+  }
 done:
   g->phase = NULL;
   afree(&tmp);
@@ -932,7 +1134,8 @@ static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float
                               float *dtopk_w) {
   fb_gpu_experts *g = ctx;
   if (!L->saved) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
-  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
+  const gsaved *sv = L->saved;
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)sv->nE, K = (size_t)L->top_k;
   fb_status rc = FB_OK;
   arena tmp = {.g = g};
   fb_gpu_layer_io io;
@@ -987,9 +1190,12 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   if (M->d_ff % 128) return FB_USERERR(FB_EINVAL, "%s: model.d_ff = %d: the GPU expert GEMMs take multiples of 128 (try --d-ff 128)", o->recipe->path, M->d_ff);
   fb_cuda_device_info info;
   memset(&info, 0, sizeof info);
+  int dev = o->comm ? fb_comm_local_rank(o->comm) : 0;
+  if (o->comm && M->experts % fb_comm_size(o->comm))
+    return FB_USERERR(FB_EINVAL, "%s: model.experts = %d do not split over %d ranks", o->recipe->path, M->experts, fb_comm_size(o->comm));
   if (!o->compile_only) {
-    FB_TRY(fb_cuda_use_device(0));
-    FB_TRY(fb_cuda_device_info_get(0, &info));
+    FB_TRY(fb_cuda_use_device(dev));
+    FB_TRY(fb_cuda_device_info_get(dev, &info));
     if (info.cc_major != 9)
       return FB_ERR(FB_EINVAL, "experts gpu: %s (sm_%d%d): the GPU expert layer runs on sm_90a (Hopper) only", info.name,
                     info.cc_major, info.cc_minor);
@@ -1000,7 +1206,12 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   const char *sc = getenv("FOURBIT_GPU_SYNC");
   g->sync_check = sc && *sc && strcmp(sc, "0");
   g->ops = (fb_expert_ops){"gpu", g, gpu_forward, gpu_backward, gpu_release};
-  fb_status s = fb_plan_resolve(o->recipe, "sm_90a", &g->plan);
+  fb_status s = FB_OK;
+  if (o->comm) g->comm = o->comm;
+  else s = fb_comm_single(&g->comm), g->own_comm = s == FB_OK;
+  if (s == FB_OK && !o->compile_only) s = fb_comm_nccl_init(g->comm); /* collective: every rank creates its layer */
+  if (s != FB_OK) { fb_gpu_experts_free(g); return s; }
+  s = fb_plan_resolve(o->recipe, "sm_90a", &g->plan);
   for (int l = 0; s == FB_OK && l < g->plan->nlayers; ++l) {
     int seen = 0;
     for (int j = 0; j < l; ++j) seen |= !memcmp(&g->plan->layers[j], &g->plan->layers[l], sizeof g->plan->layers[l]);
@@ -1025,6 +1236,7 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
     for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);
   }
   fb_plan_free(g->plan);
+  if (g->own_comm) fb_comm_free(g->comm);
   free(g);
 }
 
@@ -1032,7 +1244,7 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
   *out = NULL, *bytes = 0;
   const gsaved *s = L->saved;
   if (!s) return FB_ERR(FB_EINVAL, "experts gpu: probe of layer %d without a saved forward", L->layer);
-  size_t R = s->R, T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts,
+  size_t R = s->R, T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE,
          K = (size_t)L->top_k;
   const void *host = NULL;
   CUdeviceptr d = 0;
@@ -1050,10 +1262,10 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
     else if (!strcmp(part, "scales")) d = m->s, n = nv ? el / 16 : el / 32;
     else if (!strcmp(part, "sdec") && nv && m->o) d = m->o, n = (m == &s->X || m == &s->A ? m->rows : m->no) * 4;
   } else if (!strcmp(name, "h")) d = s->H, n = R * 2 * F * 2;
-  else if (!strcmp(name, "y_codes")) d = s->yq, n = R * D;
-  else if (!strcmp(name, "y_scales")) d = s->ye, n = R * D / 32;
+  else if (!strcmp(name, "y_codes")) d = s->ycq, n = s->Rs * D;
+  else if (!strcmp(name, "y_scales")) d = s->yce, n = s->Rs * D / 32;
   else if (!strcmp(name, "offsets")) host = s->off, n = (E + 1) * 8;
-  else if (!strcmp(name, "row_of")) d = s->d_rowof, n = T * K * 4;
+  else if (!strcmp(name, "row_of") || !strcmp(name, "source_row_of")) d = s->d_rowof, n = T * K * 4;
   if (!d && !host) return FB_ERR(FB_ENOTFOUND, "experts gpu: layer %d has no saved tensor '%s'", L->layer, name);
   void *h = malloc(n ? n : 1);
   if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: probe");
@@ -1061,6 +1273,14 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
   else if (n) {
     int r_ = (int)fb_cu.MemcpyDtoH(h, d, n);
     if (r_) { free(h); return FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); }
+    if (!strcmp(name, "row_of") && s->N == 1 && s->Rr) { /* one rank: the owner row of each (token, slot) */
+      int32_t *lr = malloc(s->Rr * 4), *ro = h;
+      if (!lr) { free(h); return FB_ERR(FB_ENOMEM, "experts gpu: probe"); }
+      r_ = (int)fb_cu.MemcpyDtoH(lr, s->d_lrow, s->Rr * 4);
+      for (size_t i = 0; !r_ && i < T * K; ++i) ro[i] = ro[i] < 0 ? -1 : lr[ro[i]];
+      free(lr);
+      if (r_) { free(h); return FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); }
+    }
   }
   *out = h, *bytes = n;
   return FB_OK;

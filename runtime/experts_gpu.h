@@ -1,6 +1,8 @@
 /* experts_gpu.h — the expert layer on one GPU (sm_90a): an fb_expert_ops (include/fourbit_train.h) whose forward and
  * backward run the generated kernels (templates/) in the order of NUMERICS.md's "expert layer, op by op" table.
- * One rank, no NCCL (expert parallelism is a later step).
+ * Expert parallelism: with opts.comm of N ranks (one process per GPU, device fb_comm_local_rank), rank r owns experts
+ * [r E/N, (r+1) E/N) and the layers exchange their payloads with NCCL (runtime/comm.h); without one, a one-rank
+ * communicator of its own: one GPU runs the same code, its exchanges NCCL sends to itself.
  *
  * Entry points: fb_gpu_experts_create(), fb_gpu_experts_ops(), fb_gpu_experts_stats(), fb_gpu_experts_free(),
  * fb_gpu_experts_probe() (tests: the saved device tensors of a layer between its forward and backward). */
@@ -24,6 +26,8 @@ typedef struct {
   int verbose;                   /* one line per kernel instead of the summary */
   int compile_only;              /* no GPU: generate and compile every kernel the layers need, load nothing (the ops
                                     must not be called) */
+  struct fb_comm *comm;          /* the ranks of expert parallelism (kept by reference; the layers' L->comm must be it
+                                    when N > 1); NULL: one rank. Create is collective over them (NCCL's init). */
 } fb_gpu_experts_opts;
 
 typedef struct {
@@ -33,7 +37,7 @@ typedef struct {
 
 typedef struct fb_gpu_experts fb_gpu_experts;
 
-/* Makes GPU 0 current, checks the model against what the kernels take (FB_EINVAL naming the dimension), and loads
+/* Makes GPU fb_comm_local_rank(comm) current (0 without comm), makes the NCCL communicator, checks the model against what the kernels take (FB_EINVAL naming the dimension), and loads
  * every kernel the recipe's layers need (cache, else NVRTC), so that no compile happens inside a step. */
 fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **out);
 const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g);
@@ -42,9 +46,9 @@ void fb_gpu_experts_free(fb_gpu_experts *g);
 
 /* ---- the layer on device tensors (benchmarks; a GPU-resident train step) ----------------------------------------
  * Pointers are device addresses (CUdeviceptr). Forward reads x (T x D BF16), topk_idx (int32 T x k), topk_w (FP32
- * T x k, copied: the caller may reuse it), w13 / w2 (FP32 masters, laid out as fb_expert_ops says) and writes y (T x D
- * BF16); it keeps what the backward needs in L->saved (device memory of g's pool) and synchronizes with the host once
- * (the number of permuted rows). Backward reads dy (T x D FP32) and writes dx (T x D FP32), dw13, dw2 (FP32, shaped
+ * T x k, copied: the caller may reuse it), w13 / w2 (FP32 masters of this rank's experts, laid out as fb_expert_ops
+ * says) and writes y (T x D BF16); it keeps what the backward needs in L->saved (device memory of g's pool) and
+ * synchronizes with the host once (the row counts, then exchanged over the host mesh). Backward reads dy (T x D FP32) and writes dx (T x D FP32), dw13, dw2 (FP32, shaped
  * like the masters) and dtopk_w (FP32 T x k), and releases L->saved. Work is queued on the default stream. */
 typedef struct {
   unsigned long long x, topk_idx, topk_w, w13, w2, y;   /* forward */
@@ -66,8 +70,10 @@ void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, 
 
 /* A saved tensor of L (after forward, before backward), copied to the host (malloc'd *out, *bytes). Names:
  * x_codes x_scales x_sdec (the dispatched payload, R rows), w13_codes w13_scales w13_sdec, w2_codes w2_scales
- * w2_sdec, a_codes a_scales a_sdec, h (R x 2f BF16), y_codes y_scales (the S2F6 combine payload), offsets
- * (long long [E+1]), row_of (int32 [T*k]). FB_ENOTFOUND for a name the layer does not have. */
+ * w2_sdec, a_codes a_scales a_sdec, h (R x 2f BF16) — R: the owner's rows of its nE experts —, y_codes y_scales (the
+ * S2F6 combine payload as the source received it: its Rs rows in send order), offsets (long long [nE+1], the owner's
+ * padded rows), row_of (int32 [T*k]: one rank, the owner row of each (token, slot) as fb_permute_ref with padding 128
+ * gives it; N ranks, the source's send row), source_row_of (the send row: by expert, then token, no padding). FB_ENOTFOUND for a name the layer does not have. */
 fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes);
 
 /* FOURBIT_GPU_SYNC=1 in the environment: synchronize after every launch and name the kernel of a fault (debugging). */
