@@ -6,14 +6,17 @@
  * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
- * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (two columns, 32-row
- * block) quantizes down the columns and writes 32 contiguous output bytes of each.
+ * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (column, 32-row block)
+ * quantizes down the column and writes its 32 contiguous output bytes. The tiles of a band are software-pipelined: the
+ * next tile's raw source chunks are loaded into registers before this tile's column phase and dequantized into the
+ * tile after it (two barriers a tile), so that the loads' latency overlaps the column work.
  * Load phase: a warp takes 8 (or 16) rows x 4 (2) chunks of 16 elements of a row (32 source bytes of BF16, 16 of
  * E4M3, 8 of NVFP4 codes), so that each row's bytes of a load are whole 32-byte sectors, and writes each chunk to the tile as
  * 16-byte stores that the row pitch (FB_COLS + 4 floats) spreads over all banks. NVFP4 is dequantized through f16
- * pairs (fb_formats.h fbf_nvfp4_deq8), E4M3 through the f16 unpack. Column phase: the 64 values of a thread's two
- * columns come as 32 8-byte loads (a warp reads one row of 64 columns at a time: no bank conflicts), and the SR
- * path is fb_formats.h's branch-free one (fbf_e4m3x4_srz) for every block with a finite amax below 448 * 2^29. */
+ * pairs (fb_formats.h fbf_nvfp4_deq8), E4M3 through the f16 unpack. Column phase: a thread's 32 values come as 32
+ * 4-byte loads (a warp reads 32 consecutive floats of a row at a time: no bank conflicts; one column a thread keeps
+ * the registers, and so the occupancy, of the pipeline affordable), and the SR path is fb_formats.h's branch-free one
+ * (fbf_e4m3x4_srz) for every block with a finite amax below 448 * 2^29. */
 #include "fb_formats.h"
 #include "fb_kparams.h"
 #include "fb_philox.h"
