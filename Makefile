@@ -152,6 +152,8 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)echo "== test_train_gpu on the fake driver (build/mockcuda: the GPU step's host side, kernels as CPU references)"; \
 	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_gpu > $(BUILD)/test_train_gpu_mock.log 2>&1 || \
 	  { cat $(BUILD)/test_train_gpu_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_gpu_mock.log
+	$(Q)echo "== tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)"; \
+	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 

@@ -58,8 +58,9 @@ static const char *OPTIONS_HELP =
     "                       (CPU: over sockets); rank 0 prints, logs and writes the checkpoint (one file,\n"
     "                       every expert: it resumes on any N). torchrun-style RANK/WORLD_SIZE/LOCAL_RANK\n"
     "                       (+ MASTER_ADDR/MASTER_PORT) in the environment: this process is that rank\n"
-    "  --gpus N             --device gpu: one rank per GPU, over NCCL (N > 1 waits for the GPU expert\n"
-    "                       layer's expert parallelism: one rank only so far)\n"
+    "  --gpus N             --device gpu: N ranks as --ranks N, one per GPU (LOCAL_RANK picks the device);\n"
+    "                       the expert layers exchange their payloads with NCCL (default 1: one GPU, the\n"
+    "                       same code with NCCL on one rank)\n"
     "  --verbose            a line per step with the expert layers' payload bytes against BF16 payloads\n"
     "  --exact              FP32 everywhere, no quantization (the gradient-check model; for comparisons)\n";
 
@@ -178,12 +179,6 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
     return 2;
   }
   if (gpu) c->ranks = c->ranks > c->gpus ? c->ranks : c->gpus;
-  /* Remove when runtime/experts_gpu.c runs expert parallelism (runtime/comm.h says what it must call). */
-  if (gpu && c->ranks > 1) {
-    fprintf(stderr, "fourbit %s: --gpus %d: one rank only so far: the GPU expert layer does not exchange payloads "
-            "between ranks yet (CPU ranks: --device cpu --ranks %d)\n", cmd, c->ranks, c->ranks);
-    return 2;
-  }
   if (strcmp(cmd, "train") && (c->ranks > 1 || c->verbose || c->exact)) {
     fprintf(stderr, "fourbit %s: --ranks, --verbose and --exact are options of fourbit train\n", cmd);
     return 2;
@@ -247,7 +242,7 @@ static int gpu_setup(const char *cmd, const fb_cli_train_cfg *c, const fb_recipe
     }
   }
   fb_gpu_experts_opts go = {.recipe = r, .tokens = tokens, .lookup = c->cache ? lookup_kernel : NULL, .lookup_user = u,
-                            .log = stdout};
+                            .log = stdout, .comm = c->comm};
   double t0 = now_s();
   fb_status s = fb_gpu_experts_create(&go, g);
   if (s != FB_OK) {
@@ -365,12 +360,14 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
            r->name, r->path, M->layers, M->d_model, M->d_ff, M->experts, M->top_k, M->vocab, M->conv_width,
            (double)fb_train_param_count(t) / 1e6);
     printf("  device %s, plan sha256 %.16s..., %d tokens/step (%d x %d), seed %u\n",
-           gpu ? "gpu (the expert layers on GPU 0; the rest, the router and AdamW on the CPU)"
+           gpu ? (nranks > 1 ? "gpu (the expert layers on GPU LOCAL_RANK of each rank; the rest, the router and AdamW on the CPU)"
+                             : "gpu (the expert layers on GPU 0; the rest, the router and AdamW on the CPU)")
                : "cpu (the CPU reference of the recipe's numerics)",
            p->sha256, o.tokens, o.tokens / o.seq_len, o.seq_len, o.seed);
     if (nranks > 1)
-      printf("  expert parallelism: %d ranks (processes), %d experts and %d sequences each; payloads over sockets\n",
-             nranks, M->experts / nranks, o.tokens / o.seq_len / nranks);
+      printf("  expert parallelism: %d ranks (processes), %d experts and %d sequences each; payloads over %s\n",
+             nranks, M->experts / nranks, o.tokens / o.seq_len / nranks,
+             !gpu ? "sockets" : fb_comm_dev_is_host(c->comm) ? "the host mesh (a CUDA driver whose device memory is host memory)" : "NCCL");
     if (c->exact) printf("  exact: FP32 everywhere, no quantization\n");
     printf("  data: Markov chain over %d tokens, %d successors each: entropy rate %.4f nats/token (the loss floor)\n",
            M->vocab, o.markov_succ, res->floor);
@@ -633,12 +630,6 @@ int fb_cli_train(int argc, char **argv) {
     }
     if (c.ranks > 1 && c.ranks != fb_comm_size(comm)) {
       fprintf(stderr, "fourbit train: --ranks %d, but WORLD_SIZE is %d\n", c.ranks, fb_comm_size(comm));
-      fb_comm_free(comm);
-      return 2;
-    }
-    if (gpu && fb_comm_size(comm) > 1) {
-      fprintf(stderr, "fourbit train: WORLD_SIZE %d with --device gpu: one rank only so far (see --gpus)\n",
-              fb_comm_size(comm));
       fb_comm_free(comm);
       return 2;
     }

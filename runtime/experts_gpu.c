@@ -1191,8 +1191,6 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   fb_cuda_device_info info;
   memset(&info, 0, sizeof info);
   int dev = o->comm ? fb_comm_local_rank(o->comm) : 0;
-  if (o->comm && M->experts % fb_comm_size(o->comm))
-    return FB_USERERR(FB_EINVAL, "%s: model.experts = %d do not split over %d ranks", o->recipe->path, M->experts, fb_comm_size(o->comm));
   if (!o->compile_only) {
     FB_TRY(fb_cuda_use_device(dev));
     FB_TRY(fb_cuda_device_info_get(dev, &info));

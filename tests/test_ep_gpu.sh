@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test_ep_gpu.sh — `fourbit train --device gpu --gpus N` (expert parallelism in the GPU expert layer,
+# runtime/experts_gpu.c) on the fake CUDA driver (build/mockcuda/libcuda.so.1, tests/gpu/mock_libcuda.c): device memory
+# is host memory and every kernel is its CPU reference, so N processes run the GPU layer's host side — the row counts,
+# the per-plane all-to-all-v, the owner's regrouping, the way back — with runtime/comm.c carrying the device
+# collectives over its host mesh (the fake driver says its memory is host memory; on GPUs they are NCCL's).
+#
+#   tiny_rn (tiny with an RN backward), --gpus 1 and 4, 3 steps: step 1's loss and aux identical to one rank's (the
+#       forward is per token and the owner lays its rows out as one rank does), step 1's |g| within 1e-6 relative
+#       (the expert gradients equal one rank's; the replicated ones are summed over ranks in another order), steps 2-3
+#       within test_ep.c's tolerance for the CPU path (2e-3 on loss and aux, relative on |g|); the payload line equal
+#       to the CPU path's (test_ep.sh), ~75% of it to other ranks at 4.
+#   tiny (the recipe as written: SR backward), --gpus 2, 2 steps: step 1's loss and aux identical to one rank's; the
+#       SR bits of the owner's backward operands are keyed by its local rows (the kernels take no index offset), so
+#       from step 2 on it differs from one rank by the SR noise: step 2 against tiny_rn's one rank within 1e-2
+#       (measured: 4.5e-4; SR vs RN on one rank 1.2e-3; a broken expert backward is off by 0.1-1 nat).
+# The launcher of --gpus N loads libnccl.so.2 and makes the NCCL unique id for its ranks (FOURBIT_NCCL_ID): the NCCL
+# path loads; the ranks then find the fake driver and use the host mesh.
+# usage: tests/test_ep_gpu.sh build/fourbit build/mockcuda
+set -u
+FB=$1
+MOCK=$2
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "  FAIL: $*"; }
+cp recipes/*.lua "$W/"
+cat > "$W/tiny_rn.lua" <<'EOF'
+return recipe(extend(include "tiny.lua", { name = "tiny_rn", experts = { bwd = mxfp8 {
+  grad = { rounding = "rn" }, saved = { rounding = "rn" } } } }))
+EOF
+run() { # name recipe gpus stop
+  LD_LIBRARY_PATH=$MOCK "$FB" train "$2" --device gpu --d-ff 128 --gpus "$3" --steps 20 --stop-at "$4" --verbose \
+    --log "$W/$1.csv" > "$W/$1.out" 2> "$W/$1.err" || bad "$1 (--gpus $3) failed: $(tail -3 "$W/$1.err")"
+  [ "$(grep -c '^step ' "$W/$1.out")" = "$4" ] && ok || bad "$1: $(grep -c '^step ' "$W/$1.out") step lines, expected $4"
+}
+# largest |a - b| of CSV column c over the common steps (rel = 1: relative to a)
+maxd() { paste -d, "$W/$1.csv" "$W/$2.csv" | awk -F, -v c="$3" -v rel="${4:-0}" \
+  'NR > 1 && $(c + 9) != "" { d = $c - $(c + 9); if (d < 0) d = -d; if (rel) d /= ($c < 0 ? -$c : $c); if (d > m) m = d } END { printf "%.3g", m }'; }
+within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
+
+# 1. RN backward: 1 and 4 ranks (2 ranks: part 2; each rank compiles its kernels with NVRTC, ~15 s of CPU)
+for n in 1 4; do run rn$n "$W/tiny_rn.lua" $n 3; done
+for n in 4; do
+  [ "$(sed -n 2p "$W/rn1.csv" | cut -d, -f1-4)" = "$(sed -n 2p "$W/rn$n.csv" | cut -d, -f1-4)" ] && ok \
+    || bad "rn, $n ranks: step 1 differs: $(sed -n 2p "$W/rn1.csv" | cut -d, -f1-6) vs $(sed -n 2p "$W/rn$n.csv" | cut -d, -f1-6)"
+  g1=$(paste -d, <(sed -n 2p "$W/rn1.csv") <(sed -n 2p "$W/rn$n.csv") | awk -F, '{ d = ($6 - $15) / $6; printf "%.3g", d < 0 ? -d : d }')
+  within "$g1" 1e-6 && ok || bad "rn, $n ranks: step 1 |g| differs by $g1 (relative)"
+  dl=$(maxd rn1 rn$n 2); da=$(maxd rn1 rn$n 4); dg=$(maxd rn1 rn$n 6 1)
+  within "$dl" 2e-3 && within "$da" 2e-3 && within "$dg" 2e-3 && ok \
+    || bad "rn, $n ranks vs 1: |dloss| $dl, |daux| $da, |dg|/g $dg (tolerance 2e-3)"
+  echo "  tiny_rn --device gpu, $n ranks vs 1: step 1 loss and aux identical, |dg|/g $g1; over 3 steps max |dloss| $dl," \
+    "|daux| $da, |dg|/g $dg (tolerance 2e-3)"
+done
+# the payload line: the CPU path's (tests/test_ep.sh), whatever the rank count
+for n in 1 4; do
+  l=$(grep -m1 '^  payload:' "$W/rn$n.out")
+  case "$l" in
+    *"3072 rows x 256 B in BF16; dispatch 262144 B = 0.3333 of BF16 (NVFP4 rows 0.2969, 0.2812 without their outer scales), combine 405504 B = 0.5156, dY 1.0000, dX 1.0000;"*) ok ;;
+    *) bad "--gpus $n payload line: $l" ;;
+  esac
+done
+grep -m1 '^  payload:' "$W/rn1.out" | grep -q '0 B (0.0%) to other ranks of 1' && ok || bad "1 rank sent bytes to others"
+grep -m1 '^  payload:' "$W/rn4.out" | grep -q '(7[0-9]\.[0-9]%) to other ranks of 4' && ok \
+  || bad "4 ranks: expected ~75% of the payload to other ranks: $(grep -m1 '^  payload:' "$W/rn4.out")"
+grep -q 'expert parallelism: 4 ranks (processes), 2 experts and 2 sequences each; payloads over the host mesh' "$W/rn4.out" && ok \
+  || bad "4 ranks: no expert parallelism line over the host mesh: $(grep 'expert par' "$W/rn4.out")"
+grep -m1 '^  payload:' "$W/rn4.out" | sed 's/^  /  4 GPU ranks: /'
+
+# 2. the recipe as written (SR backward), 2 ranks
+run sr2 recipes/tiny.lua 2 2
+l=$(grep -m1 '^  payload:' "$W/sr2.out")
+case "$l" in
+  *"dispatch 262144 B = 0.3333 of BF16"*"to other ranks of 2") ok ;;
+  *) bad "--gpus 2 payload line: $l" ;;
+esac
+[ "$(sed -n 2p "$W/rn1.csv" | cut -d, -f1-4)" = "$(sed -n 2p "$W/sr2.csv" | cut -d, -f1-4)" ] && ok \
+  || bad "sr, 2 ranks: step 1 differs from one rank's: $(sed -n 2p "$W/sr2.csv" | cut -d, -f1-4)"
+d2=$(maxd rn1 sr2 2)
+within "$d2" 1e-2 && ok || bad "sr, 2 ranks: step 2 loss differs from one rank's (RN) by $d2 (tolerance 1e-2: SR noise)"
+echo "  tiny --device gpu (SR backward), 2 ranks: step 1 loss and aux identical to one rank's; step 2 |dloss| vs RN one rank $d2"
+
+echo "test_ep_gpu.sh: $pass passed, $fail failed"
+[ $fail = 0 ]
