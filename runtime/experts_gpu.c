@@ -26,8 +26,25 @@
  *   w13 dgrad  quant_mxfp8_sr_row(dH, DH_ROW); requant W13 (W13_T), regrouped, bcopy; GEMM -> dX rows (BF16);
  *              unpermute (BF16, weights 1, FP32 out) -> dx.
  *   w13 wgrad  quant_mxfp8_sr_col(dH, DH_COL); requant X (X_T) + bcopy; wgrad GEMM -> dW13.
+ * Expert parallelism (N ranks, one GPU each; one rank runs the same code on a one-rank communicator), as
+ * model_experts.c's "EP" does it on the CPU: rank r owns experts [r E/N, (r+1) E/N).
+ *   source   quantize the tokens, permute them without padding (by expert, then token: the rows for rank p are one
+ *            contiguous range of each payload plane); the per-expert counts to the host (the one synchronization)
+ *            and allgathered over the host mesh: every rank knows what it sends and receives, and the owner its
+ *            padded layout.
+ *   exchange one all-to-all-v per plane (NVFP4 codes, E4M3 scales, FP32 per-token outer scales; MXFP8 codes, E8M0)
+ *            through fb_comm_dev_alltoallv (grouped ncclSend/ncclRecv on the default stream).
+ *   owner    the received rows (by source, expert, token) regrouped per expert, padded to 128, by the permute kernel
+ *            with top_k 1 (index: the local expert of each row): source 0's rows of expert e, then source 1's, ... =
+ *            the global token order, so the owner's rows are one rank's rows of its experts, padding included. w13,
+ *            SwiGLU, A, w2 on them; the S2F6 combine rows regathered by source (the permute with top_k 1, index: the
+ *            source of each row, -1 on padding; S2F6 rows move as MXFP8's bytes) and sent back; the source combines.
+ *   backward dY rows (BF16) out and regrouped as the forward's, dX rows (BF16) back the forward's way back.
+ *   random   the owner's SR operands (dY, dH rows and columns, A_T, X_T, the weights' transposes) are indexed by
+ *            their local rows (the kernels take no index offset; the CPU path maps them to one rank's): with an RN
+ *            backward N ranks reproduce one rank's step as the CPU path does, with SR they differ by the SR noise.
  * The device entry points (fb_gpu_experts_forward_dev / _backward_dev) take and give device tensors and synchronize
- * with the host once a forward (the permuted row count); the fb_expert_ops copy the host arrays up and down around
+ * with the host once a forward (the row counts); the fb_expert_ops copy the host arrays up and down around
  * them. A layer's saved tensors live on the device from its forward to its backward; memory comes from a pool.
  *
  * Not done here (refused with FB_EINVAL naming the field): a BF16 forward, NVFP4 activations without per-token outer
