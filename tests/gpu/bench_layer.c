@@ -356,7 +356,7 @@ int main(int argc, char **argv) {
   CK(fb_gpu_experts_backward_dev(g, &L, &io));
   CK(fb_gpu_experts_profile_end(g, pr, 256, &np));
   const char *phases[] = {"fwd dispatch", "fwd weights", "fwd w13", "fwd w2", "fwd combine", "bwd combine", "bwd w2 dgrad",
-                          "bwd w2 wgrad", "bwd w13 dgrad", "bwd w13 wgrad"};
+                          "bwd w2 wgrad", "bwd w13 dgrad", "bwd w13 wgrad", "bwd dx"};
   double ksum = 0, wq = 0, gemm_ms = 0;
   printf("\nper-kernel times of one profiled step (ms; a GEMM's FLOPs / its time):\n");
   for (int i = 0; i < np; ++i) {
