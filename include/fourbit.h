@@ -108,6 +108,10 @@ typedef enum { FB_MX_ROWWISE = 0, FB_MX_COLWISE = 1 } fb_mx_layout;
  * (rows % 32 == 0). SR element index = row-major index in the stored (output) layout. */
 fb_status fb_mxfp8_quantize(const float *x, size_t rows, size_t cols, fb_mx_layout layout,
                             const fb_sr_opts *r, uint8_t *codes, uint8_t *e8m0);
+/* ROWWISE for a slice of a larger operand: SR element index of (row, col) = (row0 + row) * ld + col0 + col (ld 0:
+ * cols; ld and col0 multiples of 32), so that a rank's rows draw the bits one rank draws for them. */
+fb_status fb_mxfp8_quantize_rows_at(const float *x, size_t rows, size_t cols, const fb_sr_opts *r, size_t row0, size_t ld,
+                                    size_t col0, uint8_t *codes, uint8_t *e8m0);
 /* Dequantize a stored MXFP8 matrix (srows x scols as stored, blocks along its rows). */
 fb_status fb_mxfp8_dequantize(const uint8_t *codes, const uint8_t *e8m0, size_t srows,
                               size_t scols, float *y);

@@ -79,38 +79,6 @@ uint32_t fb_moe_stream(int layer, int operand) { return ((uint32_t)layer << 8) |
  * index one rank gives the same element. */
 typedef struct { size_t row0, ld, col0; } srmap;
 
-/* MXFP8 row-wise (blocks of 32 along the rows), numerics.c's mx_rows with the SR index mapped. */
-static void mx_rows_map(const float *x, size_t rows, size_t cols, const fb_sr_opts *r, const srmap *m,
-                        uint8_t *codes, uint8_t *e8m0) {
-  int sr = r && r->rounding == FB_ROUND_SR;
-  size_t ld = m->ld ? m->ld : cols;
-  for (size_t row = 0; row < rows; ++row)
-    for (size_t b = 0; b < cols / 32; ++b) {
-      size_t i0 = row * cols + b * 32;
-      const float *xb = x + i0;
-      float a = 0.0f;
-      for (int j = 0; j < 32; ++j) {
-        float v = fabsf(xb[j]);
-        if (v > a || isnan(v)) a = isnan(a) ? a : v; /* NaN propagates */
-      }
-      uint8_t e = fb_e8m0_encode_up(a * (1.0f / 448.0f));
-      float inv = ldexpf(1.0f, 127 - (int)e);
-      uint8_t rb[32];
-      if (sr) {
-        uint64_t g = (uint64_t)(m->row0 + row) * ld + m->col0 + b * 32; /* a multiple of 16: ld, col0 are of 32 */
-        for (int h = 0; h < 2; ++h) {
-          uint64_t c = (g >> 4) + (uint64_t)h;
-          fb_u32 ctr[4] = {r->step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {r->seed, r->stream}, o[4];
-          fb_philox4x32_10(ctr, key, o);
-          for (int j = 0; j < 16; ++j) rb[16 * h + j] = (uint8_t)(o[j >> 2] >> (8 * (j & 3)));
-        }
-      }
-      for (int j = 0; j < 32; ++j)
-        codes[i0 + j] = sr ? fb_e4m3_encode_sr(xb[j] * inv, rb[j]) : fb_e4m3_encode_rn(xb[j] * inv);
-      e8m0[i0 / 32] = e;
-    }
-}
-
 /* ---- a quantized matrix and its exact dequantization ------------------------------------------- */
 enum { QM_F32 = 0, QM_NVFP4, QM_MXFP8 };
 typedef struct {
@@ -176,7 +144,7 @@ static fb_status qm_quantize(qmat *m, const fb_qspec *q, int exact, const float 
     m->codes = malloc(rows * cols), m->sf = malloc(rows * cols / 32);
     if (!m->codes || !m->sf) return FB_ERR(FB_ENOMEM, "experts: mxfp8 %zu x %zu", rows, cols);
     fb_sr_opts r = {q->rounding, seed, stream, step};
-    mx_rows_map(x, rows, cols, &r, map, m->codes, m->sf);
+    FB_TRY(fb_mxfp8_quantize_rows_at(x, rows, cols, &r, map->row0, map->ld, map->col0, m->codes, m->sf));
     return fb_mxfp8_dequantize(m->codes, m->sf, rows, cols, m->deq);
   }
   return FB_ERR(FB_EINVAL, "experts: %s is not a GEMM operand format", fb_format_name(q->format));

@@ -279,12 +279,14 @@ fb_status fb_nvfp4_dequantize(const uint8_t *codes, const uint8_t *sf, const flo
 }
 
 /* ---- MXFP8 --------------------------------------------------------------------------------- */
-static void mx_rows(const float *x, size_t rows, size_t cols, const fb_sr_opts *r, uint8_t *codes,
-                    uint8_t *e8m0) {
+/* SR element index of (row, col): (row0 + row) * ld + col0 + col; {0, cols, 0} is the row-major index of NUMERICS.md */
+static void mx_rows(const float *x, size_t rows, size_t cols, const fb_sr_opts *r, size_t row0, size_t ld, size_t col0,
+                    uint8_t *codes, uint8_t *e8m0) {
   int sr = r && r->rounding == FB_ROUND_SR;
   for (size_t row = 0; row < rows; ++row) {
     for (size_t b = 0; b < cols / 32; ++b) {
       size_t i0 = row * cols + b * 32;
+      uint64_t g = (uint64_t)(row0 + row) * ld + col0 + b * 32;
       const float *xb = x + i0;
       float a = 0.0f;
       for (int j = 0; j < 32; ++j) {
@@ -294,12 +296,22 @@ static void mx_rows(const float *x, size_t rows, size_t cols, const fb_sr_opts *
       uint8_t e = fb_e8m0_encode_up(a * (1.0f / 448.0f));
       float inv = ldexpf(1.0f, 127 - (int)e);
       uint8_t rb[32];
-      if (sr) { sr16(r->seed, r->stream, r->step, i0, rb); sr16(r->seed, r->stream, r->step, i0 + 16, rb + 16); }
+      if (sr) { sr16(r->seed, r->stream, r->step, g, rb); sr16(r->seed, r->stream, r->step, g + 16, rb + 16); }
       for (int j = 0; j < 32; ++j)
         codes[i0 + j] = sr ? fb_e4m3_encode_sr(xb[j] * inv, rb[j]) : fb_e4m3_encode_rn(xb[j] * inv);
       e8m0[i0 / 32] = e;
     }
   }
+}
+
+fb_status fb_mxfp8_quantize_rows_at(const float *x, size_t rows, size_t cols, const fb_sr_opts *r, size_t row0, size_t ld,
+                                    size_t col0, uint8_t *codes, uint8_t *e8m0) {
+  if (!x || !codes || !e8m0) return FB_ERR(FB_EINVAL, "mxfp8: NULL argument");
+  if (r && r->rounding > FB_ROUND_SR) return FB_ERR(FB_EINVAL, "mxfp8: unknown rounding %d", r->rounding);
+  if (rows == 0 || cols == 0 || cols % 32 || (ld && ld % 32) || col0 % 32)
+    return FB_ERR(FB_EINVAL, "mxfp8: %zu x %zu at (%zu, %zu) of rows of %zu: blocks of 32 along the rows", rows, cols, row0, col0, ld);
+  mx_rows(x, rows, cols, r, row0, ld ? ld : cols, col0, codes, e8m0);
+  return FB_OK;
 }
 
 fb_status fb_mxfp8_quantize(const float *x, size_t rows, size_t cols, fb_mx_layout layout,
@@ -311,7 +323,7 @@ fb_status fb_mxfp8_quantize(const float *x, size_t rows, size_t cols, fb_mx_layo
     return FB_ERR(FB_EINVAL, "mxfp8: %zu x %zu: the blocked dimension (%s) must be a positive multiple of 32",
                   rows, cols, layout == FB_MX_ROWWISE ? "cols" : "rows");
   if (layout == FB_MX_ROWWISE) {
-    mx_rows(x, rows, cols, r, codes, e8m0);
+    mx_rows(x, rows, cols, r, 0, cols, 0, codes, e8m0);
     return FB_OK;
   }
   if (layout != FB_MX_COLWISE) return FB_ERR(FB_EINVAL, "mxfp8: unknown layout %d", layout);
@@ -319,7 +331,7 @@ fb_status fb_mxfp8_quantize(const float *x, size_t rows, size_t cols, fb_mx_layo
   if (!t) return FB_ERR(FB_ENOMEM, "mxfp8: %zu x %zu transpose buffer", rows, cols);
   for (size_t i = 0; i < rows; ++i)
     for (size_t j = 0; j < cols; ++j) t[j * rows + i] = x[i * cols + j];
-  mx_rows(t, cols, rows, r, codes, e8m0);
+  mx_rows(t, cols, rows, r, 0, rows, 0, codes, e8m0);
   free(t);
   return FB_OK;
 }
