@@ -15,8 +15,14 @@
  * y of 8 sampled tokens within 0.5 (relative Frobenius) of an FP64 evaluation of the layer on the unquantized
  * masters and tokens (the recipe's quantization error is ~0.1 for NVFP4: this catches wrong rows, experts or layouts,
  * not rounding; the rounding is checked bit for bit by test_kernels, test_gemm and test_train_gpu in the same call).
+ * Expert parallelism (torchrun-style: WORLD_SIZE > 1 with RANK, LOCAL_RANK, MASTER_ADDR/MASTER_PORT, one process
+ * per GPU): --experts is the experts of each rank (S1 at N = 8: 48 a rank, 384 in all), each rank routes its own
+ * --tokens over all of them, the layer exchanges its payloads with NCCL; the FP64 check of y (which needs the
+ * other ranks' weights) is skipped, and the ranks' layer times are gathered (the slowest is the step). Every run
+ * also times a plain NCCL all-to-all of the BF16 rows its dispatch sends: the peer of the payload exchange.
  * Device memory: the pool's peak (everything the layer allocates: saved tensors, scratch) plus the tensors the caller
  * holds (tokens, routing, masters, dy, dx, gradients), against the peer's torch.cuda.max_memory_allocated. */
+#include "comm.h"
 #include "experts_gpu.h"
 #include "fb_cuda.h"
 #include "fb_error.h"
@@ -149,6 +155,16 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  fb_comm *comm = NULL;
+  if (fb_comm_init_env(&comm) != FB_OK) { fprintf(stderr, "bench_layer: %s\n", fb_errmsg()); return 2; }
+  const int nr = fb_comm_size(comm), rk = fb_comm_rank(comm);
+  if (nr > 1 && rk) {
+    if (!freopen("/dev/null", "w", stdout)) return 1; /* rank 0 speaks */
+  }
+  if (nr > 1 && (routing_only || rout || peer)) { fprintf(stderr, "bench_layer: the PyTorch peer is one-rank: no --routing-out / --peer with WORLD_SIZE > 1\n"); return 2; }
+  const int Eloc = E;
+  E = Eloc * nr; /* experts in all */
+  rng ^= 0xD1B54A32D192ED03ull * (uint64_t)(rk + 1);
   fb_model over = {0};
   over.experts = E, over.top_k = K, over.d_model = D, over.d_ff = F;
   fb_recipe *r = NULL;
@@ -161,7 +177,8 @@ int main(int argc, char **argv) {
   /* ---- host data: routing, tokens, masters, dy ---- */
   size_t nT = (size_t)T, nD = (size_t)D, nF = (size_t)F, nE = (size_t)E, nK = (size_t)K;
   int32_t *idx = malloc(nT * nK * 4);
-  float *tw = malloc(nT * nK * 4), *w13 = malloc(nE * 2 * nF * nD * 4), *w2 = malloc(nE * nD * nF * 4), *dy = malloc(nT * nD * 4);
+  const size_t nEl = (size_t)Eloc; /* this rank's experts: their masters and gradients */
+  float *tw = malloc(nT * nK * 4), *w13 = malloc(nEl * 2 * nF * nD * 4), *w2 = malloc(nEl * nD * nF * 4), *dy = malloc(nT * nD * 4);
   uint16_t *xb = malloc(nT * nD * 2);
   if (!idx || !tw || !w13 || !w2 || !dy || !xb) { fprintf(stderr, "bench_layer: host memory\n"); return 1; }
   double *zw = malloc(nE * sizeof *zw);
@@ -201,8 +218,8 @@ int main(int argc, char **argv) {
   if (routing_only) return 0;
   for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
   float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
-  for (size_t i = 0; i < nE * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
-  for (size_t i = 0; i < nE * nD * nF; ++i) w2[i] = nrand() * s2;
+  for (size_t i = 0; i < nEl * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
+  for (size_t i = 0; i < nEl * nD * nF; ++i) w2[i] = nrand() * s2;
   for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
   printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
          "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
@@ -223,7 +240,7 @@ int main(int argc, char **argv) {
   pu.r = r;
   if (picks) snprintf(pu.picks, sizeof pu.picks, ",%s,", picks);
   fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : picks ? pick_lookup : NULL,
-                            .lookup_user = cache ? (void *)&u : (void *)&pu, .log = stdout, .verbose = 1};
+                            .lookup_user = cache ? (void *)&u : (void *)&pu, .log = stdout, .verbose = 1, .comm = comm};
   fb_gpu_experts *g = NULL;
   CK(fb_gpu_experts_create(&go, &g));
   fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
@@ -239,9 +256,9 @@ int main(int argc, char **argv) {
   io.topk_idx = d;
   if (dalloc(&d, nT * nK * 4, tw, &held_io)) return 1;
   io.topk_w = d;
-  if (dalloc(&d, nE * 2 * nF * nD * 4, w13, &held_io)) return 1;
+  if (dalloc(&d, nEl * 2 * nF * nD * 4, w13, &held_io)) return 1;
   io.w13 = d;
-  if (dalloc(&d, nE * nD * nF * 4, w2, &held_io)) return 1;
+  if (dalloc(&d, nEl * nD * nF * 4, w2, &held_io)) return 1;
   io.w2 = d;
   if (dalloc(&d, nT * nD * 2, NULL, &held_io)) return 1;
   io.y = d;
@@ -249,9 +266,9 @@ int main(int argc, char **argv) {
   io.dy = d;
   if (dalloc(&d, nT * nD * 4, NULL, &held_io)) return 1;
   io.dx = d;
-  if (dalloc(&d, nE * 2 * nF * nD * 4, NULL, &held_io)) return 1;
+  if (dalloc(&d, nEl * 2 * nF * nD * 4, NULL, &held_io)) return 1;
   io.dw13 = d;
-  if (dalloc(&d, nE * nD * nF * 4, NULL, &held_io)) return 1;
+  if (dalloc(&d, nEl * nD * nF * 4, NULL, &held_io)) return 1;
   io.dw2 = d;
   if (dalloc(&d, nT * nK * 4, NULL, &held_io)) return 1;
   io.dtopk_w = d;
@@ -259,11 +276,12 @@ int main(int argc, char **argv) {
   fb_moe_layer L;
   memset(&L, 0, sizeof L);
   L.layer = layer, L.prec = prec, L.tokens = T, L.d_model = D, L.d_ff = F, L.experts = E, L.top_k = K, L.seed = 1234, L.step = 1;
+  L.comm = comm;
 
   /* ---- checks: two runs byte-identical, finite, y near the FP64 layer ---- */
   struct { CUdeviceptr p; size_t n; const char *name; void *h[2]; } outs[] = {
-      {io.y, nT * nD * 2, "y", {0}}, {io.dx, nT * nD * 4, "dx", {0}}, {io.dw13, nE * 2 * nF * nD * 4, "dW13", {0}},
-      {io.dw2, nE * nD * nF * 4, "dW2", {0}}, {io.dtopk_w, nT * nK * 4, "dtopk_w", {0}}};
+      {io.y, nT * nD * 2, "y", {0}}, {io.dx, nT * nD * 4, "dx", {0}}, {io.dw13, nEl * 2 * nF * nD * 4, "dW13", {0}},
+      {io.dw2, nEl * nD * nF * 4, "dW2", {0}}, {io.dtopk_w, nT * nK * 4, "dtopk_w", {0}}};
   for (int run = 0; run < 2; ++run) {
     CK(fb_gpu_experts_forward_dev(g, &L, &io));
     CU(fb_cu.CtxSynchronize());
@@ -290,7 +308,9 @@ int main(int argc, char **argv) {
     printf("check %-8s non-finite %zu, two runs %s\n", outs[o].name, nonfinite, same ? "byte-identical" : "DIFFER");
     bad |= nonfinite != 0 || !same;
   }
-  { /* y of 8 tokens against the FP64 layer on the unquantized operands */
+  if (nr > 1) {
+    printf("check y vs the FP64 layer: skipped with %d ranks (the other ranks' experts are theirs)\n", nr);
+  } else { /* y of 8 tokens against the FP64 layer on the unquantized operands */
     double num = 0, den = 0;
     double *h = malloc(2 * nF * sizeof *h), *a = malloc(nF * sizeof *a), *yr = malloc(nD * sizeof *yr);
     const uint16_t *yg = outs[0].h[0];
@@ -387,6 +407,55 @@ int main(int argc, char **argv) {
          peak / 1073741824.0, held / 1073741824.0, held_io / 1073741824.0, (peak + held_io) / 1073741824.0);
   printf("RESULT layer=%d routing=%s ms=%.3f fwd=%.3f bwd=%.3f wq=%.3f peak_gib=%.3f\n", layer, routing, mt, mf, mb, wq,
          (peak + held_io) / 1073741824.0);
+  if (nr > 1) { /* the step is as slow as its slowest rank */
+    double *all = malloc((size_t)nr * sizeof *all);
+    CK(fb_comm_allgather(comm, &mt, sizeof mt, all));
+    double mx = 0;
+    for (int q = 0; q < nr; ++q) mx = all[q] > mx ? all[q] : mx;
+    printf("ranks: %d; layer fwd+bwd of each (median ms):", nr);
+    for (int q = 0; q < nr; ++q) printf(" %.3f", all[q]);
+    printf("; the step: %.3f ms\nRESULT_EP ranks=%d ms=%.3f\n", mx, nr, mx);
+    free(all);
+  }
+  { /* the dispatch's exchange against a plain NCCL all-to-all of the same rows in BF16 (every rank sends) */
+    size_t *rows = calloc((size_t)nr, sizeof *rows), *allrows = calloc((size_t)nr * nr, sizeof *allrows);
+    for (size_t i = 0; i < nT * nK; ++i) rows[idx[i] / Eloc]++;
+    CK(fb_comm_allgather(comm, rows, (size_t)nr * sizeof *rows, allrows));
+    size_t *sc = calloc((size_t)nr, sizeof *sc), *sd = calloc((size_t)nr, sizeof *sd), *rc = calloc((size_t)nr, sizeof *rc),
+           *rd = calloc((size_t)nr, sizeof *rd), st_ = 0, rt_ = 0;
+    for (int q = 0; q < nr; ++q) {
+      sc[q] = rows[q] * nD * 2, sd[q] = st_, st_ += sc[q];
+      rc[q] = allrows[(size_t)q * nr + rk] * nD * 2, rd[q] = rt_, rt_ += rc[q];
+    }
+    CUdeviceptr sb, rb;
+    CU(fb_cu.MemAlloc(&sb, st_ ? st_ : 16));
+    CU(fb_cu.MemAlloc(&rb, rt_ ? rt_ : 16));
+    CU(fb_cu.MemsetD8(sb, 0, st_ ? st_ : 16));
+    double *ta = malloc(iters * sizeof *ta);
+    for (int it = -2; it < iters; ++it) {
+      CK(fb_comm_barrier(comm));
+      CU(fb_cu.EventRecord(ev[0], 0));
+      CK(fb_comm_dev_alltoallv(comm, (void *)(uintptr_t)sb, sc, sd, (void *)(uintptr_t)rb, rc, rd, NULL));
+      CU(fb_cu.EventRecord(ev[1], 0));
+      CU(fb_cu.EventSynchronize(ev[1]));
+      float a;
+      CU(fb_cu.EventElapsedTime(&a, ev[0], ev[1]));
+      if (it >= 0) ta[it] = a;
+    }
+    qsort(ta, iters, sizeof *ta, cmpd);
+    double ours = 0;
+    for (int i = 0; i < np; ++i)
+      if (!strcmp(pr[i].phase, "fwd dispatch") && !strncmp(pr[i].name, "exchange", 8)) ours += pr[i].ms;
+    size_t b3[3] = {0, 0, 0};
+    int nvt = prec->fwd_act.format == FB_FMT_NVFP4;
+    CK(fb_payload_planes(prec->fwd_act.format, nvt, nD, b3));
+    printf("EXCHANGE dispatch: ours %.3f ms for %zu rows x %zu B (%s payload: %.4f of BF16); a plain NCCL all-to-all of the "
+           "same rows in BF16 (%zu B a row): %.3f ms (median of %d); ratio %.2f\n", ours, nT * nK, b3[0] + b3[1] + b3[2],
+           fb_format_name(prec->fwd_act.format), (double)(b3[0] + b3[1] + b3[2]) / (2.0 * nD), 2 * nD, ta[iters / 2], iters,
+           ta[iters / 2] > 0 ? ours / ta[iters / 2] : 0.0);
+    fb_cu.MemFree(sb), fb_cu.MemFree(rb);
+    free(rows), free(allrows), free(sc), free(sd), free(rc), free(rd), free(ta);
+  }
   if (peer) { /* "ms MS peak_gib G" lines from bench_layer_peer.py */
     FILE *f = fopen(peer, "r");
     double pm = 0, pg = 0;
@@ -401,6 +470,7 @@ int main(int argc, char **argv) {
       printf("PEER: no figure for %s in %s\n", routing, peer);
   }
   fb_gpu_experts_free(g);
+  fb_comm_free(comm);
   return 0;
 }
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# tests/gpu/ep_multi.sh — expert parallelism on every GPU of one host, in one device call (issue 8):
+#   1. fourbit train, tiny and a mid-size model, on 1 GPU and on N GPUs with the same global batch and seed: the loss
+#      curves side by side (step 1 must be identical; later steps differ by stochastic rounding: printed, with the
+#      one-GPU run's own step-to-step noise beside them as the scale), every rank's kernel lookups from one cache;
+#   2. one S1-shaped expert layer (8192 tokens and 48 experts a rank, top-8, d_model 5120, d_ff 2048) at N = 1, 2, 4, 8
+#      (as many as there are GPUs): the step time (the slowest rank), the weak-scaling efficiency t(1) / t(N), and
+#      the dispatch exchange against a plain NCCL all-to-all of the same rows in BF16, from build/gpu/bench_layer.
+# usage: tests/gpu/ep_multi.sh [build/fourbit]   (results under $OUT, else build/ep)
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as the device documentation requires.
+set -u
+FB=${1:-build/fourbit}
+dir=${OUT:-build/ep}
+mkdir -p "$dir"
+export NCCL_NVLS_ENABLE=0
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$ngpu" -lt 1 ]; then echo "ep_multi: SKIPPED (not passed): no GPU"; exit 0; fi
+echo "ep_multi: $ngpu GPU(s): $(nvidia-smi -L | head -1)"
+fail=0
+export FOURBIT_CACHE=${FOURBIT_CACHE:-/tmp/fbcache_ep}
+
+# the kernels every rank loads: inkling2_small's winners for the S1 layer (the train runs below, other shapes, take
+# the default variants, compiled by NVRTC on each rank)
+"$FB" tune recipes/inkling2_small.lua --time 90 --jobs 16 > "$dir/tune.log" 2>&1 || { echo "  tune FAILED"; tail -5 "$dir/tune.log"; fail=1; }
+
+# ---- 1. train on 1 and N GPUs ----
+cmp_logs() { # name, log1, logN
+  python3 - "$@" <<'PY'
+import csv, sys
+name, a, b = sys.argv[1:4]
+A = list(csv.DictReader(open(a))); B = list(csv.DictReader(open(b)))
+n = min(len(A), len(B))
+la = [float(r["loss"]) for r in A[:n]]; lb = [float(r["loss"]) for r in B[:n]]
+d = [abs(x - y) for x, y in zip(la, lb)]
+noise = sorted(abs(la[i] - la[i - 1]) for i in range(max(1, n - 50), n))
+k = max(1, n // 10)
+print(f"  {name}: {n} steps; step 1 loss {la[0]:.6f} vs {lb[0]:.6f} ({'identical' if la[0] == lb[0] else 'DIFFER'}); "
+      f"|loss(1 GPU) - loss(N)| max {max(d):.4f}, mean over the last {k} steps {sum(d[-k:]) / k:.4f}; "
+      f"final (mean of the last {k}) {sum(la[-k:]) / k:.4f} vs {sum(lb[-k:]) / k:.4f}; "
+      f"the 1-GPU run's own step-to-step change (median, last 50) {noise[len(noise) // 2]:.4f}")
+sys.exit(0 if la[0] == lb[0] else 1)
+PY
+}
+N=$ngpu
+[ "$N" -gt 8 ] && N=8
+for model in tiny mid; do
+  if [ $model = tiny ]; then args="--d-ff 128 --steps 300"; else args="--layers 8 --d-model 512 --d-ff 512 --experts 16 --top-k 2 --vocab 1024 --batch 2048 --steps 150"; fi
+  for n in 1 $N; do
+    [ $n = 1 ] || [ $N -gt 1 ] || continue
+    "$FB" train recipes/tiny.lua --device gpu --gpus $n $args --seed 7 --print-every 50 --verbose --cache "$FOURBIT_CACHE" \
+      --log "$dir/train_${model}_g$n.csv" > "$dir/train_${model}_g$n.out" 2>&1 || { echo "  train $model --gpus $n FAILED"; tail -5 "$dir/train_${model}_g$n.out"; fail=1; }
+    grep -E "^kernels|payload" "$dir/train_${model}_g$n.out" | tail -2 | sed "s/^/  $model g$n: /"
+  done
+  if [ $N -gt 1 ]; then cmp_logs "$model, 1 GPU vs $N" "$dir/train_${model}_g1.csv" "$dir/train_${model}_g$N.csv" || fail=1; fi
+done
+
+# ---- 2. the S1 layer at N = 1, 2, 4, 8 ----
+t1=
+for n in 1 2 4 8; do
+  [ $n -le $ngpu ] || break
+  port=$((29600 + n))
+  for ((r = 0; r < n; ++r)); do
+    WORLD_SIZE=$n RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      build/gpu/bench_layer --cache "$FOURBIT_CACHE" --iters 10 > "$dir/layer_n${n}_r$r.log" 2>&1 &
+  done
+  wait
+  L="$dir/layer_n${n}_r0.log"
+  if ! grep -q '^RESULT' "$L"; then echo "  layer N=$n FAILED"; tail -5 "$L"; fail=1; continue; fi
+  ms=$(grep -oE '^RESULT_EP ranks=[0-9]+ ms=[0-9.]+' "$L" | sed 's/.*ms=//')
+  [ -n "$ms" ] || ms=$(grep -oE '^RESULT layer=.* ms=[0-9.]+' "$L" | sed 's/.*ms=//')
+  [ -n "$t1" ] || t1=$ms
+  eff=$(python3 -c "print(f'{$t1 / $ms:.3f}')")
+  echo "  S1 layer, $n rank(s): step $ms ms; weak-scaling efficiency t(1)/t($n) = $eff"
+  grep -E '^EXCHANGE|^check' "$L" | sed 's/^/    /'
+done
+[ $fail -eq 0 ] && echo "ep_multi: passed" || { echo "ep_multi: FAILED"; exit 1; }
