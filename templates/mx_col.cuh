@@ -16,7 +16,8 @@
  * pairs (fb_formats.h fbf_nvfp4_deq8), E4M3 through the f16 unpack. Column phase: a thread's 32 values come as 32
  * 4-byte loads (a warp reads 32 consecutive floats of a row at a time: no bank conflicts; one column a thread keeps
  * the registers, and so the occupancy, of the pipeline affordable), and the SR path is fb_formats.h's branch-free one
- * (fbf_e4m3x4_srz) for every block with a finite amax below 448 * 2^29. */
+ * (fbf_e4m3x4_srz) for every block with a finite amax below 448 * 2^29. BF16 sources take the ring path instead (see
+ * FB_RING below): raw tiles copied to shared memory by cp.async several tiles ahead, no registers held for them. */
 #include "fb_formats.h"
 #include "fb_kparams.h"
 #include "fb_philox.h"
@@ -114,18 +115,28 @@ static __device__ __forceinline__ void deq_raw(const raw_chunk &r, float sd, flo
 
 /* the 32 codes of one column block (v: 32 values down the column, o: its first output element) as 8 words */
 static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const float v[32], long long o, unsigned w[8]) {
-  float a = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) a = fbf_absmax_nan(a, v[j]); /* NaN propagates: the scale becomes 0xFF */
-  const unsigned e = fbf_e8m0_up(a * (1.0f / 448.0f));
 #if FB_SR
-  unsigned r[8];
+  unsigned r[8]; /* independent of the values: first, so that its chains can overlap the amax */
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     unsigned long long c = ((unsigned long long)o >> 4) + h;
     fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
     fb_philox4x32_10(ctr, key, r + 4 * h);
   }
+#endif
+  /* amax as a tree of depth 5 (was a chain of 32): max is exact, so any order gives the same value; NaN propagates
+   * (the scale becomes 0xFF) */
+  float m[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) m[j] = fbf_absmax_nan(fabsf(v[j]), v[j + 16]);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m[j] = fbf_absmax_nan(m[j], m[j + 8]);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m[j] = fbf_absmax_nan(m[j], m[j + 4]);
+  m[0] = fbf_absmax_nan(m[0], m[2]), m[1] = fbf_absmax_nan(m[1], m[3]);
+  m[0] = fbf_absmax_nan(m[0], m[1]);
+  const unsigned e = fbf_e8m0_up(m[0] * (1.0f / 448.0f));
+#if FB_SR
   if (e <= FBF_SRZ_EMAX) {
     const float s = fbf_srz_scale(e);
 #pragma unroll
@@ -161,6 +172,179 @@ static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const f
 #define NWARPS (FB_THREADS / 32)
 #define NITEMS ((TR / LR) * (FB_COLS / CHUNK / LC))
 
+/* BF16 source: the ring path. Raw BF16 tiles go straight to a ring of NST shared-memory slots by cp.async (16 bytes
+ * a thread, L2 only), NST - 1 tiles ahead of the tile being quantized, so that a CTA keeps (NST - 1) * TR * FB_COLS * 2
+ * bytes of loads in flight without holding them in registers, and one barrier a tile suffices. The column phase reads
+ * the BF16 values from the slot (a warp reads 64 contiguous bytes of a row: no bank conflicts) and widens them with a
+ * shift. NST fills 44 KiB with the scale bytes, at most 5: r32_c128 holds 5 slots of 8 KiB (4 tiles, 32 KiB in
+ * flight), so that 5 CTAs of 45 KiB fit an SM, about 3.9 waves of 1024-row bands at S1. Lanes pair up for the
+ * stores: each 16-byte store instruction writes whole 32-byte sectors (a lane and its neighbour the two halves of one
+ * column's 32 bytes), so the L2 receives 16 full sectors per instruction rather than 32 half sectors. */
+#if FB_SRC == 0 && !FB_IN_F32
+#define FB_RING 1
+#else
+#define FB_RING 0
+#endif
+
+#if FB_RING
+#define SLOT (TR * FB_COLS)                         /* BF16 elements of a slot */
+#define NST_FIT ((44 * 1024 - FB_COLS * 32) / (SLOT * 2))
+#define NST (NST_FIT > 5 ? 5 : NST_FIT)
+#define NCH (SLOT / 8)                               /* 16-byte chunks of a tile */
+#define CPT ((NCH + FB_THREADS - 1) / FB_THREADS)     /* chunks a thread */
+#define NIC ((FB_RB * FB_COLS + FB_THREADS - 1) / FB_THREADS) /* column items a thread */
+#if NST < 2
+#error "mx_col ring: fewer than two slots fit"
+#endif
+
+static __device__ __forceinline__ void cp16(unsigned short *dst, const unsigned short *src) {
+#if defined(__CUDA_ARCH__)
+  unsigned d;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(d) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+  memcpy(dst, src, 16); /* the emulator: the copy lands at once, which the wait below allows */
+#endif
+}
+static __device__ __forceinline__ void cp_commit(void) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* this thread's copies of all but the newest n groups have landed */
+template <int n> static __device__ __forceinline__ void cp_wait(void) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
+#endif
+}
+
+/* registers for 20 warps an SM (5 CTAs of 128 threads, which the 45 KiB of shared memory of r32_c128 also allow) */
+#define FB_RING_BOUNDS __launch_bounds__(FB_THREADS, (640 / FB_THREADS) > 0 ? (640 / FB_THREADS) : 1)
+extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
+  __shared__ uint4 ring4[NST * SLOT / 8];
+  unsigned short *ring = reinterpret_cast<unsigned short *>(ring4);
+  __shared__ uint4 sc4[FB_COLS * 2];
+  unsigned char(*sc)[32] = reinterpret_cast<unsigned char(*)[32]>(sc4);
+  const long long SB = 1024;
+  const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  const int lane = threadIdx.x & 31;
+  /* this thread's chunks: chunk q = threadIdx.x + k * FB_THREADS of a tile is its row q / (FB_COLS / 8), elements
+   * 8 * (q % (FB_COLS / 8)) + 0..7 (consecutive threads read consecutive 16 bytes of a row); as FB_THREADS is a multiple
+   * of FB_COLS / 8, chunk k is KR * k rows below chunk 0 */
+#define KR (FB_THREADS * 8 / FB_COLS)
+#if (FB_THREADS * 8) % FB_COLS != 0
+#error "mx_col ring: FB_THREADS must be a multiple of FB_COLS / 8"
+#endif
+  const int ch_rr = (int)threadIdx.x / (FB_COLS / 8), ch_cc = ((int)threadIdx.x % (FB_COLS / 8)) * 8;
+  const unsigned ring_sh = (unsigned)(ch_rr * FB_COLS + ch_cc); /* element offset of chunk 0 in a slot */
+  const unsigned long long kstride = (unsigned long long)KR * (unsigned long long)p.cols * 2u; /* bytes */
+  for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
+    const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
+    const int nt = (int)((b1 - b0 + TR - 1) / TR);
+    /* the band is whole tiles inside the matrix (every band at S1): no bounds per chunk */
+    const bool whole = (b1 - b0) % TR == 0 && c0 + FB_COLS <= p.cols;
+    const char *src = reinterpret_cast<const char *>(p.in) + ((b0 + ch_rr) * p.cols + c0 + ch_cc) * 2; /* tile 0, chunk 0 */
+    const long long tstride = (long long)TR * p.cols * 2; /* bytes from a tile to the next */
+    /* tile i of the band into slot i % NST (the caller keeps i % NST in s); one commit group per tile, empty past the
+     * band, so that "all but the newest NST - 2 groups" is always tile i. Values outside the matrix are not loaded:
+     * their 32-row blocks and columns are never quantized. */
+    auto issue = [&](int i, int s) {
+      if (i < nt) {
+        const char *g = src + (long long)i * tstride;
+        unsigned short *d = ring + s * SLOT + ring_sh;
+        if (whole) {
+#pragma unroll
+          for (int k = 0; k < CPT; ++k)
+            if (NCH % FB_THREADS == 0 || (int)threadIdx.x + k * FB_THREADS < NCH)
+              cp16(d + k * KR * FB_COLS, reinterpret_cast<const unsigned short *>(g + k * kstride));
+        } else {
+          const long long r0 = b0 + (long long)i * TR;
+#pragma unroll
+          for (int k = 0; k < CPT; ++k)
+            if ((NCH % FB_THREADS == 0 || (int)threadIdx.x + k * FB_THREADS < NCH) && r0 + ch_rr + k * KR < p.rows &&
+                c0 + ch_cc < p.cols)
+              cp16(d + k * KR * FB_COLS, reinterpret_cast<const unsigned short *>(g + k * kstride));
+        }
+      }
+      cp_commit();
+    };
+    __syncthreads(); /* the previous band's column phases have read the ring and its scale stores have read sc */
+    /* column phase items: item k = threadIdx.x + n * FB_THREADS of a tile is column cc = k % FB_COLS, 32-row block
+     * rb = k / FB_COLS; a thread holds one column's 32 values. Lanes 2i, 2i + 1 hold columns cc, cc + 1 (both inside
+     * the matrix or both outside, as cols % 16 == 0) and trade half their codes, so that store A writes column cc's 32
+     * bytes and store B column cc + 1's, each as one whole sector from two lanes. FB_COLS % 32 == 0, so a warp's items
+     * share rb: lanes of columns outside the matrix (a ragged last tile) compute on stale values and store nothing,
+     * so that the whole warp takes the shuffles. Per item, for tile 0 of the band: it_o the output element index of
+     * its first code, it_st where its lane's stores A go (B: one output row further) */
+    const bool odd = lane & 1;
+    int it_cc[NIC], it_rb[NIC];
+    unsigned it_sh[NIC];
+    bool it_in[NIC];
+    long long it_o[NIC];
+    unsigned char *it_st[NIC];
+#pragma unroll
+    for (int n = 0; n < NIC; ++n) {
+      const int k = (int)threadIdx.x + n * FB_THREADS;
+      it_cc[n] = k % FB_COLS, it_rb[n] = k / FB_COLS;
+      it_sh[n] = (unsigned)(32 * it_rb[n] * FB_COLS + it_cc[n]);
+      it_in[n] = c0 + it_cc[n] < p.cols;
+      it_o[n] = (c0 + it_cc[n]) * p.rows + b0 + 32 * it_rb[n];
+      it_st[n] = reinterpret_cast<unsigned char *>(p.out) + it_o[n] + (odd ? 16 - p.rows : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < NST - 1; ++i) issue(i, i);
+    for (int i = 0, s = 0; i < nt; ++i, s = s == NST - 1 ? 0 : s + 1) {
+      cp_wait<NST - 2>(); /* this thread's copies of tile i have landed */
+      __syncthreads();    /* everyone's have; everyone is done with tile i - 1, whose slot the next issue refills */
+      issue(i + NST - 1, s == 0 ? NST - 1 : s - 1);
+      const long long r0 = b0 + (long long)i * TR;
+      const unsigned short *slot = ring + s * SLOT;
+      /* column phase: this thread's items (column cc, 32-row block rb of the tile; fixed for the band, set up above) */
+#pragma unroll
+      for (int n = 0; n < NIC; ++n) {
+        if (NIC * FB_THREADS != FB_RB * FB_COLS && (int)threadIdx.x + n * FB_THREADS >= FB_RB * FB_COLS) break;
+        if (r0 + 32 * it_rb[n] >= p.rows) continue; /* the whole warp */
+        const unsigned short *cp = slot + it_sh[n];
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = __uint_as_float((unsigned)cp[j * FB_COLS] << 16);
+        unsigned w[8];
+        const long long o = it_o[n] + (long long)i * TR; /* output element index, row-major in the transposed layout */
+        const unsigned e = col_block(p, v, o, w);
+        unsigned x[4], sa[4], sb[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          x[q] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[q] : w[4 + q], 1); /* even: the odd column's low half; odd: the even's high */
+          sa[q] = odd ? x[q] : w[q], sb[q] = odd ? w[4 + q] : x[q];
+        }
+        if (it_in[n]) {
+          uint4 *a = reinterpret_cast<uint4 *>(it_st[n] + (long long)i * TR);
+          a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
+          *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
+          sc[it_cc[n]][i * FB_RB + it_rb[n]] = (unsigned char)e;
+        }
+      }
+    }
+    __syncthreads();
+    /* the band's scales, as in the register path below */
+    const int nsb = (int)((b1 - b0) >> 5);
+    if (nsb == 32 && p.rows % 512 == 0) {
+      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+        const long long col = c0 + (k >> 1);
+        if (col < p.cols)
+          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] = sc4[k];
+      }
+    } else {
+      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+        int cc = k / nsb, j = k % nsb;
+        long long col = c0 + cc;
+        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = sc[cc][j];
+      }
+    }
+  }
+  cp_wait<0>();
+}
+#else /* FB_RING: the register path (NVFP4, MXFP8 and FP32 sources) */
 extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
   float(*tile)[PITCH] = reinterpret_cast<float(*)[PITCH]>(tile4);
@@ -264,3 +448,4 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
     }
   }
 }
+#endif /* FB_RING */
