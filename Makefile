@@ -154,6 +154,8 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	  { cat $(BUILD)/test_train_gpu_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_gpu_mock.log
 	$(Q)echo "== tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)"; \
 	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda
+	$(Q)echo "== tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)"; \
+	  bash tests/test_bench_layer.sh $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 	@echo "make test: all CPU tiers passed"
 
