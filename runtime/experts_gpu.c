@@ -96,6 +96,13 @@ typedef struct {
   char name[96], phase[24];
 } prec;
 
+#define GO_MAX 16
+typedef struct {
+  unsigned ng;
+  size_t per;
+  CUdeviceptr p;
+} gofs;
+
 struct fb_gpu_experts {
   fb_gpu_experts_opts o;
   fb_comm *comm;    /* o.comm, or a one-rank communicator of our own (own_comm) */
@@ -109,6 +116,8 @@ struct fb_gpu_experts {
   blk fr[POOL_FREE];
   int nfree;
   size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
+  gofs go[GO_MAX]; /* group_offsets' cache */
+  int ngo;
   int prof, nprof, nevents, sync_check;
   const char *phase, *last;
   prec pr[PROF_MAX];
@@ -477,6 +486,28 @@ static fb_status run_moe(fb_gpu_experts *g, const kent *e, fb_kp_moe *p, long lo
   return prof_b(g);
 }
 
+/* The offsets {0, per, 2 per, ..., ng per} (long long) of ng equal groups of rows (the experts' weights), on the
+ * device: made once per (ng, per) and kept, so that a step does not upload them (a synchronous copy) every call. */
+static fb_status group_offsets(fb_gpu_experts *g, unsigned ng, size_t per, CUdeviceptr *out) {
+  for (int i = 0; i < g->ngo; ++i)
+    if (g->go[i].ng == ng && g->go[i].per == per) { *out = g->go[i].p; return FB_OK; }
+  if (g->ngo == GO_MAX) return FB_ERR(FB_EINVAL, "experts gpu: more than %d group layouts", GO_MAX);
+  long long *h = malloc((ng + 1) * sizeof *h);
+  if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: groups");
+  for (unsigned i = 0; i <= ng; ++i) h[i] = (long long)(i * per);
+  CUdeviceptr d = 0;
+  CUresult r = fb_cu.MemAlloc(&d, (ng + 1) * sizeof *h);
+  if (!r) r = fb_cu.MemcpyHtoD(d, h, (ng + 1) * sizeof *h);
+  free(h);
+  if (r) {
+    if (d) fb_cu.MemFree(d);
+    return FB_ERR(FB_ECUDA, "experts gpu: group offsets: %s", fb_cu_errstr((int)r));
+  }
+  g->go[g->ngo++] = (gofs){ng, per, d};
+  *out = d;
+  return FB_OK;
+}
+
 /* Quantize rows x cols (BF16, or FP32 with in_f32) along the rows as q says into *d. NVFP4 per-expert/tensor outer
  * scales (FP32 masters only): the amax of each group of `grows` rows by the amax kernel first. */
 static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
@@ -499,14 +530,8 @@ static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int 
       if (!in_f32) return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a %s outer scale on activations (per token only)", fb_gran_name(q->outer));
       ng = q->outer == FB_GRAN_EXPERT ? (unsigned)(rows / grows) : 1u;
       d->no = ng;
-      long long *go = malloc((ng + 1) * sizeof *go);
-      if (!go) return FB_ERR(FB_ENOMEM, "experts gpu: groups");
-      size_t per = rows / ng;
-      for (unsigned i = 0; i <= ng; ++i) go[i] = (long long)(i * per);
       CUdeviceptr dam, dgo, dfl;
-      fb_status s = up(a, &dgo, go, (ng + 1) * sizeof *go);
-      free(go);
-      FB_TRY(s);
+      FB_TRY(group_offsets(g, ng, rows / ng, &dgo));
       FB_TRY(aalloc_z(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
       FB_TRY(aalloc_z(a, &dfl, sizeof(unsigned)));
       const kent *ea;
@@ -566,13 +591,8 @@ static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const f
   unsigned ng = 0;
   if (sq->format == FB_FMT_NVFP4 && sq->outer == FB_GRAN_EXPERT) {
     ng = (unsigned)(rows / group_rows);
-    long long *go = malloc((ng + 1) * sizeof *go);
-    if (!go) return FB_ERR(FB_ENOMEM, "experts gpu: groups");
-    for (unsigned i = 0; i <= ng; ++i) go[i] = (long long)(i * group_rows);
     CUdeviceptr dgo;
-    fb_status s = up(a, &dgo, go, (ng + 1) * sizeof *go);
-    free(go);
-    FB_TRY(s);
+    FB_TRY(group_offsets(g, ng, group_rows, &dgo));
     p.group_offsets = dgo, p.ngroups = ng;
   }
   return run_mem(g, e, &p, (long long)rows, (long long)cols, ng);
@@ -1248,6 +1268,7 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
     if (!g->o.compile_only && !g->kt[i].shared) fb_kernel_unload(&g->kt[i].k);
   if (!g->o.compile_only) {
     for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p);
+    for (int i = 0; i < g->ngo; ++i) fb_cu.MemFree(g->go[i].p);
     for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);
   }
   fb_plan_free(g->plan);

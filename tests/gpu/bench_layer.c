@@ -118,7 +118,7 @@ static fb_status pick_lookup(void *user, const fb_kernel_spec *k, long long toke
     if (r_) { fprintf(stderr, "bench_layer: %s: %s\n", #x, fb_cu_errstr(r_)); return 1; }                               \
   } while (0)
 
-static int dalloc(CUdeviceptr *d, size_t n, const void *h, size_t *total) {
+static int dalloc(unsigned long long *d, size_t n, const void *h, size_t *total) { /* a field of fb_gpu_layer_io */
   CU(fb_cu.MemAlloc(d, n));
   if (h) CU(fb_cu.MemcpyHtoD(*d, h, n));
   else CU(fb_cu.MemsetD8(*d, 0, n));
@@ -249,29 +249,17 @@ int main(int argc, char **argv) {
   size_t held_io = 0;
   fb_gpu_layer_io io;
   memset(&io, 0, sizeof io);
-  CUdeviceptr d;
-  if (dalloc(&d, nT * nD * 2, xb, &held_io)) return 1;
-  io.x = d;
-  if (dalloc(&d, nT * nK * 4, idx, &held_io)) return 1;
-  io.topk_idx = d;
-  if (dalloc(&d, nT * nK * 4, tw, &held_io)) return 1;
-  io.topk_w = d;
-  if (dalloc(&d, nEl * 2 * nF * nD * 4, w13, &held_io)) return 1;
-  io.w13 = d;
-  if (dalloc(&d, nEl * nD * nF * 4, w2, &held_io)) return 1;
-  io.w2 = d;
-  if (dalloc(&d, nT * nD * 2, NULL, &held_io)) return 1;
-  io.y = d;
-  if (dalloc(&d, nT * nD * 4, dy, &held_io)) return 1;
-  io.dy = d;
-  if (dalloc(&d, nT * nD * 4, NULL, &held_io)) return 1;
-  io.dx = d;
-  if (dalloc(&d, nEl * 2 * nF * nD * 4, NULL, &held_io)) return 1;
-  io.dw13 = d;
-  if (dalloc(&d, nEl * nD * nF * 4, NULL, &held_io)) return 1;
-  io.dw2 = d;
-  if (dalloc(&d, nT * nK * 4, NULL, &held_io)) return 1;
-  io.dtopk_w = d;
+  if (dalloc(&io.x, nT * nD * 2, xb, &held_io)) return 1;
+  if (dalloc(&io.topk_idx, nT * nK * 4, idx, &held_io)) return 1;
+  if (dalloc(&io.topk_w, nT * nK * 4, tw, &held_io)) return 1;
+  if (dalloc(&io.w13, nEl * 2 * nF * nD * 4, w13, &held_io)) return 1;
+  if (dalloc(&io.w2, nEl * nD * nF * 4, w2, &held_io)) return 1;
+  if (dalloc(&io.y, nT * nD * 2, NULL, &held_io)) return 1;
+  if (dalloc(&io.dy, nT * nD * 4, dy, &held_io)) return 1;
+  if (dalloc(&io.dx, nT * nD * 4, NULL, &held_io)) return 1;
+  if (dalloc(&io.dw13, nEl * 2 * nF * nD * 4, NULL, &held_io)) return 1;
+  if (dalloc(&io.dw2, nEl * nD * nF * 4, NULL, &held_io)) return 1;
+  if (dalloc(&io.dtopk_w, nT * nK * 4, NULL, &held_io)) return 1;
 
   fb_moe_layer L;
   memset(&L, 0, sizeof L);

@@ -221,6 +221,20 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
     free(A), free(B);
   }
 }
+/* The NVFP4 options a quantizer (tok, exp: name fragments) or requantizer's source reads: outer per row, per group
+ * (the launch's group offsets, copied into *go: free it) or per tensor. */
+static fb_nvfp4_opts nv_opts(const char *nm, const char *tok_s, const char *exp_s, const fb_kp_mem *p, size_t **go) {
+  int tok = strstr(nm, tok_s) != NULL, exp_ = strstr(nm, exp_s) != NULL;
+  size_t ng = p->ngroups ? p->ngroups : 1;
+  *go = malloc((ng + 1) * sizeof **go);
+  if (exp_) {
+    find(p->group_offsets, (ng + 1) * 8, "groups");
+    for (size_t i = 0; i <= ng; ++i)
+      (*go)[i] = (size_t)((long long *)p->group_offsets)[i];
+  }
+  fb_nvfp4_opts o = {.outer = tok ? FB_OUTER_ROW : exp_ ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = *go, .ngroups = ng};
+  return o;
+}
 static void emu_mem(const char *nm, const fb_kp_mem *p) {
   size_t R = p->rows, C = p->cols, n = R * C;
   int sr = strstr(nm, "_sr") != NULL;
@@ -233,24 +247,10 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
       x[i] = f32 ? ((float *)p->in)[i] : bf(((uint16_t *)p->in)[i]);
   }
   if (!strncmp(nm, "quant_nvfp4", 11)) {
-    int tok = strstr(nm, "_tok") != NULL, exp_ = strstr(nm, "_exp") != NULL;
-    size_t ng = p->ngroups ? p->ngroups : 1;
-    size_t *go = malloc((ng + 1) * sizeof *go);
-    if (exp_) {
-      find(p->group_offsets, (ng + 1) * 8, "groups");
-      for (size_t i = 0; i <= ng; ++i)
-        go[i] = (size_t)((long long *)p->group_offsets)[i];
-    }
-    fb_nvfp4_opts o = {.outer = tok    ? FB_OUTER_ROW
-                                : exp_ ? FB_OUTER_GROUP
-                                       : FB_OUTER_TENSOR,
-                       .group_offsets = go,
-                       .ngroups = ng,
-                       .four_over_six = strstr(nm, "4o6") != NULL,
-                       .rounding = sr ? FB_ROUND_SR : FB_ROUND_RN,
-                       .seed = p->seed,
-                       .stream = p->stream,
-                       .step = p->step};
+    size_t *go;
+    fb_nvfp4_opts o = nv_opts(nm, "_tok", "_exp", p, &go);
+    o.four_over_six = strstr(nm, "4o6") != NULL, o.rounding = sr ? FB_ROUND_SR : FB_ROUND_RN;
+    o.seed = p->seed, o.stream = p->stream, o.step = p->step;
     size_t no = fb_nvfp4_nouter(&o, R);
     find(p->out, n / 2, "q out");
     find(p->scales, n / 16, "q sf");
@@ -268,19 +268,8 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
     find(p->out, n, "rq out");
     find(p->scales, n / 32, "rq sf");
     if (!strncmp(nm, "requant_nvfp4", 13)) {
-      int tok = strstr(nm, "nvfp4_tok") != NULL, exp_ = strstr(nm, "nvfp4_exp") != NULL;
-      size_t ng = p->ngroups ? p->ngroups : 1;
-      size_t *go = malloc((ng + 1) * sizeof *go);
-      if (exp_) {
-        find(p->group_offsets, (ng + 1) * 8, "rq groups");
-        for (size_t i = 0; i <= ng; ++i)
-          go[i] = (size_t)((long long *)p->group_offsets)[i];
-      }
-      fb_nvfp4_opts o = {.outer = tok    ? FB_OUTER_ROW
-                                  : exp_ ? FB_OUTER_GROUP
-                                         : FB_OUTER_TENSOR,
-                         .group_offsets = go,
-                         .ngroups = ng};
+      size_t *go;
+      fb_nvfp4_opts o = nv_opts(nm, "nvfp4_tok", "nvfp4_exp", p, &go);
       find(p->in, n / 2, "rq in");
       find(p->src_scales, n / 16, "rq src sf");
       find(p->src_s_dec, fb_nvfp4_nouter(&o, R) * 4, "rq src sdec");
