@@ -52,8 +52,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       for (int k = 0; k < 2; ++k) {
         uint4 x = src[k];
         unsigned q[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int j = 0; j < 16; ++j) y[16 * k + j] = ((float)(signed char)(q[j >> 2] >> (8 * (j & 3))) / 64.0f) * sc;
+        fbf_s2f6_dec16(q, sc, y + 16 * k);
       }
 #if FB_RHT
       fbf_wht32(y);

@@ -7,7 +7,7 @@
  *   fbf_e2m1_rn(x), fbf_e2m1_sr(x, r)      4-bit code, sign in bit 3
  *   fbf_e4m3_rn(x), fbf_e4m3_sr(x, r)      8-bit code (satfinite; NaN -> 0x7F)
  *   fbf_e8m0_up(x)                         the rounded-up E8M0 rule of MXFP8
- *   fbf_e2m1_dec(c), fbf_e4m3_dec(c), fbf_e8m0_dec(c), fbf_pow2(e)
+ *   fbf_e2m1_dec(c), fbf_e4m3_dec(c), fbf_e8m0_dec(c), fbf_pow2(e), fbf_s2f6_dec16(w, sc, y)
  *   fbf_nvfp4_s_enc(amax, four_over_six), fbf_s2f6_exp(amax), fbf_s2f6_code(t, inv)
  * On sm_89 and later, E4M3 RN uses the cvt.rn.satfinite.e4m3x2.f32 instruction (the CUDA headers'
  * host conversion, cross-checked against the reference in tests/test_xcheck_cuda.cpp, emulates it);
@@ -333,6 +333,14 @@ FBF_FN unsigned fbf_e8m0_up(float x) {
 
 FBF_FN float fbf_e8m0_dec(unsigned c) {
   return c == 255u ? fbf_u2f(0x7FC00000u) : (c == 0u ? fbf_u2f(0x00400000u) : fbf_u2f(c << 23));
+}
+
+/* 16 S2F6 codes (four words, code j in byte j) times their block's decoded E8M0 scale sc: y = (q / 64) * sc */
+FBF_FN void fbf_s2f6_dec16(const unsigned w[4], float sc, float y[16]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 16; ++j) y[j] = ((float)(signed char)(w[j >> 2] >> (8 * (j & 3))) / 64.0f) * sc;
 }
 
 /* ---- NVFP4 blocks ---- */

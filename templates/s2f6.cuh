@@ -114,8 +114,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     for (int k = 0; k < 2; ++k) {
       uint4 x = s[k];
       unsigned w[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-      for (int j = 0; j < 16; ++j) t[16 * k + j] = ((float)(signed char)(w[j >> 2] >> (8 * (j & 3))) / 64.0f) * sc;
+      fbf_s2f6_dec16(w, sc, t + 16 * k);
     }
 #if FB_RHT
     fbf_wht32(t);
