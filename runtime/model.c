@@ -26,6 +26,7 @@
 #include "comm.h"
 #include "fb_error.h"
 #include "fb_philox.h"
+#include "model_dense.h"
 #include "model_internal.h"
 
 #include <math.h>
@@ -33,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NORM_EPS 1e-6f
 enum { INIT_STREAM = 0x1A170000u };
 
 /* A standard normal from Philox (Box-Muller in double), element i of stream. */
@@ -125,34 +125,6 @@ void fbr_model_free(fb_trainer *t) {
   free(t->dx), free(t->dn), free(t->dtmp), free(t->dlog), free(t->gprobs), free(t->gidx), free(t->ce_tok);
 }
 
-/* ---- pieces ---------------------------------------------------------------------------------------- */
-static void rmsnorm_fwd(const float *x, const float *g, size_t T, size_t D, int ex, float *y, float *r) {
-  for (size_t t = 0; t < T; ++t) {
-    const float *xr = x + t * D;
-    double ss = 0;
-    for (size_t i = 0; i < D; ++i) ss += (double)xr[i] * (double)xr[i];
-    float rr = 1.0f / sqrtf((float)(ss / (double)D) + NORM_EPS);
-    r[t] = rr;
-    for (size_t i = 0; i < D; ++i) y[t * D + i] = fbr_rb(xr[i] * rr * g[i], ex);
-  }
-}
-
-/* dx = (or +=, acc) the input gradient; dg += the weight gradient. */
-static void rmsnorm_bwd(const float *x, const float *g, const float *r, const float *dy, size_t T, size_t D, float *dx,
-                        float *dg, int acc) {
-  for (size_t t = 0; t < T; ++t) {
-    const float *xr = x + t * D, *d = dy + t * D;
-    float rr = r[t];
-    double s = 0;
-    for (size_t i = 0; i < D; ++i) s += (double)g[i] * (double)d[i] * (double)xr[i], dg[i] += d[i] * xr[i] * rr;
-    float c = (float)(s * (double)rr * (double)rr * (double)rr / (double)D);
-    for (size_t i = 0; i < D; ++i) {
-      float v = rr * g[i] * d[i] - xr[i] * c;
-      dx[t * D + i] = acc ? dx[t * D + i] + v : v;
-    }
-  }
-}
-
 /* Refresh the BF16 copies the forward reads. */
 static void refresh_wb(fb_trainer *t) {
   for (int i = 0; i < t->np; ++i) {
@@ -188,17 +160,9 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
     fbr_layer_act *a = &t->act[l];
     fbr_param *lp = P + P_GLOBAL + l * P_PER_LAYER;
     memcpy(a->x_in, x, T * D * sizeof *x);
-    rmsnorm_fwd(a->x_in, lp[P_N1].wb, T, D, ex, a->n1, a->r1);
-    const float *kc = lp[P_CONV].wb;
-    for (size_t i = 0; i < T; ++i) {
-      size_t pos = i % S;
-      for (size_t d = 0; d < D; ++d) {
-        float c = 0.0f;
-        for (size_t j = 0; j < W && j <= pos; ++j) c = c + kc[d * W + j] * a->n1[(i - j) * D + d];
-        a->xm[i * D + d] = a->x_in[i * D + d] + fbr_rb(c, ex);
-      }
-    }
-    rmsnorm_fwd(a->xm, lp[P_N2].wb, T, D, ex, a->n2, a->r2);
+    fbr_rmsnorm_fwd(a->x_in, lp[P_N1].wb, T, D, ex, a->n1, a->r1);
+    fbr_conv_fwd(a->x_in, a->n1, lp[P_CONV].wb, T, D, W, S, ex, a->xm);
+    fbr_rmsnorm_fwd(a->xm, lp[P_N2].wb, T, D, ex, a->n2, a->r2);
     float *lg = t->dlog; /* router logits, T x E */
     FB_TRY(fbr_gemm_nt((int)T, (int)E, (int)D, a->n2, (int)D, lp[P_ROUTER].wb, (int)D, lg, (int)E, 0));
     FB_TRY(fb_router_ref(lg, T, M->experts, M->top_k, a->probs, a->topk_idx, a->topk_w));
@@ -209,32 +173,17 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
       FB_TRY(fb_comm_allgather(t->comm, a->topk_idx, T * K * sizeof *a->topk_idx, t->gidx));
       gp = t->gprobs, gi = t->gidx;
     }
-    double pe, fsum = 0;
-    for (size_t e = 0; e < E; ++e) {
-      size_t cnt = 0;
-      pe = 0;
-      for (size_t i = 0; i < Tg * K; ++i) cnt += (size_t)gi[i] == e;
-      for (size_t i = 0; i < Tg; ++i) pe += gp[i * E + e];
-      a->gcnt[e] = (int32_t)cnt;
-      fsum += ((double)cnt / (double)(Tg * K)) * (pe / (double)Tg);
-    }
-    aux += (double)E * fsum / (double)L;
+    double *pe = (double *)t->dtmp; /* E doubles of scratch (dtmp holds T (D + E) >= 2 E floats) */
+    fbr_aux_counts(gp, gi, Tg, E, K, a->gcnt, pe);
+    aux += fbr_aux_term(a->gcnt, pe, Tg, E, K, L);
     a->moe.step = step;
     FB_TRY(t->ops->forward(t->ops->ctx, &a->moe, a->n2, a->topk_idx, a->topk_w, lp[P_W13].w, lp[P_W2].w, t->dn));
     for (size_t i = 0; i < T * D; ++i) x[i] = a->xm[i] + t->dn[i];
   }
-  rmsnorm_fwd(x, P[P_NF].wb, T, D, ex, t->hf, t->rf);
+  fbr_rmsnorm_fwd(x, P[P_NF].wb, T, D, ex, t->hf, t->rf);
   FB_TRY(fbr_gemm_nt((int)T, (int)V, (int)D, t->hf, (int)D, P[P_HEAD].wb, (int)D, t->logits, (int)V, 0));
   double ce = 0;
-  for (size_t i = 0; i < T; ++i) { /* log-softmax in double; the logits become the probabilities */
-    float *lr = t->logits + i * V;
-    double m = -INFINITY, s = 0;
-    for (size_t v = 0; v < V; ++v) m = fmax(m, (double)lr[v]);
-    for (size_t v = 0; v < V; ++v) s += exp((double)lr[v] - m);
-    double lse = m + log(s);
-    t->ce_tok[(size_t)t->rank * T + i] = lse - (double)lr[t->tgt[i]];
-    for (size_t v = 0; v < V; ++v) lr[v] = (float)exp((double)lr[v] - lse);
-  }
+  fbr_ce_fwd(t->logits, t->tgt, T, V, t->ce_tok + (size_t)t->rank * T); /* the logits become the probabilities */
   if (t->nranks > 1) {
     rc = fb_comm_allgather(t->comm, t->ce_tok + (size_t)t->rank * T, T * sizeof *t->ce_tok, t->ce_tok);
     if (rc != FB_OK) goto fail;
@@ -250,15 +199,11 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
 
   /* ---- backward ---- */
   float *dl = t->dlog;
-  for (size_t i = 0; i < T; ++i)
-    for (size_t v = 0; v < V; ++v) {
-      float g = t->logits[i * V + v] - (v == (size_t)t->tgt[i] ? 1.0f : 0.0f);
-      dl[i * V + v] = fbr_rb(g / (float)Tg, ex);
-    }
+  fbr_ce_bwd(t->logits, t->tgt, T, V, Tg, ex, dl);
   FB_TRY(fbr_gemm_tn((int)V, (int)D, (int)T, dl, (int)V, t->hf, (int)D, P[P_HEAD].g, (int)D, 0));
   fbr_gemm_nn((int)T, (int)D, (int)V, dl, (int)V, P[P_HEAD].wb, (int)D, t->dn, (int)D, 0);
   memset(P[P_NF].g, 0, D * sizeof(float));
-  rmsnorm_bwd(x, P[P_NF].wb, t->rf, t->dn, T, D, t->dx, P[P_NF].g, 0);
+  fbr_rmsnorm_bwd(x, P[P_NF].wb, t->rf, t->dn, T, D, t->dx, P[P_NF].g, 0);
   float *dx = t->dx, *dn = t->dn, *dtw = t->dtmp, *dp = t->dtmp + T * (D > E * K ? D : E * K);
   for (size_t l = L; l-- > 0;) {
     fbr_layer_act *a = &t->act[l];
@@ -267,55 +212,19 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
     rc = t->ops->backward(t->ops->ctx, &a->moe, dx, dn, lp[P_W13].g, lp[P_W2].g, dtw);
     if (rc != FB_OK) goto fail;
     /* router: through the renormalized top-k weights and the load-balancing loss */
-    for (size_t i = 0; i < T; ++i) {
-      const float *pr = a->probs + i * E;
-      float *d = dp + i * E;
-      double Ssum = 0, dw = 0;
-      for (size_t k = 0; k < K; ++k) Ssum += pr[a->topk_idx[i * K + k]];
-      for (size_t k = 0; k < K; ++k) dw += (double)dtw[i * K + k] * (double)a->topk_w[i * K + k];
-      for (size_t e = 0; e < E; ++e) d[e] = 0.0f;
-      for (size_t k = 0; k < K; ++k) d[a->topk_idx[i * K + k]] = (float)(((double)dtw[i * K + k] - dw) / Ssum);
-    }
-    for (size_t e = 0; e < E; ++e) {
-      size_t cnt = (size_t)a->gcnt[e];
-      float ga = (float)((double)t->o.aux_coef * (double)E / (double)L * ((double)cnt / (double)(Tg * K)) / (double)Tg);
-      for (size_t i = 0; i < T; ++i) dp[i * E + e] += ga;
-    }
     float *dlr = dl; /* T x E router logit gradients */
-    for (size_t i = 0; i < T; ++i) {
-      const float *pr = a->probs + i * E;
-      double s = 0;
-      for (size_t e = 0; e < E; ++e) s += (double)pr[e] * (double)dp[i * E + e];
-      for (size_t e = 0; e < E; ++e) dlr[i * E + e] = fbr_rb((float)((double)pr[e] * ((double)dp[i * E + e] - s)), ex);
-    }
+    fbr_router_bwd(a->probs, a->topk_idx, a->topk_w, dtw, a->gcnt, T, E, K, L, Tg, t->o.aux_coef, ex, dp, dlr);
     FB_TRY(fbr_gemm_tn((int)E, (int)D, (int)T, dlr, (int)E, a->n2, (int)D, lp[P_ROUTER].g, (int)D, 0));
     fbr_gemm_nn((int)T, (int)D, (int)E, dlr, (int)E, lp[P_ROUTER].wb, (int)D, dn, (int)D, 1);
     /* norm 2: dxm = dx + norm2'(dn) */
     memset(lp[P_N2].g, 0, D * sizeof(float));
-    rmsnorm_bwd(a->xm, lp[P_N2].wb, a->r2, dn, T, D, dx, lp[P_N2].g, 1);
+    fbr_rmsnorm_bwd(a->xm, lp[P_N2].wb, a->r2, dn, T, D, dx, lp[P_N2].g, 1);
     /* convolution: dn1 from dxm */
-    const float *kc = lp[P_CONV].wb;
-    float *dk = lp[P_CONV].g;
-    memset(dk, 0, D * W * sizeof(float));
-    memset(dn, 0, T * D * sizeof(float));
-    for (size_t i = 0; i < T; ++i) {
-      size_t pos = i % S;
-      for (size_t d = 0; d < D; ++d) {
-        float g = dx[i * D + d];
-        for (size_t j = 0; j < W && j <= pos; ++j) {
-          dk[d * W + j] += g * a->n1[(i - j) * D + d];
-          dn[(i - j) * D + d] += kc[d * W + j] * g;
-        }
-      }
-    }
+    fbr_conv_bwd(dx, a->n1, lp[P_CONV].wb, T, D, W, S, lp[P_CONV].g, dn);
     memset(lp[P_N1].g, 0, D * sizeof(float));
-    rmsnorm_bwd(a->x_in, lp[P_N1].wb, a->r1, dn, T, D, dx, lp[P_N1].g, 1);
+    fbr_rmsnorm_bwd(a->x_in, lp[P_N1].wb, a->r1, dn, T, D, dx, lp[P_N1].g, 1);
   }
-  memset(P[P_EMB].g, 0, V * D * sizeof(float));
-  for (size_t i = 0; i < T; ++i) {
-    float *ge = P[P_EMB].g + (size_t)t->inp[i] * D;
-    for (size_t d = 0; d < D; ++d) ge[d] += dx[i * D + d];
-  }
+  fbr_embed_bwd(dx, t->inp, T, D, V, P[P_EMB].g);
   /* replicated parameters: the sum of every rank's tokens' gradients (the 1/T of the mean is in dl already) */
   if (t->nranks > 1)
     for (int i = 0; i < t->np; ++i)
