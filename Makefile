@@ -41,7 +41,8 @@ GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
-GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer
+GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer \
+            $(BUILD)/gpu/test_train_dev
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
 
 # The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
@@ -60,11 +61,18 @@ $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_co
 
 # A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
 # kernel carried out by its CPU reference (it checks buffers, sizes, launch parameters and the data flow, not kernels).
-$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c $(DEPSOK)
+$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c \
+                                runtime/model_dense.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $< (a fake CUDA driver)"
 	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -ffp-contract=off -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE $(INCS) \
 	  -o $@ $(filter %.c,$^) -lm
+# ... and a fake libcublas.so.13 beside it (tests/gpu/mock_libcublas.c): cublasGemmEx as the CPU path's GEMMs compute it.
+$(BUILD)/mockcuda/libcublas.so.13: tests/gpu/mock_libcublas.c $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $< (a fake cuBLAS)"
+	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -ffp-contract=off -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE $(INCS) \
+	  -o $@ $< -ldl
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.
 # test_gemm shares its GEMM checks with the tuner's worker (tests/gpu/gemm_harness.c)
@@ -136,7 +144,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 	$(Q)$(CC) $(CFLAGS) -o $@ $< -lm
 
 # CPU tiers, what CI runs: unit tests of every module, then the CLI end to end.
-test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
+test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13
 	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
 	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
@@ -152,6 +160,9 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)echo "== test_train_gpu on the fake driver (build/mockcuda: the GPU step's host side, kernels as CPU references)"; \
 	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_gpu > $(BUILD)/test_train_gpu_mock.log 2>&1 || \
 	  { cat $(BUILD)/test_train_gpu_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_gpu_mock.log
+	$(Q)echo "== test_train_dev on the fake driver (the GPU-resident train step against the host step: bit for bit)"; \
+	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_dev > $(BUILD)/test_train_dev_mock.log 2>&1 || \
+	  { cat $(BUILD)/test_train_dev_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_dev_mock.log
 	$(Q)echo "== tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)"; \
 	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda
 	$(Q)echo "== tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)"; \

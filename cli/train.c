@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "../runtime/comm.h"
 #include "../runtime/experts_gpu.h"
+#include "../runtime/train_gpu.h"
 #include "../tuner/tune.h"
 #include "fourbit_train.h"
 
@@ -330,6 +331,25 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     rc = s == FB_ENOMEM ? 1 : 2;
     goto out;
   }
+  /* --device gpu: the whole step on the GPU (train_gpu.h); FOURBIT_TRAIN_HOST=1 keeps the host step around the GPU
+     expert layer (the comparison tests/test_ep_gpu.sh makes) */
+  const char *host_step = getenv("FOURBIT_TRAIN_HOST");
+  int resident = gpu && !(host_step && *host_step && strcmp(host_step, "0"));
+  if (resident) {
+    fb_train_gpu_opts to = {.recipe = r, .experts = ge, .cache = gl.cache, .lookup = c->cache ? lookup_kernel : NULL,
+                            .lookup_user = &gl, .log = stdout, .verbose = 0};
+    double t1 = now_s();
+    s = fb_train_gpu_attach(t, &to);
+    if (s != FB_OK) {
+      fprintf(stderr, "fourbit %s: %s--device gpu: %s\n", cmd, who, fb_errmsg());
+      rc = s == FB_EINVAL ? 2 : 1;
+      goto out;
+    }
+    fb_train_gpu_stats ts = fb_train_gpu_stats_get(t);
+    if (lead)
+      printf("train step kernels: %d (%d from the cache, %d compiled with NVRTC in %.1f s) in %.1f s; dense GEMMs: cuBLAS\n",
+             ts.kernels, ts.from_cache, ts.compiled, ts.compile_ms / 1e3, now_s() - t1);
+  }
   if (c->resume) {
     s = fb_train_load(t, c->resume);
     if (s != FB_OK) {
@@ -361,8 +381,9 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
            r->name, r->path, M->layers, M->d_model, M->d_ff, M->experts, M->top_k, M->vocab, M->conv_width,
            (double)fb_train_param_count(t) / 1e6);
     printf("  device %s, plan sha256 %.16s..., %d tokens/step (%d x %d), seed %u\n",
-           gpu ? (nranks > 1 ? "gpu (the expert layers on GPU LOCAL_RANK of each rank; the rest, the router and AdamW on the CPU)"
-                             : "gpu (the expert layers on GPU 0; the rest, the router and AdamW on the CPU)")
+           gpu ? (!resident ? "gpu (FOURBIT_TRAIN_HOST: the expert layers on the GPU; the rest, the router and AdamW on the CPU)"
+                  : nranks > 1 ? "gpu (the whole step on GPU LOCAL_RANK of each rank: parameters, optimizer and every layer)"
+                               : "gpu (the whole step on GPU 0: parameters, optimizer and every layer)")
                : "cpu (the CPU reference of the recipe's numerics)",
            p->sha256, o.tokens, o.tokens / o.seq_len, o.seq_len, o.seed);
     if (nranks > 1)

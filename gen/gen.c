@@ -98,6 +98,9 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     if (q->format == FB_FMT_MXFP8) { *c = (choice){"adamw.cuh", {"threads", NULL}}; return 1; } /* a thread per block of 32 */
     *c = (choice){"adamw.cuh", {"threads", "vec", NULL}};
     return 1;
+  case FB_OP_DENSE:
+    *c = (choice){"dense.cuh", {"threads", NULL}};
+    return 1;
   default:
     *why = "no template yet (router backward)";
     return 0;

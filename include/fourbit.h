@@ -226,7 +226,8 @@ typedef enum {
   FB_OP_S2F6_Q, FB_OP_S2F6_DQ, /* the combine payload's kernels on their own (tests, unfused paths) */
   FB_OP_SWIGLU_FWD, FB_OP_SWIGLU_BWD, /* SwiGLU on its own (tests, unfused paths; the GEMMs fuse it) */
   FB_OP_BCOPY,      /* sm_90a: the exact BF16 copy (K-permuted) of an NVFP4/MXFP8 GEMM operand (q: its format) */
-  FB_OP_COMBINE_BWD /* the combine's backward: dY rows in expert order and dL/dtopk_w (q: the combine payload) */
+  FB_OP_COMBINE_BWD, /* the combine's backward: dY rows in expert order and dL/dtopk_w (q: the combine payload) */
+  FB_OP_DENSE       /* the GPU-resident train step's non-expert pieces (templates/dense.cuh; not a plan kernel) */
 } fb_op;
 
 typedef struct {

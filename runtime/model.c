@@ -136,6 +136,15 @@ static void refresh_wb(fb_trainer *t) {
   }
 }
 
+void fbr_model_batch(fb_trainer *t, uint32_t step) {
+  size_t S = (size_t)t->o.seq_len;
+  fb_markov_batch(t->data, step, t->nseq_g, t->o.seq_len, t->tokens);
+  for (size_t b = 0; b < (size_t)t->nseq; ++b) {
+    const int32_t *sq = t->tokens + ((size_t)t->rank * (size_t)t->nseq + b) * (S + 1); /* this rank's sequences */
+    for (size_t j = 0; j < S; ++j) t->inp[b * S + j] = sq[j], t->tgt[b * S + j] = sq[j + 1];
+  }
+}
+
 fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, double *aux_out) {
   const fb_model *M = &t->M;
   int ex = t->o.exact;
@@ -145,11 +154,7 @@ fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce_out, 
   fbr_param *P = t->p;
   fb_status rc = FB_OK;
 
-  fb_markov_batch(t->data, step, t->nseq_g, t->o.seq_len, t->tokens);
-  for (size_t b = 0; b < (size_t)t->nseq; ++b) {
-    const int32_t *sq = t->tokens + ((size_t)t->rank * (size_t)t->nseq + b) * (S + 1); /* this rank's sequences */
-    for (size_t j = 0; j < S; ++j) t->inp[b * S + j] = sq[j], t->tgt[b * S + j] = sq[j + 1];
-  }
+  fbr_model_batch(t, step);
   refresh_wb(t);
 
   /* ---- forward ---- */

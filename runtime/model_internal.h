@@ -75,10 +75,22 @@ struct fb_trainer {
   float *xf, *rf, *hf, *logits;
   float *dx, *dn, *dtmp, *dlog; /* backward scratch */
   double last_ce, last_aux;
+  struct fbr_gpu *gpu;          /* the GPU-resident step (train_gpu.c), NULL: this file's host path */
 };
 
 fb_status fbr_model_init(fb_trainer *t);              /* parameters and buffers, initialized from the seed */
 void fbr_model_free(fb_trainer *t);
 /* Forward (and backward with grad) of the batch of `step`; gradients into p[i].g. */
 fb_status fbr_model_run(fb_trainer *t, uint32_t step, int grad, double *ce, double *aux);
+/* The batch of `step`: t->tokens (the global batch), t->inp and t->tgt (this rank's sequences). */
+void fbr_model_batch(fb_trainer *t, uint32_t step);
+
+/* The GPU-resident step (train_gpu.c), when t->gpu: forward (and backward) on the device, the gradients' squared norms
+ * (replicated / every tensor with one rank, and this rank's experts with N), AdamW, the host copies. */
+fb_status fbr_gpu_run(fb_trainer *t, uint32_t step, int grad, double *ce, double *aux);
+fb_status fbr_gpu_sumsq(fb_trainer *t, double *rep, double *ex);
+fb_status fbr_gpu_adamw(fb_trainer *t, const fb_adamw_hparams *h);
+fb_status fbr_gpu_upload(fb_trainer *t);    /* host masters and moments -> device (after a checkpoint load) */
+fb_status fbr_gpu_sync_host(fb_trainer *t); /* device w, g, m, v -> host, when the device has newer ones */
+void fbr_gpu_free(fb_trainer *t);
 #endif

@@ -39,6 +39,7 @@ void fb_train_opts_default(fb_train_opts *o, int steps, int tokens, uint32_t see
 
 void fb_train_free(fb_trainer *t) {
   if (!t) return;
+  fbr_gpu_free(t);
   fbr_model_free(t);
   if (t->own_comm) fb_comm_free(t->comm);
   fb_markov_free(t->data);
@@ -120,13 +121,14 @@ size_t fb_train_param_count(const fb_trainer *t) {
   return n;
 }
 fb_param_view fb_train_param(const fb_trainer *t, int i) {
+  if (t->gpu) fbr_gpu_sync_host((fb_trainer *)t); /* the host copies are refreshed when read (a failure leaves them stale) */
   fb_param_view v = {t->p[i].name, t->p[i].w, t->p[i].g, t->p[i].rows * t->p[i].cols};
   return v;
 }
 
 fb_status fb_train_loss_grad(fb_trainer *t, uint32_t step, int grad, double *loss) {
   double ce, aux;
-  FB_TRY(fbr_model_run(t, step, grad, &ce, &aux));
+  FB_TRY(t->gpu ? fbr_gpu_run(t, step, grad, &ce, &aux) : fbr_model_run(t, step, grad, &ce, &aux));
   *loss = ce + (double)t->o.aux_coef * aux;
   return FB_OK;
 }
@@ -150,9 +152,20 @@ fb_status fb_train_step(fb_trainer *t, fb_step_stats *st) {
   int s = t->step;
   double ce, aux;
   memset(&t->traffic, 0, sizeof t->traffic);
-  FB_TRY(fbr_model_run(t, (uint32_t)s, 1, &ce, &aux));
+  FB_TRY(t->gpu ? fbr_gpu_run(t, (uint32_t)s, 1, &ce, &aux) : fbr_model_run(t, (uint32_t)s, 1, &ce, &aux));
   double n2 = 0;
-  if (t->nranks == 1) {
+  if (t->gpu) { /* the device's sums, in the order below (one rank: every tensor in n2; N: experts apart) */
+    double ex2 = 0;
+    FB_TRY(fbr_gpu_sumsq(t, &n2, &ex2));
+    if (t->nranks > 1) {
+      double *all = malloc((size_t)t->nranks * sizeof *all);
+      if (!all) return FB_ERR(FB_ENOMEM, "gradient norm");
+      fb_status rc = fb_comm_allgather(t->comm, &ex2, sizeof ex2, all);
+      for (int q = 0; rc == FB_OK && q < t->nranks; ++q) n2 += all[q];
+      free(all);
+      if (rc != FB_OK) return rc;
+    }
+  } else if (t->nranks == 1) {
     for (int i = 0; i < t->np; ++i) {
       const fbr_param *p = &t->p[i];
       for (size_t k = 0; k < p->rows * p->cols; ++k) n2 += (double)p->g[k] * (double)p->g[k];
@@ -193,7 +206,8 @@ fb_status fb_train_step(fb_trainer *t, fb_step_stats *st) {
     h.bc1 = (float)(1.0 - pow((double)t->o.b1, (double)(s + 1)));
     h.bc2 = (float)(1.0 - pow((double)t->o.b2, (double)(s + 1)));
     h.gscale = gn > (double)t->o.clip ? (float)((double)t->o.clip / gn) : 1.0f;
-    for (int i = 0; i < t->np; ++i) {
+    if (t->gpu) FB_TRY(fbr_gpu_adamw(t, &h));
+    for (int i = 0; !t->gpu && i < t->np; ++i) {
       fbr_param *p = &t->p[i];
       h.wd = p->decay ? t->o.wd : 0.0f;
       FB_TRY(fb_adamw_ref(p->w, p->m, p->v, p->g, p->rows, p->cols, &h, NULL));
@@ -279,6 +293,7 @@ static fb_status save_rank0(const fb_trainer *t, const char *path, buf_t *b);
 
 fb_status fb_train_save(const fb_trainer *t, const char *path) {
   buf_t b = {0};
+  if (t->gpu) FB_TRY(fbr_gpu_sync_host((fb_trainer *)t)); /* the device holds the newest masters and moments */
   fb_status rc = save_rank0(t, path, &b);
   free(b.b);
   if (t->nranks == 1) return rc;
@@ -462,6 +477,7 @@ fb_status fb_train_load(fb_trainer *t, const char *path) {
   }
   if (r.off != r.n) { rc = FB_USERERR(FB_EINVAL, "%s: %zu trailing bytes", path, r.n - r.off); goto out; }
   t->step = (int)step;
+  if (t->gpu) rc = fbr_gpu_upload(t);
   goto out;
 short_:
   rc = FB_USERERR(FB_EINVAL, "%s: truncated checkpoint", path);
