@@ -7,10 +7,10 @@
  *             and probability sums over the global batch, in token order), the expert layer on device tensors,
  *             residual; final RMSNorm (BF16), LM head (cuBLAS), cross-entropy (log-sum-exp in double per token),
  *             which also writes the logits' gradient (BF16).
- *   backward  LM head's weight and input gradients (cuBLAS); RMSNorm backward (input: a block per row; gain: a thread
- *             per column summing the tokens in order); per layer the expert backward, the router backward (a thread
- *             per token), its two GEMMs, RMSNorm 2, the convolution (weights: a thread per tap summing tokens in
- *             order; input: a gather), RMSNorm 1; the embedding's gradient from a CSR of positions per token id built
+ *   backward  LM head's weight and input gradients (cuBLAS); RMSNorm backward (input: a block per row; gain: chunks of
+ *             64 tokens summed in token order, then the chunks in order); per layer the expert backward, the router
+ *             backward (a thread per token), its two GEMMs, RMSNorm 2, the convolution (weights: chunked like the
+ *             gains; input: a gather), RMSNorm 1; the embedding's gradient from a CSR of positions per token id built
  *             on the host (it has the batch): a thread per (id, column) sums its positions in order. No float atomics
  *             anywhere, so two runs are bit-identical.
  *   optimizer the squared norm of every gradient (a fixed tree per chunk, the chunks summed in order into a device
@@ -42,11 +42,12 @@
 
 #define DTHREADS 256
 enum { K_EMBED, K_RMS_FWD, K_RMS_BWD_X, K_RMS_BWD_G, K_CONV_FWD, K_CONV_BWD_K, K_CONV_BWD_X, K_RESID, K_CE, K_ROUTER_BWD,
-       K_AUX, K_SUMSQ_PART, K_SUMSQ_FIN, K_EMBED_BWD, K_NDENSE };
+       K_AUX, K_SUMSQ_PART, K_SUMSQ_FIN, K_EMBED_BWD, K_COLSUM, K_NDENSE };
 static const char *const PIECE[K_NDENSE] = {"_embed", "_rms_fwd", "_rms_bwd_x", "_rms_bwd_g", "_conv_fwd", "_conv_bwd_k",
                                             "_conv_bwd_x", "_resid", "_ce", "_router_bwd", "_aux", "_sumsq_part",
-                                            "_sumsq_fin", "_embed_bwd"};
+                                            "_sumsq_fin", "_embed_bwd", "_colsum"};
 #define NPARTS_MAX 1024
+#define CHUNK 64 /* dense.cuh's FB_CHUNK: tokens per partial column sum */
 
 typedef CUdeviceptr dptr;
 
@@ -77,6 +78,8 @@ struct fbr_gpu {
   glayer *L;
   dptr xf, rf, hfb, logits, dlb, ce, dx, dn, yb, dtw, dp, dlrb, inp, tgt, csr_off, csr_pos, gprobs, gidx, part, acc;
   dptr lg;                     /* router logits, T x E */
+  dptr colpart;                /* the column sums' partials: ceil(T / CHUNK) x D x width FP32 */
+  int nchunk;
   int32_t *h_off, *h_pos, *h_cnt; /* host: the CSR, the counts (L x E) */
   double *h_pe;                /* host: L x E */
   float *h_probs;              /* host: T x E (EP gathers) */
@@ -317,7 +320,7 @@ fb_status fb_train_gpu_attach(fb_trainer *t, const fb_train_gpu_opts *o) {
   g->o = *o, g->ex = o->experts;
   const fb_model *M = &t->M;
   size_t L = (size_t)M->layers, D = (size_t)M->d_model, E = (size_t)M->experts, V = (size_t)M->vocab,
-         T = (size_t)t->T, K = (size_t)M->top_k, Tg = (size_t)t->Tg;
+         T = (size_t)t->T, K = (size_t)M->top_k, Tg = (size_t)t->Tg, W = (size_t)M->conv_width;
   fb_status rc = FB_OK;
   FB_TRY_GOTO(load_kernels(t, g), fail);
   FB_TRY_GOTO(fb_blas_create(&g->blas), fail);
@@ -393,6 +396,8 @@ fb_status fb_train_gpu_attach(fb_trainer *t, const fb_train_gpu_opts *o) {
     FB_TRY_GOTO(dalloc(g, &g->gidx, Tg * K * 4), fail);
   }
   FB_TRY_GOTO(dalloc(g, &g->part, NPARTS_MAX * 8), fail);
+  g->nchunk = (int)((T + CHUNK - 1) / CHUNK);
+  FB_TRY_GOTO(dalloc(g, &g->colpart, (size_t)g->nchunk * D * (W > 1 ? W : 1) * 4), fail);
   FB_TRY_GOTO(dalloc(g, &g->acc, 2 * 8), fail);
   FB_TRY_GOTO(fbr_gpu_upload(t), fail);
   return FB_OK;
@@ -419,9 +424,10 @@ static fb_status rms_bwd(struct fbr_gpu *g, dptr x, dptr gain, dptr r, dptr dy, 
                          int acc) {
   fb_kp_dense p = {0};
   p.x = x, p.w = gain, p.r = r, p.dy = dy, p.dx = dx, p.dg = dg, p.rows = (long long)T, p.cols = (long long)D;
-  p.accum = acc;
+  p.accum = acc, p.part = g->colpart, p.nparts = g->nchunk;
   FB_TRY(launch_rows(&g->dk[K_RMS_BWD_X], (long long)T, &p));
-  return launch(&g->dk[K_RMS_BWD_G], (long long)D, &p);
+  FB_TRY(launch(&g->dk[K_RMS_BWD_G], (long long)g->nchunk * (long long)D, &p));
+  return launch(&g->dk[K_COLSUM], (long long)D, &p);
 }
 
 static void release_all(fb_trainer *t) {
@@ -485,7 +491,7 @@ static fb_status run(fb_trainer *t, uint32_t step, int grad, double *ce_out, dou
     }
     memset(&p, 0, sizeof p);
     p.probs = gp, p.idx = gi, p.cnt = a->cnt, p.dbl = a->pe, p.tg = (long long)Tg, p.experts = (int)E, p.top_k = (int)K;
-    FB_TRY(launch(&g->dk[K_AUX], (long long)E, &p));
+    FB_TRY(launch_rows(&g->dk[K_AUX], (long long)E, &p));
     fb_moe_layer *ml = &t->act[l].moe;
     ml->step = step;
     fb_gpu_layer_io io;
@@ -527,8 +533,11 @@ static fb_status run(fb_trainer *t, uint32_t step, int grad, double *ce_out, dou
       FB_TRY_GOTO(rms_bwd(g, a->xm, lp[P_N2].wb, a->r2, g->dn, T, D, g->dx, lp[P_N2].g, 1), fail);
       memset(&p, 0, sizeof p);
       p.dy = g->dx, p.a = a->n1, p.w = lp[P_CONV].wb, p.dg = lp[P_CONV].g, p.dx = g->dn, p.rows = (long long)T;
-      p.cols = (long long)D, p.width = (int)W, p.seq = (int)S;
-      FB_TRY_GOTO(launch(&g->dk[K_CONV_BWD_K], (long long)(D * W), &p), fail);
+      p.cols = (long long)D, p.width = (int)W, p.seq = (int)S, p.part = g->colpart, p.nparts = g->nchunk;
+      FB_TRY_GOTO(launch(&g->dk[K_CONV_BWD_K], (long long)g->nchunk * (long long)(D * W), &p), fail);
+      fb_kp_dense pc = p; /* the chunks' sums: D x width columns */
+      pc.cols = (long long)(D * W);
+      FB_TRY_GOTO(launch(&g->dk[K_COLSUM], (long long)(D * W), &pc), fail);
       FB_TRY_GOTO(launch(&g->dk[K_CONV_BWD_X], (long long)(T * D), &p), fail);
       FB_TRY_GOTO(rms_bwd(g, a->x_in, lp[P_N1].wb, a->r1, g->dn, T, D, g->dx, lp[P_N1].g, 1), fail);
     }

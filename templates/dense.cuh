@@ -1,9 +1,9 @@
 /* dense.cuh — the small kernels of the GPU-resident train step (runtime/train_gpu.c): the model's non-expert pieces
  * between the cuBLAS GEMMs, each the formula of runtime/model_dense.c (the CPU path's arithmetic) with the same
  * roundings; sums over a row (RMSNorm, the log-sum-exp) are a fixed tree over the block instead of a serial loop,
- * so they are deterministic but not bit-equal to the CPU's; sums over tokens (weight gradients of the norms and the
- * convolution, the embedding's gradient, the aux statistics) run serially in token order, as on the CPU, with no
- * atomics. One program holds every kernel: FB_KERNEL_<piece>. Parameters: FB_KERNEL, FB_THREADS (a power of two,
+ * so they are deterministic but not bit-equal to the CPU's; so are the sums over tokens (the norms' and the
+ * convolution's weight gradients: chunks of 64 tokens, then the chunks in order; the aux statistics: a tree; the
+ * embedding's gradient: each id's positions serially). No atomics anywhere. One program holds every kernel: FB_KERNEL_<piece>. Parameters: FB_KERNEL, FB_THREADS (a power of two,
  * 64..1024). Every kernel takes fb_kp_dense (fb_dense.h) and says which fields it reads. NVRTC compiles with
  * --fmad=false, so products and sums round separately, as the CPU's -ffp-contract=off code does. */
 #include "fb_dense.h"
@@ -94,14 +94,30 @@ FB_K(_rms_bwd_x) {
   }
 }
 
-/* _rms_bwd_g: a thread per column: dg[i] = sum over rows in order of dy x r. Reads x, r, dy. */
+/* Column sums over the tokens run in two passes: nparts chunks of FB_CHUNK tokens, each summed serially in token order
+ * by a thread per (chunk, column) into part, then _colsum adds the chunks in order: deterministic, and parallel enough
+ * (a serial loop over thousands of tokens per column was latency-bound). */
+#define FB_CHUNK 64
+
+/* _rms_bwd_g: part[c][i] = the sum over chunk c's tokens of dy x r (the gain's gradient); reads x, r, dy. */
 FB_K(_rms_bwd_g) {
   const long long D = p.cols;
   const float *x = reinterpret_cast<const float *>(p.x), *d = reinterpret_cast<const float *>(p.dy);
   const float *r = reinterpret_cast<const float *>(p.r);
-  FB_GRID_STRIDE(i, D) {
+  FB_GRID_STRIDE(q, (long long)p.nparts * D) {
+    const long long c = q / D, i = q % D, hi = (c + 1) * FB_CHUNK < p.rows ? (c + 1) * FB_CHUNK : p.rows;
     float s = 0.0f;
-    for (long long t = 0; t < p.rows; ++t) s += d[t * D + i] * x[t * D + i] * r[t];
+    for (long long t = c * FB_CHUNK; t < hi; ++t) s += d[t * D + i] * x[t * D + i] * r[t];
+    reinterpret_cast<float *>(p.part)[q] = s;
+  }
+}
+
+/* _colsum: dg[i] = part[0][i] + part[1][i] + ... (nparts rows of cols), in order. */
+FB_K(_colsum) {
+  const float *part = reinterpret_cast<const float *>(p.part);
+  FB_GRID_STRIDE(i, p.cols) {
+    float s = 0.0f;
+    for (int c = 0; c < p.nparts; ++c) s += part[(long long)c * p.cols + i];
     reinterpret_cast<float *>(p.dg)[i] = s;
   }
 }
@@ -119,16 +135,17 @@ FB_K(_conv_fwd) {
   }
 }
 
-/* _conv_bwd_k: a thread per (d, j): dg[d][j] = sum over t in order (j <= t mod seq) of dy[t][d] a[t-j][d]. */
+/* _conv_bwd_k: part[c][d][j] = the sum over chunk c's tokens t (j <= t mod seq) of dy[t][d] a[t-j][d]; _colsum over
+ * D x width columns gives the kernel's gradient. */
 FB_K(_conv_bwd_k) {
-  const long long D = p.cols, W = p.width;
+  const long long D = p.cols, W = p.width, DW = D * W;
   const float *g = reinterpret_cast<const float *>(p.dy), *n1 = reinterpret_cast<const float *>(p.a);
-  FB_GRID_STRIDE(q, D * W) {
-    const long long d = q / W, j = q % W;
+  FB_GRID_STRIDE(q, (long long)p.nparts * DW) {
+    const long long c = q / DW, d = (q % DW) / W, j = q % W, hi = (c + 1) * FB_CHUNK < p.rows ? (c + 1) * FB_CHUNK : p.rows;
     float s = 0.0f;
-    for (long long t = j; t < p.rows; ++t)
+    for (long long t = c * FB_CHUNK; t < hi; ++t)
       if (j <= t % p.seq) s += g[t * D + d] * n1[(t - j) * D + d];
-    reinterpret_cast<float *>(p.dg)[q] = s;
+    reinterpret_cast<float *>(p.part)[q] = s;
   }
 }
 
@@ -204,19 +221,20 @@ FB_K(_router_bwd) {
   }
 }
 
-/* _aux: a thread per expert e over the global batch (tg tokens): cnt[e] = slots of idx (tg x top_k) equal to e,
- * dbl[e] = sum over tokens in order of probs[t][e] (double). */
+/* _aux: a block per expert e over the global batch (tg tokens): cnt[e] = slots of idx (tg x top_k) equal to e (an
+ * integer: any order), dbl[e] = the sum of probs[t][e] over the tokens (double, a fixed tree). */
 FB_K(_aux) {
+  __shared__ double sh[FB_THREADS];
   const long long E = p.experts, K = p.top_k;
-  FB_GRID_STRIDE(e, E) {
-    const int *ix = reinterpret_cast<const int *>(p.idx);
-    const float *pr = reinterpret_cast<const float *>(p.probs);
-    int c = 0;
-    double s = 0;
-    for (long long i = 0; i < p.tg * K; ++i) c += ix[i] == (int)e;
-    for (long long t = 0; t < p.tg; ++t) s += pr[t * E + e];
-    reinterpret_cast<int *>(p.cnt)[e] = c;
-    reinterpret_cast<double *>(p.dbl)[e] = s;
+  const int *ix = reinterpret_cast<const int *>(p.idx);
+  const float *pr = reinterpret_cast<const float *>(p.probs);
+  for (long long e = blockIdx.x; e < E; e += gridDim.x) {
+    double c = 0, s = 0;
+    for (long long i = threadIdx.x; i < p.tg * K; i += FB_THREADS) c += ix[i] == (int)e ? 1.0 : 0.0;
+    for (long long t = threadIdx.x; t < p.tg; t += FB_THREADS) s += pr[t * E + e];
+    c = block_sum(c, sh); /* whole numbers below 2^53: exact */
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) reinterpret_cast<int *>(p.cnt)[e] = (int)c, reinterpret_cast<double *>(p.dbl)[e] = s;
   }
 }
 

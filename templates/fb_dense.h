@@ -23,12 +23,13 @@ typedef struct {
   fb_ddptr cnt;    /* int32 [experts]: token-slots routed to each expert (global batch) */
   fb_ddptr dbl;    /* double: per-token cross-entropy; the aux loss's sums; partial sums of squares */
   fb_ddptr acc;    /* double [1]: a running sum of squares */
+  fb_ddptr part;   /* FP32 [nparts x cols]: per-chunk column sums (rms_bwd_g, conv_bwd_k), summed by colsum */
   long long rows, cols;
   long long tg;    /* tokens of the global batch */
   int width, seq;  /* convolution width, tokens per sequence */
   int accum;       /* rms_bwd_x: add to dx instead of overwriting */
   int grad;        /* ce: also write the logit gradient */
-  int experts, top_k, layers, nparts;
+  int experts, top_k, layers, nparts; /* nparts: sumsq's blocks; the token chunks of the column sums */
   float aux_coef;
   unsigned pad_;
 } fb_kp_dense;

@@ -29,7 +29,7 @@ cat > "$W/tiny_rn.lua" <<'EOF'
 return recipe(extend(include "tiny.lua", { name = "tiny_rn", experts = { bwd = mxfp8 {
   grad = { rounding = "rn" }, saved = { rounding = "rn" } } } }))
 EOF
-run() { # name recipe gpus stop
+run() { # name recipe gpus stop (FOURBIT_TRAIN_HOST passes through the environment)
   LD_LIBRARY_PATH=$MOCK "$FB" train "$2" --device gpu --d-ff 128 --gpus "$3" --steps 20 --stop-at "$4" --verbose \
     --log "$W/$1.csv" > "$W/$1.out" 2> "$W/$1.err" || bad "$1 (--gpus $3) failed: $(tail -3 "$W/$1.err")"
   [ "$(grep -c '^step ' "$W/$1.out")" = "$4" ] && ok || bad "$1: $(grep -c '^step ' "$W/$1.out") step lines, expected $4"
@@ -79,6 +79,26 @@ esac
 d2=$(maxd rn1 sr2 2)
 within "$d2" 1e-2 && ok || bad "sr, 2 ranks: step 2 loss differs from one rank's (RN) by $d2 (tolerance 1e-2: SR noise)"
 echo "  tiny --device gpu (SR backward), 2 ranks: step 1 loss and aux identical to one rank's; step 2 |dloss| vs RN one rank $d2"
+
+# 3. the GPU-resident step (runtime/train_gpu.c, what --device gpu runs) against the host step around the same GPU expert
+#    layer (FOURBIT_TRAIN_HOST=1), 2 ranks, 3 steps: every kernel and GEMM here is the CPU path's arithmetic, so the CSVs
+#    agree bit for bit (loss, aux, lr, |g|): the router outputs and cross-entropies gathered over the host mesh, the
+#    replicated gradients summed with the device allreduce, the norm's expert part gathered, AdamW on every rank.
+FOURBIT_TRAIN_HOST=1 run host2 "$W/tiny_rn.lua" 2 3
+grep -q 'FOURBIT_TRAIN_HOST' "$W/host2.out" && ok || bad "host2: not the host step: $(grep device "$W/host2.out")"
+grep -q 'the whole step on GPU LOCAL_RANK' "$W/rn1.out" "$W/rn4.out" && ok || bad "--device gpu did not run the resident step"
+run dev2 "$W/tiny_rn.lua" 2 3
+[ "$(cut -d, -f1-7 "$W/host2.csv")" = "$(cut -d, -f1-7 "$W/dev2.csv")" ] && ok \
+  || bad "2 ranks: resident vs host step differ: $(paste -d' ' "$W/host2.csv" "$W/dev2.csv" | cut -c1-200)"
+echo "  tiny_rn --device gpu --gpus 2, 3 steps: resident step = host step (loss, aux, |g|): $(sed -n 4p "$W/dev2.csv" | cut -d, -f1-6)"
+# 4. --cache: the resident step's own kernels go into the cache after NVRTC; a second run loads them (0 compiled)
+for i in 1 2; do
+  LD_LIBRARY_PATH=$MOCK "$FB" train "$W/tiny_rn.lua" --device gpu --d-ff 128 --steps 1 --cache "$W/kc" > "$W/cache$i.out" 2>&1 \
+    || bad "--cache run $i failed: $(tail -3 "$W/cache$i.out")"
+done
+grep -q '^train step kernels: 3 (0 from the cache, 3 compiled' "$W/cache1.out" && ok || bad "first --cache run: $(grep '^train step' "$W/cache1.out")"
+grep -q '^train step kernels: 3 (3 from the cache, 0 compiled' "$W/cache2.out" && ok || bad "second --cache run compiled: $(grep '^train step' "$W/cache2.out")"
+grep '^train step kernels' "$W/cache2.out" | sed 's/^/  second --cache run: /'
 
 echo "test_ep_gpu.sh: $pass passed, $fail failed"
 [ $fail = 0 ]
