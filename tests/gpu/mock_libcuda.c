@@ -8,11 +8,9 @@
  * (make test runs build/gpu/test_train_gpu under it) — and says nothing about the kernels themselves, which
  * tests/gpu/test_kernels.c and test_gemm.c check on the GPU. */
 #include "fb_dense.h"
-#include "fb_dense.h"
 #include "fb_gemm.h"
 #include "fb_kparams.h"
 #include "fourbit.h"
-#include "model_dense.h"
 #include "model_dense.h"
 #include <cuda.h>
 #include <math.h>
@@ -33,8 +31,6 @@ static int find(unsigned long long d, size_t n, const char *what) {
   fprintf(stderr, "MOCK OOB: %s at %#llx + %zu\n", what, d, n);
   abort();
 }
-/* for the fake cuBLAS (mock_libcublas.c): the same bounds check on its operands */
-void fbmock_check(unsigned long long d, size_t n, const char *what) { find(d, n, what); }
 /* for the fake cuBLAS (mock_libcublas.c): the same bounds check on its operands */
 void fbmock_check(unsigned long long d, size_t n, const char *what) { find(d, n, what); }
 CUresult cuInit(unsigned f) {
@@ -428,144 +424,6 @@ static void emu_dense(const char *nm, const fb_kp_dense *p) {
     if (p->y) find(p->y, T * D * 4, "rms y"), memcpy((void *)p->y, y, T * D * 4);
     if (p->yb) to_bf(y, p->yb, T * D, "rms yb");
     free(g), free(y);
-  } else if (ends(nm, "_rms_bwd_x") || ends(nm, "_rms_bwd_g")) {
-    int gx = ends(nm, "_rms_bwd_x");
-    find(p->x, T * D * 4, "rmsb x");
-    find(p->dy, T * D * 4, "rmsb dy");
-    find(p->r, T * 4, "rmsb r");
-    float *g = bfv("rmsb gain", p->w, D), *dx = gx ? (float *)p->dx : malloc(T * D * 4 + 4), *dg = gx ? calloc(D, 4) : (float *)p->dg;
-    if (gx) find(p->dx, T * D * 4, "rmsb dx");
-    else find(p->dg, D * 4, "rmsb dg"), memset(dg, 0, D * 4);
-    fbr_rmsnorm_bwd((float *)p->x, g, (float *)p->r, (float *)p->dy, T, D, dx, dg, gx ? p->accum : 0);
-    free(g);
-    if (gx) free(dg);
-    else free(dx);
-  } else if (ends(nm, "_conv_fwd")) {
-    find(p->x, T * D * 4, "conv x"), find(p->a, T * D * 4, "conv n1"), find(p->y, T * D * 4, "conv y");
-    float *k = bfv("conv k", p->w, D * W);
-    fbr_conv_fwd((float *)p->x, (float *)p->a, k, T, D, W, S, 0, (float *)p->y);
-    free(k);
-  } else if (ends(nm, "_conv_bwd_k") || ends(nm, "_conv_bwd_x")) {
-    int kx = ends(nm, "_conv_bwd_k");
-    find(p->dy, T * D * 4, "convb dy"), find(p->a, T * D * 4, "convb n1");
-    float *k = bfv("convb k", p->w, D * W), *dk = kx ? (float *)p->dg : malloc(D * W * 4), *dn = kx ? malloc(T * D * 4) : (float *)p->dx;
-    if (kx) find(p->dg, D * W * 4, "convb dk");
-    else find(p->dx, T * D * 4, "convb dn");
-    fbr_conv_bwd((float *)p->dy, (float *)p->a, k, T, D, W, S, dk, dn);
-    free(k), free(kx ? (void *)dn : (void *)dk);
-  } else if (ends(nm, "_resid")) {
-    find(p->x, T * D * 4, "resid x"), find(p->yb, T * D * 2, "resid yb"), find(p->y, T * D * 4, "resid y");
-    for (size_t i = 0; i < T * D; ++i)
-      ((float *)p->y)[i] = ((float *)p->x)[i] + bf(((uint16_t *)p->yb)[i]);
-  } else if (ends(nm, "_ce")) {
-    size_t V = D;
-    find(p->x, T * V * 4, "ce logits"), find(p->idx, T * 4, "ce tgt"), find(p->dbl, T * 8, "ce out");
-    float *pr = malloc(T * V * 4 + 4);
-    memcpy(pr, (void *)p->x, T * V * 4); /* the kernel leaves the logits alone */
-    fbr_ce_fwd(pr, (int32_t *)p->idx, T, V, (double *)p->dbl);
-    if (p->grad) {
-      float *dl = malloc(T * V * 4 + 4);
-      fbr_ce_bwd(pr, (int32_t *)p->idx, T, V, (size_t)p->tg, 0, dl);
-      to_bf(dl, p->yb, T * V, "ce dl");
-      free(dl);
-    }
-    free(pr);
-  } else if (ends(nm, "_router_bwd")) {
-    size_t E = (size_t)p->experts, K = (size_t)p->top_k;
-    find(p->probs, T * E * 4, "rb probs"), find(p->idx, T * K * 4, "rb idx"), find(p->tw, T * K * 4, "rb tw");
-    find(p->dy, T * K * 4, "rb dtw"), find(p->cnt, E * 4, "rb cnt"), find(p->y, T * E * 4, "rb dp");
-    float *dlr = malloc(T * E * 4 + 4);
-    fbr_router_bwd((float *)p->probs, (int32_t *)p->idx, (float *)p->tw, (float *)p->dy, (int32_t *)p->cnt, T, E, K,
-                   (size_t)p->layers, (size_t)p->tg, p->aux_coef, 0, (float *)p->y, dlr);
-    to_bf(dlr, p->yb, T * E, "rb dlr");
-    free(dlr);
-  } else if (ends(nm, "_aux")) {
-    size_t E = (size_t)p->experts, K = (size_t)p->top_k, Tg = (size_t)p->tg;
-    find(p->probs, Tg * E * 4, "aux probs"), find(p->idx, Tg * K * 4, "aux idx"), find(p->cnt, E * 4, "aux cnt");
-    find(p->dbl, E * 8, "aux pe");
-    fbr_aux_counts((float *)p->probs, (int32_t *)p->idx, Tg, E, K, (int32_t *)p->cnt, (double *)p->dbl);
-  } else if (ends(nm, "_sumsq_part")) {
-    /* the pair _sumsq_part + _sumsq_fin adds the sum of squares to acc[0]; here in the CPU path's order (train.c) */
-    find(p->x, T * 4, "sumsq x"), find(p->acc, 8, "sumsq acc"), find(p->dbl, (size_t)p->nparts * 8, "sumsq parts");
-    double *acc = (double *)p->acc;
-    for (size_t i = 0; i < T; ++i)
-      *acc += (double)((float *)p->x)[i] * (double)((float *)p->x)[i];
-  } else if (ends(nm, "_sumsq_fin")) {
-    find(p->acc, 8, "sumsq acc");
-  } else if (ends(nm, "_embed_bwd")) {
-    size_t V = T;
-    find(p->idx, (V + 1) * 4, "eb off"), find(p->dg, V * D * 4, "eb dg");
-    const int32_t *off = (int32_t *)p->idx, *pos = (int32_t *)p->idx2;
-    if (off[V]) find(p->idx2, (size_t)off[V] * 4, "eb pos");
-    for (size_t v = 0; v < V; ++v)
-      for (size_t d = 0; d < D; ++d) {
-        float s = 0.0f;
-        for (int32_t q = off[v]; q < off[v + 1]; ++q)
-          find(p->dy + ((size_t)pos[q] * D + d) * 4, 4, "eb dy"), s += ((float *)p->dy)[(size_t)pos[q] * D + d];
-        ((float *)p->dg)[v * D + d] = s;
-      }
-  } else {
-    fprintf(stderr, "MOCK: no emulation of %s\n", nm);
-    abort();
-  }
-}
-static void emu_router(const char *nm, const fb_kp_moe *p) {
-  size_t T = (size_t)p->rows, E = (size_t)p->experts, K = (size_t)p->top_k;
-  find(p->in, T * E * 4, "router in"), find(p->probs, T * E * 4, "router probs");
-  find(p->topk_idx, T * K * 4, "router idx"), find(p->topk_w, T * K * 4, "router w");
-  CHK(fb_router_ref((float *)p->in, T, (int)E, (int)K, (float *)p->probs, (int32_t *)p->topk_idx, (float *)p->topk_w));
-}
-static void emu_adamw(const char *nm, const fb_kp_moe *p) {
-  size_t R = (size_t)p->rows, C = (size_t)p->cols, n = R * C;
-  if (!strstr(nm, "_bf16_")) {
-    fprintf(stderr, "MOCK: no emulation of %s (AdamW with a BF16 copy only)\n", nm);
-    abort();
-  }
-  find(p->master, n * 4, "adamw w"), find(p->m, n * 4, "adamw m"), find(p->v, n * 4, "adamw v");
-  find(p->in, n * 4, "adamw g"), find(p->out, n * 2, "adamw out");
-  fb_adamw_hparams h = {p->lr, p->b1, p->b2, p->eps, p->wd, p->bc1, p->bc2, p->gscale};
-  fb_adamw_next nx;
-  memset(&nx, 0, sizeof nx);
-  nx.q.format = FB_FMT_BF16, nx.experts = 1, nx.codes = (void *)p->out;
-  CHK(fb_adamw_ref((float *)p->master, (float *)p->m, (float *)p->v, (float *)p->in, R, C, &h, &nx));
-}
-/* ---- the GPU-resident train step's kernels: templates/dense.cuh by the CPU path's functions (runtime/model_dense.c),
- * the router by fb_router_ref, AdamW (BF16 copy) by fb_adamw_ref ---- */
-static int ends(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && !strcmp(s + a - b, suf);
-}
-static float *bfv(const char *what, unsigned long long d, size_t n) { /* a BF16 device array as floats (malloc'd) */
-  find(d, n * 2, what);
-  float *x = malloc(n * 4 + 4);
-  for (size_t i = 0; i < n; ++i)
-    x[i] = bf(((uint16_t *)d)[i]);
-  return x;
-}
-static void to_bf(float *x, unsigned long long d, size_t n, const char *what) {
-  find(d, n * 2, what);
-  for (size_t i = 0; i < n; ++i)
-    ((uint16_t *)d)[i] = fb_bf16_from_f32(x[i]);
-}
-static void emu_dense(const char *nm, const fb_kp_dense *p) {
-  size_t T = (size_t)p->rows, D = (size_t)p->cols, W = (size_t)p->width, S = (size_t)p->seq;
-  if (ends(nm, "_embed")) {
-    find(p->idx, T * 4, "embed idx");
-    find(p->y, T * D * 4, "embed y");
-    for (size_t i = 0; i < T; ++i) {
-      int32_t v = ((int32_t *)p->idx)[i];
-      find(p->w + ((size_t)v * D) * 2, D * 2, "embed w");
-      for (size_t d = 0; d < D; ++d)
-        ((float *)p->y)[i * D + d] = bf(((uint16_t *)p->w)[(size_t)v * D + d]);
-    }
-  } else if (ends(nm, "_rms_fwd")) {
-    find(p->x, T * D * 4, "rms x");
-    find(p->r, T * 4, "rms r");
-    float *g = bfv("rms gain", p->w, D), *y = malloc(T * D * 4 + 4);
-    fbr_rmsnorm_fwd((float *)p->x, g, T, D, 0, y, (float *)p->r);
-    if (p->y) find(p->y, T * D * 4, "rms y"), memcpy((void *)p->y, y, T * D * 4);
-    if (p->yb) to_bf(y, p->yb, T * D, "rms yb");
-    free(g), free(y);
   } else if (ends(nm, "_colsum")) {
     /* the second pass of _rms_bwd_g / _conv_bwd_k (the chunks' sums), which this driver carries out whole at the first */
     find(p->part, (size_t)p->nparts * D * 4, "colsum part"), find(p->dg, D * 4, "colsum dg");
@@ -724,18 +582,6 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   }
   if (!strncmp(nm, "quant_", 6) || !strncmp(nm, "requant_", 8) || !strncmp(nm, "bcopy_", 6)) {
     emu_mem(nm, (const fb_kp_mem *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "dense_", 6)) {
-    emu_dense(nm, (const fb_kp_dense *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "router_", 7)) {
-    emu_router(nm, (const fb_kp_moe *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "adamw_", 6)) {
-    emu_adamw(nm, (const fb_kp_moe *)e[1]);
     return 0;
   }
   if (!strncmp(nm, "dense_", 6)) {
