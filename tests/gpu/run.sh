@@ -18,6 +18,8 @@ timeout -s KILL 600 build/gpu/test_gemm > /tmp/test_gemm.log 2>&1 || fail=1
 grep -vE "^  compiled" /tmp/test_gemm.log | tail -60
 echo "== test_train_gpu (the GPU expert layer and a train step of tiny.lua against the CPU reference)"
 timeout -s KILL 300 build/gpu/test_train_gpu || fail=1
+echo "== test_train_dev (the GPU-resident train step against the host step; ms/step, tiny and mid-size)"
+timeout -s KILL 400 build/gpu/test_train_dev || fail=1
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool (one GEMM variant of each operand kind)"
