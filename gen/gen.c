@@ -57,8 +57,11 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6) { *why = "w2 fwd: a combine payload other than BF16 or S2F6"; return 0; }
     if (k->op == FB_OP_GEMM_FWD2 && q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) { *why = "w2 fwd: the S2F6 epilogue applies RHT-32 only"; return 0; }
     if (k->src.format == FB_FMT_S2F6) { *why = "S2F6 GEMM operands: not a recipe format"; return 0; }
-    if (k->src.format == FB_FMT_NVFP4 && k->op != FB_OP_GEMM_FWD2 && k->op != FB_OP_GEMM_FWD13) { *why = "NVFP4 operands in a backward GEMM: no template (the recipe's backward is MXFP8)"; return 0; }
-    if (k->src.format == FB_FMT_NVFP4 && (k->src.two_d || k->act.two_d)) { *why = "16x16 NVFP4 operands: no template yet"; return 0; }
+    /* NVFP4 x BF16 copy (FB_KIND 1) in mode 0: the forward GEMMs and the w13 dgrad of an NVFP4 backward (the GPU expert
+       layer's); an NVFP4 wgrad runs as a BF16 GEMM of the operands' exact BF16 copies (experts_gpu.c) */
+    if (k->src.format == FB_FMT_NVFP4 && k->op != FB_OP_GEMM_FWD2 && k->op != FB_OP_GEMM_FWD13 && k->op != FB_OP_GEMM_DGRAD13) { *why = "NVFP4 operands in this backward GEMM: no template (an NVFP4 A operand is decoded along K, mode 0 only)"; return 0; }
+    /* B is the exact BF16 copy: 16x16 weight blocks (scales replicated along the rows) copy as 1x16 ones */
+    if (k->src.format == FB_FMT_NVFP4 && k->act.two_d) { *why = "16x16 NVFP4 A operands: no template yet"; return 0; }
     if (k->src.format == FB_FMT_MXFP8 && (k->src.e5m2 || k->act.e5m2)) { *why = "E5M2 MXFP8 operands: no template yet"; return 0; }
     if (k->src.format != FB_FMT_BF16)
       *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", NULL}};
@@ -68,6 +71,13 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
   case FB_OP_BCOPY:
     if (q->format != FB_FMT_NVFP4 && q->format != FB_FMT_MXFP8) { *why = "bcopy: NVFP4 or MXFP8 sources only"; return 0; }
     *c = (choice){"gemm_bcopy.cuh", {"threads", NULL}};
+    return 1;
+  case FB_OP_TCOPY:
+    if (q->rht && q->rht != 16) { *why = "tcopy: RHT-16 only"; return 0; }
+    if (k->src.format == FB_FMT_NVFP4 && (k->in_f32 || k->src.outer == FB_GRAN_EXPERT)) { *why = "tcopy: NVFP4 sources with a tensor or row outer scale"; return 0; }
+    if (k->src.format != FB_FMT_NVFP4 && k->src.format != FB_FMT_BF16) { *why = "tcopy: BF16, FP32 or NVFP4 sources"; return 0; }
+    if (k->act.rht && !k->in_f32) { *why = "tcopy: scaling takes FP32 sources"; return 0; }
+    *c = (choice){"tcopy.cuh", {"threads", NULL}};
     return 1;
   case FB_OP_ROUTER:
     *c = (choice){"router.cuh", {"threads", NULL}};
@@ -255,6 +265,10 @@ static void spec_defines(const fb_kernel_spec *k, const char *tmpl, fb_str *d) {
     fb_str_printf(d, "FB_RHT %d\nFB_S2F6 %d\n", s2f6 && q->rht ? 1 : 0, s2f6);
   } else if (!strcmp(tmpl, "swiglu.cuh")) {
     fb_str_printf(d, "FB_BWD %d\n", k->op == FB_OP_SWIGLU_BWD);
+  } else if (!strcmp(tmpl, "tcopy.cuh")) { /* scale: act.rht (the divisor; 0 none) */
+    int src = k->in_f32 ? 1 : k->src.format == FB_FMT_NVFP4 ? 2 : 0;
+    fb_str_printf(d, "FB_OUT_BF16 %d\nFB_RHT %d\nFB_SCALE %d\nFB_SRC %d\nFB_SRC_OUTER %d\nFB_TRANS %d\n", k->out_bf16 ? 1 : 0, q->rht,
+                  k->act.rht, src, src == 2 && k->src.outer == FB_GRAN_TOKEN, k->col ? 1 : 0);
   } else if (!strcmp(tmpl, "gemm_bcopy.cuh")) {
     fb_str_printf(d, "FB_SRC %d\n", q->format == FB_FMT_NVFP4 ? 1 : 2);
   } else if (!strcmp(tmpl, "gemm_sm90.cuh")) {

@@ -22,6 +22,8 @@ fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long
     else *gx = cap((rows + param(v, "rows", 16) - 1) / param(v, "rows", 16), 1ll << 31);
   } else if (!strcmp(tm, "quant_mxfp8.cuh") || !strcmp(tm, "s2f6.cuh") || !strcmp(tm, "gemm_bcopy.cuh")) {
     *gx = cap((rows * cols / 32 + t - 1) / t, 16384);
+  } else if (!strcmp(tm, "tcopy.cuh")) { /* a thread per 16 outputs, grid-stride */
+    *gx = cap((rows * cols / 16 + t - 1) / t, 1ll << 16);
   } else if (!strcmp(tm, "mx_col.cuh")) {
     long long tc = param(v, "cols", 64); /* a CTA per 1024-row band of tc columns */
     *gx = cap(((rows + 1023) / 1024) * ((cols + tc - 1) / tc), 1ll << 20);

@@ -220,6 +220,9 @@ const char *fb_gran_name(fb_gran g);
 /* A unique kernel the plan needs. name is its canonical identity (STYLE.md) without the variant's
  * tile fields, which the generator appends: e.g. gemm_fwd_nvfp4xnvfp4_nvfp4_4o6_tok_swiglu_sm90a. */
 typedef enum {
+  FB_OP_TCOPY = 64, /* a matrix copied to BF16 / FP32: dequantized, transposed, RHT-16, scaled (templates/tcopy.cuh;
+                       numbered apart from the plan's ops; not a plan kernel: the GPU expert layer's BF16 and NVFP4
+                       backward build it) */
   FB_OP_ROUTER = 0, FB_OP_ROUTER_BWD, FB_OP_AMAX, FB_OP_QUANT, FB_OP_PERMUTE, FB_OP_UNPERMUTE,
   FB_OP_GEMM_FWD13, FB_OP_GEMM_FWD2, FB_OP_GEMM_DGRAD2, FB_OP_GEMM_WGRAD, FB_OP_GEMM_DGRAD13,
   FB_OP_REQUANT, FB_OP_ADAMW,
@@ -495,6 +498,18 @@ fb_status fb_combine_bwd_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows
  * dg = (dA * u) * ds; dH = [bf16(dg) | bf16(du)] (rows x 2f). */
 fb_status fb_swiglu_fwd_ref(const uint16_t *h, size_t rows, size_t f, uint16_t *a);
 fb_status fb_swiglu_bwd_ref(const uint16_t *h, const uint16_t *da, size_t rows, size_t f, uint16_t *dh);
+
+/* The copy templates/tcopy.cuh makes (FB_OP_TCOPY): x (rows x cols) is BF16 (src FB_FMT_BF16, in_f32 0), FP32 (in_f32 1)
+ * or NVFP4 (codes, sf E4M3 per 16 along the rows, s_dec one FP32 per tensor or, row_outer, per row; an element is
+ * (fb_e2m1_decode(q) * fb_e4m3_decode(sf)) * s_dec as fb_nvfp4_dequantize). trans: out is cols x rows (out[c][r] =
+ * x[r][c]), else rows x cols. rht 16: each aligned 16 outputs of an out row, v, become the unnormalized RHT-16 of v
+ * (v_j negated where bit j of signs is set, then the butterflies h = 1, 2, 4, 8: for j with bit h clear, (v_j, v_j+h)
+ * = (v_j + v_j+h, v_j - v_j+h) in FP32). scale n > 0 (FP32 sources): every value v = (v * (sa * sb)) * (1.0f / n),
+ * sa = *scale_a and sb = *scale_b (NULL: 1) — the wgrad GEMM's outer scales and RHT divisor. Output BF16 (out_bf16,
+ * fb_bf16_from_f32) or FP32. The out row length must be a multiple of 16. */
+fb_status fb_tcopy_ref(const void *x, const uint8_t *sf, const float *s_dec, fb_format src, int in_f32, int row_outer,
+                       size_t rows, size_t cols, int trans, int rht, uint32_t signs, int scale, const float *scale_a,
+                       const float *scale_b, int out_bf16, void *out);
 
 /* AdamW, per element in this fp32 order: g = grad * gscale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*(g*g);
  * mhat = m / bc1; vhat = v / bc2; w = w - lr * (mhat / (sqrtf(vhat) + eps) + wd * w). */

@@ -47,9 +47,26 @@
  * with the host once a forward (the row counts); the fb_expert_ops copy the host arrays up and down around
  * them. A layer's saved tensors live on the device from its forward to its backward; memory comes from a pool.
  *
- * Not done here (refused with FB_EINVAL naming the field): a BF16 forward, NVFP4 activations without per-token outer
- * scales, a BF16 combine, an NVFP4 or BF16 backward, wgrad_rht, E5M2, exact (gradient-check) mode; dimensions the
- * GEMM tiles do not divide (D and F multiples of 128). The router and its backward stay in model.c on the host.
+ * Other recipes (bf16, mxfp8, nvidia_nvfp4; check_prec says exactly what runs):
+ *   BF16 dispatch  BF16 token rows are permuted and exchanged; the owner quantizes them as fwd.act says on arrival (one
+ *            rank: the CPU path's codes; per-tensor scales: the amax of the owner's rows, the tokens on one rank).
+ *   BF16 layers    weights rounded to BF16 by tcopy.cuh, BF16 x BF16 GEMMs (FB_KIND 0), A and X saved as BF16.
+ *   BF16 combine   the w2 GEMM writes BF16 rows, regathered by source and combined by unpermute_bf16_obf16; the
+ *            combine's backward reads those rows.
+ *   NVFP4 per-tensor scales (nvidia_nvfp4): amax kernel (BF16 rows or FP32 masters) then quant_nvfp4 *_ten; 16x16
+ *            weight blocks quantized by quant_nvfp4 *_2d (their scales replicated along the rows: bcopy copies them as
+ *            1x16 ones); the GEMMs' epilogue reads S_dec[0] (names nvfp4_ten).
+ *   BF16 / NVFP4 backward (bwd_lowp): dY, dH row-wise as bwd.grad says (NVFP4: amax + SR quantizer); the saved X, A and
+ *            weights dequantized exactly, transposed and RHT-16'd along the new rows (wgrad operands, wgrad_rht) by
+ *            tcopy.cuh into FP32, quantized as bwd.saved / bwd.grad says (model_experts.c's colwise); dgrad as an NVFP4 x
+ *            BF16-copy GEMM (FB_KIND 1, S_dec of both in the epilogue) or BF16 x BF16; wgrad as a BF16 GEMM of the two
+ *            operands' exact BF16 copies, then tcopy scales it by S_dec(A) S_dec(B) / rht. NVFP4 SR operands draw the
+ *            library quantizer's row-major bits of their GPU layout (rows padded to 128: other bits than the CPU's).
+ * Not done here (refused with FB_EINVAL naming the field): NVFP4 activations with per-expert outer scales or 16x16
+ * blocks, an MXFP8 backward after a BF16 forward or with 16x16 weights, a BF16 / NVFP4 backward after an MXFP8 forward
+ * or with per-expert weights, wgrad_rht other than 0/16 (and any with MXFP8), E5M2, exact (gradient-check) mode;
+ * dimensions the GEMM tiles do not divide (D and F multiples of 128). Under expert parallelism a per-tensor scale is the
+ * amax of the owner's rows (the CPU path takes the source's tokens). The router and its backward stay in model.c.
  *
  * Agreement with the CPU path (model_experts.c): the dispatch payload, the quantized weights and their requantized
  * transposes, and the routing are defined identically (bit-exact); the GEMMs sum in another order (their outputs
@@ -317,35 +334,54 @@ static fb_kernel_spec sp_combine_bwd(const fb_gpu_experts *g, const fb_qspec *q)
   return from_plan(g, k);
 }
 
-/* which: 0 w13 fwd (H and A, SwiGLU epilogue), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
+/* which: 0 w13 fwd (H and A, SwiGLU epilogue), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32).
+ * NVFP4 operands with one outer scale per tensor are named nvfp4_ten (A before the x, B after it): the kernel reads
+ * S_dec[0] where the per-token / per-expert one reads S_dec[row] / S_dec[expert] (FB_A_OUTER / FB_B_OUTER 2). */
 static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, int which) {
   const fb_qspec *w = which < 2 ? &p->fwd_weight : &p->bwd_saved, *a = which < 2 ? &p->fwd_act : &p->bwd_grad;
-  const char *f = fb_format_name(w->format);
+  char fa[24], f[24];
+  snprintf(fa, sizeof fa, "%s%s", fb_format_name(w->format), w->format == FB_FMT_NVFP4 && a->outer == FB_GRAN_TENSOR ? "_ten" : "");
+  snprintf(f, sizeof f, "%s%s", fb_format_name(w->format), w->format == FB_FMT_NVFP4 && w->outer == FB_GRAN_TENSOR ? "_ten" : "");
   fb_kernel_spec k;
   if (which == 0) { /* H and A = SwiGLU(H), both BF16 (the plan's w13 forward) */
-    k = sp(FB_OP_GEMM_FWD13, "gemm", "gemm_fwd_%sx%s_bf16_swiglu_sm90a", f, f);
+    k = sp(FB_OP_GEMM_FWD13, "gemm", "gemm_fwd_%sx%s_bf16_swiglu_sm90a", fa, f);
     k.q = p->fwd_act, k.out_bf16 = 1;
   } else if (which == 1) {
     char tag[64];
     fb_qspec_tag(&p->combine, tag, sizeof tag);
-    k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_%s_sm90a", f, f, tag);
+    k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_%s_sm90a", fa, f, tag);
     k.q = p->combine;
     k.out_bf16 = 1; /* as the plan's (plan.c: fwd GEMMs write BF16); the S2F6 epilogue takes its place either way */
   } else if (which == 2) {
-    k = sp(FB_OP_GEMM_DGRAD13, "gemm", "gemm_dgrad_%sx%s_bf16_sm90a", f, f);
+    k = sp(FB_OP_GEMM_DGRAD13, "gemm", "gemm_dgrad_%sx%s_bf16_sm90a", fa, f);
     k.out_bf16 = 1;
   } else {
-    k = sp(FB_OP_GEMM_WGRAD, "gemm", "gemm_wgrad_%sx%s_f32_sm90a", f, f);
+    k = sp(FB_OP_GEMM_WGRAD, "gemm", "gemm_wgrad_%sx%s_f32_sm90a", fa, f);
   }
   k.src = *w, k.act = *a;
   return from_plan(g, k);
 }
 
+/* The BF16 / FP32 copy of tcopy.cuh (fb_tcopy_ref): a src (BF16, or NVFP4 with a tensor or row outer scale) or FP32
+ * (in_f32) matrix, transposed (trans), RHT-16 along the out rows (rht), scaled by two outer scales and 1/scale (scale > 0;
+ * carried in act.rht: no plan kernel has this op), BF16 or FP32 out. */
+static fb_kernel_spec sp_tcopy(fb_format src, fb_gran outer, int in_f32, int trans, int rht, int scale, int out_bf16) {
+  char st[16];
+  snprintf(st, sizeof st, "%s", in_f32 ? "f32" : src == FB_FMT_NVFP4 ? (outer == FB_GRAN_TOKEN ? "nvfp4_tok" : "nvfp4_ten") : "bf16");
+  char sc[16] = "";
+  if (scale) snprintf(sc, sizeof sc, "_sc%d", scale);
+  fb_kernel_spec k = sp(FB_OP_TCOPY, "quant", "tcopy_%s_%s%s%s%s_sm90a", st, out_bf16 ? "bf16" : "f32", trans ? "_t" : "",
+                        rht ? "_rht16" : "", sc);
+  k.src.format = in_f32 ? FB_FMT_BF16 : src, k.src.outer = src == FB_FMT_NVFP4 ? outer : FB_GRAN_TENSOR;
+  k.in_f32 = in_f32, k.col = trans, k.q.rht = rht, k.act.rht = scale, k.out_bf16 = out_bf16;
+  return k;
+}
+
 /* ---- device memory: an arena per call (scratch) and one per saved layer, both drawing on the pool ------------- */
 typedef struct {
   fb_gpu_experts *g;
-  CUdeviceptr p[64];
-  size_t n[64];
+  CUdeviceptr p[160];
+  size_t n[160];
   int k;
 } arena;
 
@@ -366,7 +402,7 @@ static size_t size_class(size_t n) {
 static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   fb_gpu_experts *g = a->g;
   *out = 0;
-  if (a->k == 64) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
+  if (a->k == (int)(sizeof a->p / sizeof a->p[0])) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
   size_t c = size_class(n);
   for (int i = g->nfree - 1; i >= 0; --i)
     if (g->fr[i].n == c) {
@@ -439,7 +475,8 @@ static fb_status prof_b(fb_gpu_experts *g) {
 typedef struct {
   CUdeviceptr c, s, o;
   size_t rows, cols, no;
-  fb_format f;
+  fb_format f;   /* BF16: c holds the values (no s, o) */
+  int orow;      /* NVFP4: one outer scale per row (else per tensor or group: no of them) */
 } dq;
 
 /* A layer's state from its forward to its backward. Source side (this rank's tokens): its (token, expert) rows, by
@@ -525,18 +562,19 @@ static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int 
     FB_TRY(aalloc(a, &d->s, rows * cols / 16));
     unsigned ng = 1;
     if (q->outer == FB_GRAN_TOKEN) {
-      d->no = rows;
+      d->no = rows, d->orow = 1;
     } else {
-      if (!in_f32) return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a %s outer scale on activations (per token only)", fb_gran_name(q->outer));
+      if (!in_f32 && q->outer == FB_GRAN_EXPERT)
+        return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a per-expert outer scale on activations (per token or tensor)");
       ng = q->outer == FB_GRAN_EXPERT ? (unsigned)(rows / grows) : 1u;
       d->no = ng;
-      CUdeviceptr dam, dgo, dfl;
-      FB_TRY(group_offsets(g, ng, rows / ng, &dgo));
+      CUdeviceptr dam, dgo = 0, dfl;
+      if (q->outer == FB_GRAN_EXPERT) FB_TRY(group_offsets(g, ng, rows / ng, &dgo)); /* per tensor: none (rows vary) */
       FB_TRY(aalloc_z(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
       FB_TRY(aalloc_z(a, &dfl, sizeof(unsigned)));
       const kent *ea;
-      fb_kernel_spec ka = sp(FB_OP_AMAX, "amax", "amax_%s_f32_sm90a", q->outer == FB_GRAN_EXPERT ? "exp" : "ten");
-      ka.q.outer = q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, ka.in_f32 = 1;
+      fb_kernel_spec ka = sp(FB_OP_AMAX, "amax", "amax_%s_%s_sm90a", q->outer == FB_GRAN_EXPERT ? "exp" : "ten", in_f32 ? "f32" : "bf16");
+      ka.q.outer = q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, ka.in_f32 = in_f32;
       FB_TRY(kget(g, &ka, NULL, &ea));
       fb_kp_mem pa;
       memset(&pa, 0, sizeof pa);
@@ -629,18 +667,33 @@ static fb_status copy2d(CUdeviceptr dst, size_t dpitch, CUdeviceptr src, size_t 
 static fb_status regroup(arena *a, const dq *t, size_t E, dq *d) {
   size_t C = t->rows, per = t->cols / E;
   memset(d, 0, sizeof *d);
-  d->rows = E * C, d->cols = per, d->f = FB_FMT_MXFP8;
-  FB_TRY(aalloc(a, &d->c, C * E * per));
-  FB_TRY(aalloc(a, &d->s, C * E * per / 32));
+  d->rows = E * C, d->cols = per, d->f = t->f;
+  if (t->f == FB_FMT_MXFP8) {
+    FB_TRY(aalloc(a, &d->c, C * E * per));
+    FB_TRY(aalloc(a, &d->s, C * E * per / 32));
+    for (size_t e = 0; e < E; ++e) {
+      FB_TRY(copy2d(d->c + e * C * per, per, t->c + e * per, t->cols, per, C));
+      FB_TRY(copy2d(d->s + e * C * per / 32, per / 32, t->s + e * per / 32, t->cols / 32, per / 32, C));
+    }
+    return FB_OK;
+  }
+  /* BF16 values (2 bytes an element), or NVFP4 codes (half a byte) with E4M3 scales per 16 and their one outer scale */
+  if (t->f == FB_FMT_NVFP4 && t->orow) return FB_ERR(FB_EINVAL, "experts gpu: regroup of NVFP4 with per-row outer scales");
+  int nv = t->f == FB_FMT_NVFP4;
+  size_t cb = nv ? per / 2 : per * 2, tb = nv ? t->cols / 2 : t->cols * 2;
+  FB_TRY(aalloc(a, &d->c, C * E * cb));
+  if (nv) FB_TRY(aalloc(a, &d->s, C * E * per / 16));
+  d->o = t->o, d->no = t->no;
   for (size_t e = 0; e < E; ++e) {
-    FB_TRY(copy2d(d->c + e * C * per, per, t->c + e * per, t->cols, per, C));
-    FB_TRY(copy2d(d->s + e * C * per / 32, per / 32, t->s + e * per / 32, t->cols / 32, per / 32, C));
+    FB_TRY(copy2d(d->c + e * C * cb, cb, t->c + e * cb, tb, cb, C));
+    if (nv) FB_TRY(copy2d(d->s + e * C * per / 16, per / 16, t->s + e * per / 16, t->cols / 16, per / 16, C));
   }
   return FB_OK;
 }
 
 /* The exact BF16 copy (K permuted) of a quantized matrix, for the B operand of the Hopper GEMMs. */
 static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr *out) {
+  if (m->f == FB_FMT_BF16) { *out = m->c; return FB_OK; } /* already the values */
   const kent *e;
   fb_kernel_spec k = sp_bcopy(g, m->f);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -649,6 +702,47 @@ static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr 
   memset(&p, 0, sizeof p);
   p.in = m->c, p.scales = m->s, p.out = *out, p.rows = (long long)m->rows, p.cols = (long long)m->cols;
   return run_mem(g, e, &p, (long long)m->rows, (long long)m->cols, 0);
+}
+
+/* tcopy.cuh on rows x cols (as stored): in (BF16, FP32 or NVFP4 codes with sf, sdec), out; sa, sb: the scaling's
+ * two outer scales (device FP32, 0: 1). */
+static fb_status tcopy(fb_gpu_experts *g, const fb_kernel_spec *k, CUdeviceptr in, CUdeviceptr sf, CUdeviceptr sdec, size_t rows,
+                       size_t cols, uint32_t signs, CUdeviceptr sa, CUdeviceptr sb, CUdeviceptr out) {
+  const kent *e;
+  FB_TRY(kget(g, k, NULL, &e));
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = in, p.src_scales = sf, p.src_s_dec = sdec, p.out = out, p.s_dec = sa, p.amax = sb, p.signs = signs;
+  p.rows = (long long)rows, p.cols = (long long)cols;
+  return run_mem(g, e, &p, (long long)rows, (long long)cols, 0);
+}
+
+/* The backward's row-wise operand of a BF16 or NVFP4 backward: Q(in) along the rows of a BF16 rows x cols matrix as q
+ * says — BF16: the values themselves; NVFP4: quant_rows (a per-tensor scale: the amax kernel first). */
+static fb_status op_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUdeviceptr in, size_t rows, size_t cols, uint32_t seed,
+                         uint32_t stream, uint32_t step, dq *d) {
+  if (q->format != FB_FMT_BF16) return quant_rows(g, a, q, 0, in, rows, cols, 0, seed, stream, step, d);
+  memset(d, 0, sizeof *d);
+  d->c = in, d->rows = rows, d->cols = cols, d->f = FB_FMT_BF16;
+  return FB_OK;
+}
+
+/* The column-wise operand (model_experts.c's colwise): src (rows x cols: BF16 values, or NVFP4 with a tensor or row
+ * outer scale, dequantized exactly) transposed, RHT-rht along the new rows, quantized as q along them: cols x rows.
+ * BF16: one tcopy to BF16 (its rounding is qm_quantize's); NVFP4: tcopy to FP32, then quant_rows of the FP32 copy. */
+static fb_status op_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, const dq *src, int rht, uint32_t signs, uint32_t seed,
+                         uint32_t stream, uint32_t step, dq *d) {
+  size_t rows = src->rows, cols = src->cols;
+  int bf = q->format == FB_FMT_BF16;
+  if (src->f != FB_FMT_BF16 && src->f != FB_FMT_NVFP4) return FB_ERR(FB_EINVAL, "experts gpu: a %s saved tensor in a BF16 / NVFP4 backward", fb_format_name(src->f));
+  fb_kernel_spec k = sp_tcopy(src->f, src->orow ? FB_GRAN_TOKEN : FB_GRAN_TENSOR, 0, 1, rht, 0, bf);
+  CUdeviceptr t;
+  FB_TRY(aalloc(a, &t, (rows ? rows : 1) * cols * (bf ? 2 : 4)));
+  if (rows) FB_TRY(tcopy(g, &k, src->c, src->s, src->o, rows, cols, signs, 0, 0, t));
+  if (!bf) return quant_rows(g, a, q, 1, t, cols, rows, 0, seed, stream, step, d);
+  memset(d, 0, sizeof *d);
+  d->c = t, d->rows = cols, d->cols = rows, d->f = FB_FMT_BF16;
+  return FB_OK;
 }
 
 static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, fb_gemm_args *ga) {
@@ -664,23 +758,47 @@ static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
 }
 
 /* ---- checks ------------------------------------------------------------------------------------------------- */
+/* What the GPU path runs (model_experts.c defines all of it): a forward in NVFP4 (activations per token or per tensor,
+ * 1x16 blocks; weights per expert or per tensor, 1x16 or 16x16 blocks), MXFP8 or BF16; an MXFP8 backward after an
+ * NVFP4 / MXFP8 forward (requant kernels), or a BF16 / NVFP4 backward (per-tensor outer scales, 1x16 blocks, wgrad_rht 0
+ * or 16) after an NVFP4 forward with per-tensor / per-token activations and per-tensor weights, or after a BF16 one;
+ * dispatch in the forward's format (quantized before sending) or BF16 (quantized on arrival); combine S2F6 (RHT-32 or
+ * none) or BF16. */
 static fb_status check_prec(const fb_layer_prec *p, int layer) {
-  const fb_qspec *a = &p->fwd_act, *w = &p->fwd_weight;
-  if (a->format != FB_FMT_NVFP4 && a->format != FB_FMT_MXFP8)
-    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: a %s forward is not wired on the GPU (NVFP4 or MXFP8)", layer, fb_format_name(a->format));
-  if (a->format == FB_FMT_NVFP4 && a->outer != FB_GRAN_TOKEN)
-    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: fwd.act NVFP4 with a %s outer scale (the GPU path takes per-token)", layer, fb_gran_name(a->outer));
+  const fb_qspec *a = &p->fwd_act, *w = &p->fwd_weight, *bg = &p->bwd_grad, *bs = &p->bwd_saved;
+  fb_format F = a->format, B = bg->format;
+  if (w->format != F) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: fwd.act %s and fwd.weight %s differ", layer, fb_format_name(F), fb_format_name(w->format));
+  if (F != FB_FMT_NVFP4 && F != FB_FMT_MXFP8 && F != FB_FMT_BF16)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: a %s forward is not wired on the GPU (NVFP4, MXFP8 or BF16)", layer, fb_format_name(F));
+  if (F == FB_FMT_NVFP4 && a->outer == FB_GRAN_EXPERT)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: fwd.act NVFP4 with a %s outer scale (the GPU path takes per token or per tensor)", layer, fb_gran_name(a->outer));
   if (w->format == FB_FMT_NVFP4 && w->outer == FB_GRAN_TOKEN)
     return FB_ERR(FB_EINVAL, "experts gpu: layer %d: fwd.weight NVFP4 per token", layer);
-  if (a->two_d || w->two_d) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: 16x16 NVFP4 blocks are not wired on the GPU", layer);
-  if (a->e5m2 || w->e5m2 || p->bwd_grad.e5m2 || p->bwd_saved.e5m2) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: E5M2", layer);
-  if (p->bwd_grad.format != FB_FMT_MXFP8 || p->bwd_saved.format != FB_FMT_MXFP8)
-    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: the GPU backward is MXFP8 (bwd.grad %s, bwd.saved %s)", layer,
-                  fb_format_name(p->bwd_grad.format), fb_format_name(p->bwd_saved.format));
-  if (p->wgrad_rht) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: bwd.wgrad_rht %d is not wired on the GPU", layer, p->wgrad_rht);
-  if (p->combine.format != FB_FMT_S2F6 || (p->combine.rht && p->combine.rht != 32))
-    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: the GPU combine is S2F6 (RHT-32 or none), not %s", layer, fb_format_name(p->combine.format));
-  if (p->dispatch != a->format) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: dispatch %s is not the forward's format", layer, fb_format_name(p->dispatch));
+  if (a->two_d) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: 16x16 NVFP4 blocks on activations are not wired on the GPU", layer);
+  if (a->e5m2 || w->e5m2 || bg->e5m2 || bs->e5m2) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: E5M2", layer);
+  if (bs->format != B)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: bwd.grad %s and bwd.saved %s differ", layer, fb_format_name(B), fb_format_name(bs->format));
+  if (B == FB_FMT_MXFP8) {
+    if (F == FB_FMT_BF16) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: an MXFP8 backward after a BF16 forward is not wired on the GPU", layer);
+    if (w->two_d) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: 16x16 NVFP4 weights with an MXFP8 backward (no requantize template)", layer);
+    if (p->wgrad_rht) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: bwd.wgrad_rht %d with an MXFP8 backward is not wired on the GPU", layer, p->wgrad_rht);
+  } else if (B == FB_FMT_NVFP4 || B == FB_FMT_BF16) {
+    if (F == FB_FMT_MXFP8) return FB_ERR(FB_EINVAL, "experts gpu: layer %d: a %s backward after an MXFP8 forward is not wired on the GPU", layer, fb_format_name(B));
+    if (F == FB_FMT_NVFP4 && w->outer != FB_GRAN_TENSOR)
+      return FB_ERR(FB_EINVAL, "experts gpu: layer %d: a %s backward takes NVFP4 weights with a per-tensor outer scale (not %s)", layer, fb_format_name(B), fb_gran_name(w->outer));
+    if (B == FB_FMT_NVFP4 && (bg->outer != FB_GRAN_TENSOR || bs->outer != FB_GRAN_TENSOR || bg->two_d || bs->two_d))
+      return FB_ERR(FB_EINVAL, "experts gpu: layer %d: the GPU NVFP4 backward takes per-tensor outer scales and 1x16 blocks", layer);
+    if (p->wgrad_rht != 0 && p->wgrad_rht != 16)
+      return FB_ERR(FB_EINVAL, "experts gpu: layer %d: bwd.wgrad_rht %d (the GPU BF16 / NVFP4 backward takes 0 or 16)", layer, p->wgrad_rht);
+  } else {
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: a %s backward is not wired on the GPU (MXFP8, NVFP4 or BF16)", layer, fb_format_name(B));
+  }
+  if (!((p->combine.format == FB_FMT_S2F6 && (!p->combine.rht || p->combine.rht == 32)) || (p->combine.format == FB_FMT_BF16 && !p->combine.rht)))
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: the GPU combine is S2F6 (RHT-32 or none) or BF16, not %s", layer, fb_format_name(p->combine.format));
+  if (p->dispatch != F && p->dispatch != FB_FMT_BF16)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: dispatch %s is neither the forward's format nor BF16", layer, fb_format_name(p->dispatch));
+  if (p->dispatch == FB_FMT_NVFP4 && a->outer != FB_GRAN_TOKEN)
+    return FB_ERR(FB_EINVAL, "experts gpu: layer %d: an NVFP4 dispatch takes per-token outer scales (a per-tensor one: dispatch = \"bf16\")", layer);
   return FB_OK;
 }
 
@@ -688,38 +806,71 @@ static fb_status check_prec(const fb_layer_prec *p, int layer) {
 static fb_status need_all(fb_gpu_experts *g, const fb_layer_prec *p) {
   const fb_model *M = &g->o.recipe->model;
   int D = M->d_model, F = M->d_ff, E = M->experts, K = M->top_k;
+  fb_format FF = p->fwd_act.format, B = p->bwd_grad.format;
   const kent *e;
   fb_kernel_spec k;
-  k = sp_quant(g, &p->fwd_act, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_quant(g, &p->fwd_weight, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_permute(g, &p->fwd_act, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  fb_qspec pq = {0}; /* the exchange's regathers: S2F6 combine rows (as MXFP8 bytes), dY and dX rows (BF16) */
-  pq.format = FB_FMT_MXFP8, pq.outer = FB_GRAN_TOKEN;
+  fb_qspec bf = {0}, pq = {0}; /* the exchange's regathers: S2F6 combine rows (as MXFP8 bytes), dY and dX rows (BF16) */
+  pq.outer = FB_GRAN_TOKEN;
+  /* dispatch: quantized tokens, or BF16 rows quantized on arrival */
+  if (FF != FB_FMT_BF16) { k = sp_quant(g, &p->fwd_act, 0, 0); FB_TRY(kget(g, &k, NULL, &e)); }
+  if (p->dispatch != FB_FMT_BF16) { k = sp_permute(g, &p->fwd_act, K, E); FB_TRY(kget(g, &k, NULL, &e)); }
+  pq.format = FB_FMT_MXFP8;
   k = sp_permute(g, &pq, K, E); FB_TRY(kget(g, &k, NULL, &e));
   pq.format = FB_FMT_BF16;
   k = sp_permute(g, &pq, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_bcopy(g, p->fwd_weight.format); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_bcopy(g, FB_FMT_MXFP8); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_unpermute(g, &p->combine, 1, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_combine_bwd(g, &p->combine); FB_TRY(kget(g, &k, NULL, &e));
+  /* per-tensor NVFP4 activations: the amax of BF16 rows */
+  if (FF == FB_FMT_NVFP4 && p->fwd_act.outer == FB_GRAN_TENSOR) {
+    k = sp(FB_OP_AMAX, "amax", "amax_ten_bf16_sm90a"); FB_TRY(kget(g, &k, NULL, &e));
+  }
+  /* weights */
+  if (FF == FB_FMT_BF16) {
+    k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
+  } else {
+    k = sp_quant(g, &p->fwd_weight, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_bcopy(g, p->fwd_weight.format); FB_TRY(kget(g, &k, NULL, &e));
+  }
   if (p->fwd_weight.format == FB_FMT_NVFP4 && p->fwd_weight.outer != FB_GRAN_TOKEN) {
     k = sp(FB_OP_AMAX, "amax", "amax_%s_f32_sm90a", p->fwd_weight.outer == FB_GRAN_EXPERT ? "exp" : "ten");
     k.q.outer = p->fwd_weight.outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, k.in_f32 = 1;
     FB_TRY(kget(g, &k, NULL, &e));
   }
-  fb_qspec bf = {0};
+  k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_unpermute(g, &p->combine, 1, K, E); FB_TRY(kget(g, &k, NULL, &e));
+  k = sp_combine_bwd(g, &p->combine); FB_TRY(kget(g, &k, NULL, &e));
   k = sp_unpermute(g, &bf, 0, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_quant(g, &p->bwd_grad, 1, 0); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_requant(g, &p->bwd_saved, &p->fwd_weight); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_requant(g, &p->bwd_saved, &p->fwd_act); FB_TRY(kget(g, &k, NULL, &e));
   gfit f0 = {1, 0, 0, 2 * F, D}, f1 = {1, 0, 0, D, F}, f2 = {1, 0, 0, F, D}, f3 = {1, 0, 0, D, 2 * F};
   gfit w2 = {1, 1, D, F, 0}, w13 = {1, 1, 2 * F, D, 0};
   k = sp_gemm(g, p, 0); FB_TRY(kget(g, &k, &f0, &e));
   k = sp_gemm(g, p, 1); FB_TRY(kget(g, &k, &f1, &e));
   k = sp_gemm(g, p, 2); FB_TRY(kget(g, &k, &f2, &e)); FB_TRY(kget(g, &k, &f3, &e));
-  k = sp_gemm(g, p, 3); FB_TRY(kget(g, &k, &w2, &e)); FB_TRY(kget(g, &k, &w13, &e));
+  if (B == FB_FMT_MXFP8) {
+    k = sp_bcopy(g, FB_FMT_MXFP8); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_quant(g, &p->bwd_grad, 1, 0); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_requant(g, &p->bwd_saved, &p->fwd_weight); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_requant(g, &p->bwd_saved, &p->fwd_act); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_gemm(g, p, 3); FB_TRY(kget(g, &k, &w2, &e)); FB_TRY(kget(g, &k, &w13, &e));
+    return FB_OK;
+  }
+  /* a BF16 or NVFP4 backward: the transposed copies of the saved tensors (and of dY, dH: BF16 rows), the row-wise and
+     transposed quantizers, the BF16 wgrad GEMM and its scaling */
+  int bo = B == FB_FMT_BF16, rht = p->wgrad_rht;
+  fb_gran ao = FF == FB_FMT_NVFP4 ? p->fwd_act.outer : FB_GRAN_TENSOR;
+  k = sp_tcopy(FF, FB_GRAN_TENSOR, 0, 1, 0, 0, bo); FB_TRY(kget(g, &k, NULL, &e)); /* W2^T, W13^T */
+  k = sp_tcopy(FF, ao, 0, 1, rht, 0, bo); FB_TRY(kget(g, &k, NULL, &e));            /* A^T, X^T */
+  k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 0, 1, rht, 0, bo); FB_TRY(kget(g, &k, NULL, &e)); /* dY^T, dH^T */
+  if (!bo) {
+    k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));  /* dY, dH rows */
+    k = sp_quant(g, &p->bwd_grad, 0, 1); FB_TRY(kget(g, &k, NULL, &e));  /* dY^T, dH^T (FP32 copies) */
+    k = sp_quant(g, &p->bwd_saved, 0, 1); FB_TRY(kget(g, &k, NULL, &e)); /* W^T, A^T, X^T */
+    k = sp(FB_OP_AMAX, "amax", "amax_ten_bf16_sm90a"); FB_TRY(kget(g, &k, NULL, &e));
+    k = sp(FB_OP_AMAX, "amax", "amax_ten_f32_sm90a"), k.in_f32 = 1; FB_TRY(kget(g, &k, NULL, &e));
+    k = sp_bcopy(g, FB_FMT_NVFP4); FB_TRY(kget(g, &k, NULL, &e));
+  }
+  if (!bo || rht) { k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, rht ? rht : 1, 0); FB_TRY(kget(g, &k, NULL, &e)); }
+  fb_layer_prec pb = *p;
+  memset(&pb.bwd_grad, 0, sizeof pb.bwd_grad), memset(&pb.bwd_saved, 0, sizeof pb.bwd_saved);
+  k = sp_gemm(g, &pb, 3); FB_TRY(kget(g, &k, &w2, &e)); FB_TRY(kget(g, &k, &w13, &e));
   return FB_OK;
 }
 
@@ -892,14 +1043,25 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   dq tok;
   size_t b[3];
   CUdeviceptr xs[3] = {0, 0, 0}, xr[3] = {0, 0, 0};
-  FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
+  /* a BF16 dispatch sends BF16 rows, quantized as fwd.act says by their owner on arrival (one rank: the codes of the
+     CPU path, which quantizes the tokens: the rows are the tokens and zero rows; per tensor, the amax of the owner's
+     rows is that of the tokens) */
+  int bfd = p->dispatch == FB_FMT_BF16, qarr = bfd && p->fwd_act.format != FB_FMT_BF16;
+  fb_qspec dsp = p->fwd_act;
+  if (bfd) {
+    memset(&dsp, 0, sizeof dsp);
+    memset(&tok, 0, sizeof tok);
+    tok.c = io->x, tok.rows = T, tok.cols = D, tok.f = FB_FMT_BF16;
+  } else {
+    FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
+  }
   int per_tok = tok.f == FB_FMT_NVFP4;
   FB_TRY_GOTO(fb_payload_planes(tok.f, per_tok, D, b), fail);
   for (int q = 0; q < 3; ++q)
     if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xs[q], (maxs ? maxs : 1) * b[q]), fail);
   {
     const kent *e;
-    fb_kernel_spec k = sp_permute(g, &p->fwd_act, L->top_k, L->experts);
+    fb_kernel_spec k = sp_permute(g, &dsp, L->top_k, L->experts);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
     fb_kp_moe pm;
     memset(&pm, 0, sizeof pm);
@@ -925,25 +1087,45 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   FB_TRY_GOTO(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL), fail);
   {
     dq *X = &s->X;
-    X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0;
+    arena *xa = qarr ? &tmp : m; /* BF16 rows quantized on arrival are scratch */
+    X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0, X->orow = per_tok;
     CUdeviceptr xo[3] = {0, 0, 0};
-    FB_TRY_GOTO(aalloc(m, &X->c, (R ? R : 1) * b[0]), fail);
-    FB_TRY_GOTO(aalloc(m, &X->s, (R ? R : 1) * b[1]), fail);
-    if (per_tok) FB_TRY_GOTO(aalloc(m, &X->o, (R ? R : 1) * b[2]), fail);
+    FB_TRY_GOTO(aalloc(xa, &X->c, (R ? R : 1) * b[0]), fail);
+    if (b[1]) FB_TRY_GOTO(aalloc(xa, &X->s, (R ? R : 1) * b[1]), fail);
+    if (per_tok) FB_TRY_GOTO(aalloc(xa, &X->o, (R ? R : 1) * b[2]), fail);
     xo[0] = X->c, xo[1] = X->s, xo[2] = X->o;
     FB_TRY_GOTO(aalloc(m, &s->d_off, (nE + 1) * 8), fail);
     FB_TRY_GOTO(aalloc(m, &s->d_lrow, (Rr ? Rr : 1) * 4), fail);
     FB_TRY_GOTO(regather(g, &tmp, L, tok.f, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow), fail);
+    if (qarr) {
+      CUdeviceptr xb = X->c;
+      FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, X), fail);
+      X->rows = R;
+      if (X->orow) X->no = R;
+    }
   }
 
   /* weights: this rank's experts' FP32 masters quantized (per-expert groups of rows), BF16 copies for the GEMMs. In a
    * train step on the GPU optimizer these come from the AdamW kernel directly; here they are made from the masters. */
   g->phase = "fwd weights";
   CUdeviceptr c13, c2;
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
-                         &s->W13), fail);
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
-              fail);
+  if (p->fwd_weight.format == FB_FMT_BF16) { /* the masters rounded to BF16 (qm_quantize's BF16 operand) */
+    fb_kernel_spec k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 0, 1);
+    dq *w[2] = {&s->W13, &s->W2};
+    size_t wr[2] = {nE * 2 * F, nE * D}, wc[2] = {D, F};
+    CUdeviceptr win[2] = {io->w13, io->w2};
+    for (int i = 0; i < 2; ++i) {
+      memset(w[i], 0, sizeof *w[i]);
+      w[i]->rows = wr[i], w[i]->cols = wc[i], w[i]->f = FB_FMT_BF16;
+      FB_TRY_GOTO(aalloc(m, &w[i]->c, wr[i] * wc[i] * 2), fail);
+      FB_TRY_GOTO(tcopy(g, &k, win[i], 0, 0, wr[i], wc[i], 0, 0, 0, w[i]->c), fail);
+    }
+  } else {
+    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
+                           &s->W13), fail);
+    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
+                fail);
+  }
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W13, &c13), fail);
   FB_TRY_GOTO(bf16copy(g, &tmp, &s->W2, &c2), fail);
 
@@ -952,21 +1134,31 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   g->phase = "fwd w13";
   FB_TRY_GOTO(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2), fail);
   CUdeviceptr dA;
-  FB_TRY_GOTO(aalloc(&tmp, &dA, (R ? R : 1) * F * 2), fail);
+  int abf = p->fwd_act.format == FB_FMT_BF16; /* BF16: A as the epilogue wrote it is the saved operand */
+  FB_TRY_GOTO(aalloc(abf ? m : &tmp, &dA, (R ? R : 1) * F * 2), fail);
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 0);
     gfit f = {1, 0, 0, (int)(2 * F), (int)D};
     fb_gemm_args ga = {s->X.c, c13, dA, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)nE, 0, (int)(2 * F), (int)D, s->H, 0, 0};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
   }
-  FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A), fail);
+  if (abf) {
+    memset(&s->A, 0, sizeof s->A);
+    s->A.c = dA, s->A.cols = F, s->A.f = FB_FMT_BF16;
+  } else {
+    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A), fail);
+    if (s->A.orow) s->A.no = R;
+  }
   s->A.rows = R;
 
   /* w2 with the combine payload, back to the sources in the order they sent the rows, then the combine there */
   g->phase = "fwd w2";
-  CUdeviceptr yq, ye, ys[2], yb[2];
-  FB_TRY_GOTO(aalloc(&tmp, &yq, (R ? R : 1) * D), fail);
-  FB_TRY_GOTO(aalloc(&tmp, &ye, (R ? R : 1) * D / 32), fail);
+  /* the combine payload: S2F6 codes (D bytes a row) and E8M0 (D / 32), or BF16 values (2 D bytes) */
+  int cbf = p->combine.format == FB_FMT_BF16;
+  size_t yrb = cbf ? 2 * D : D;
+  CUdeviceptr yq, ye = 0, ys[2] = {0, 0}, yb[2] = {0, 0};
+  FB_TRY_GOTO(aalloc(&tmp, &yq, (R ? R : 1) * yrb), fail);
+  if (!cbf) FB_TRY_GOTO(aalloc(&tmp, &ye, (R ? R : 1) * D / 32), fail);
   s->signs = fb_rht_signs(seed, 0);
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 1);
@@ -976,13 +1168,14 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   }
   g->phase = "fwd combine";
   {
-    size_t cb[2] = {D, D / 32};
+    size_t cb[2] = {yrb, cbf ? 0 : D / 32};
     CUdeviceptr yo[2] = {yq, ye};
-    FB_TRY_GOTO(aalloc(&tmp, &ys[0], (Rr ? Rr : 1) * D), fail);
-    FB_TRY_GOTO(aalloc(&tmp, &ys[1], (Rr ? Rr : 1) * D / 32), fail);
-    FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0), fail); /* S2F6 rows: MXFP8's bytes */
-    FB_TRY_GOTO(aalloc(m, &s->ycq, (Rs ? Rs : 1) * D), fail);
-    FB_TRY_GOTO(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32), fail);
+    FB_TRY_GOTO(aalloc(&tmp, &ys[0], (Rr ? Rr : 1) * yrb), fail);
+    if (!cbf) FB_TRY_GOTO(aalloc(&tmp, &ys[1], (Rr ? Rr : 1) * D / 32), fail);
+    /* by source: S2F6 rows move as MXFP8's bytes, BF16 rows as BF16 */
+    FB_TRY_GOTO(regather(g, &tmp, L, cbf ? FB_FMT_BF16 : FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0), fail);
+    FB_TRY_GOTO(aalloc(m, &s->ycq, (Rs ? Rs : 1) * yrb), fail);
+    if (!cbf) FB_TRY_GOTO(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32), fail);
     yb[0] = s->ycq, yb[1] = s->yce;
     FB_TRY_GOTO(xchg(g, L, s, 1, ys, yb, cb, 2, L->traffic ? &L->traffic->combine : NULL), fail);
     const kent *e;
@@ -1037,6 +1230,94 @@ done:
 }
 
 /* ---- backward ------------------------------------------------------------------------------------------------- */
+/* dgrad (mode 0): out (R x N BF16) = Q(A op, R x K) Q(B op regrouped, E N x K)^T per expert. NVFP4: the A codes decoded
+ * in the GEMM (FB_KIND 1) times the exact BF16 copy of B, S_dec(A) S_dec(B) in the epilogue; BF16: both as they are. */
+static fb_status dgrad_gemm(fb_gpu_experts *g, arena *a, const fb_layer_prec *p, const gsaved *s, const dq *A, const dq *Bg,
+                            CUdeviceptr out, size_t N, size_t K) {
+  CUdeviceptr cb;
+  FB_TRY(bf16copy(g, a, Bg, &cb));
+  fb_kernel_spec k = sp_gemm(g, p, 2);
+  gfit f = {1, 0, 0, (int)N, (int)K};
+  fb_gemm_args ga = {A->c, cb, out, s->d_off, A->s, 0, A->o, Bg->o, (long long)s->R, s->nE, 0, (int)N, (int)K, 0, 0, 0};
+  return gemm(g, &k, &f, &ga);
+}
+
+/* wgrad (mode 1): out (E x M x N FP32) = At (M x R) Bt (N x R)^T over each expert's rows, as a BF16 GEMM of the two
+ * operands' exact BF16 copies (NVFP4: bcopy's, K permuted alike in both, so the products pair up as they should), then,
+ * for NVFP4 or an RHT, every value times S_dec(At) S_dec(Bt) and 1/rht (tcopy's scaling; model_experts.c divides by
+ * rht after its product of the dequantized operands). */
+static fb_status wgrad_gemm(fb_gpu_experts *g, arena *a, const fb_layer_prec *p, const gsaved *s, const dq *At, const dq *Bt,
+                            CUdeviceptr out, int rht) {
+  size_t M = At->rows, N = Bt->rows, E = (size_t)s->nE;
+  CUdeviceptr ca, cb;
+  FB_TRY(bf16copy(g, a, At, &ca));
+  FB_TRY(bf16copy(g, a, Bt, &cb));
+  fb_layer_prec pb = *p;
+  memset(&pb.bwd_grad, 0, sizeof pb.bwd_grad), memset(&pb.bwd_saved, 0, sizeof pb.bwd_saved); /* BF16 x BF16 */
+  fb_kernel_spec k = sp_gemm(g, &pb, 3);
+  gfit f = {1, 1, (int)M, (int)N, 0};
+  fb_gemm_args ga = {ca, cb, out, s->d_off, 0, 0, 0, 0, (long long)s->R, (int)E, (int)M, (int)N, 0, 0, 0, 0};
+  FB_TRY(gemm(g, &k, &f, &ga));
+  int nv = At->f == FB_FMT_NVFP4;
+  if (!nv && !rht) return FB_OK;
+  fb_kernel_spec ks = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, rht ? rht : 1, 0);
+  return tcopy(g, &ks, out, 0, 0, E * M, N, 0, nv ? At->o : 0, nv ? Bt->o : 0, out);
+}
+
+/* The owner's backward GEMMs of a BF16 or NVFP4 backward (model_experts.c's expert_backward): dY (R x D BF16, zero on
+ * padding rows) -> dXr (R x D BF16), io->dw13, io->dw2. Row-wise operands quantized as bwd.grad says (NVFP4: per tensor,
+ * SR as the recipe says), the saved X, A and weights dequantized exactly, transposed (wgrad: RHT-16 along the rows when
+ * wgrad_rht) and quantized as bwd.saved says; the weights' transposes regrouped per expert as the MXFP8 path does. */
+static fb_status bwd_lowp(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dY,
+                          CUdeviceptr dXr) {
+  const fb_layer_prec *p = L->prec;
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
+  uint32_t seed = L->seed, step = L->step, signs = fb_rht_signs(seed, 0);
+  int lay = L->layer, rht = p->wgrad_rht;
+
+  /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward */
+  g->phase = "bwd w2 dgrad";
+  dq dYq, W2t, W2g;
+  CUdeviceptr dA, dH;
+  FB_TRY(op_rows(g, tmp, &p->bwd_grad, dY, R, D, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq));
+  FB_TRY(op_cols(g, tmp, &p->bwd_saved, &s->W2, 0, 0, seed, fb_moe_stream(lay, FB_MOE_OP_W2_T), step, &W2t));
+  FB_TRY(regroup(tmp, &W2t, E, &W2g));
+  FB_TRY(aalloc(tmp, &dA, R * F * 2));
+  FB_TRY(dgrad_gemm(g, tmp, p, s, &dYq, &W2g, dA, F, D));
+  {
+    const kent *e;
+    fb_kernel_spec k = sp_swiglu(g, 1);
+    FB_TRY(kget(g, &k, NULL, &e));
+    FB_TRY(aalloc(tmp, &dH, R * 2 * F * 2));
+    fb_kp_moe ps;
+    memset(&ps, 0, sizeof ps);
+    ps.in = s->H, ps.in2 = dA, ps.out = dH, ps.rows = (long long)R, ps.cols = (long long)F;
+    FB_TRY(run_moe(g, e, &ps, (long long)R, (long long)F));
+  }
+
+  /* w2 wgrad: dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
+  g->phase = "bwd w2 wgrad";
+  dq dYb = {dY, 0, 0, R, D, 0, FB_FMT_BF16, 0}, dYt, At;
+  FB_TRY(op_cols(g, tmp, &p->bwd_grad, &dYb, rht, signs, seed, fb_moe_stream(lay, FB_MOE_OP_DY_COL), step, &dYt));
+  FB_TRY(op_cols(g, tmp, &p->bwd_saved, &s->A, rht, signs, seed, fb_moe_stream(lay, FB_MOE_OP_A_T), step, &At));
+  FB_TRY(wgrad_gemm(g, tmp, p, s, &dYt, &At, io->dw2, rht));
+
+  /* w13 dgrad: dX rows = Q(dH along 2f) Q(W13 requantized along 2f)^T */
+  g->phase = "bwd w13 dgrad";
+  dq dHq, W13t, W13g;
+  FB_TRY(op_rows(g, tmp, &p->bwd_grad, dH, R, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq));
+  FB_TRY(op_cols(g, tmp, &p->bwd_saved, &s->W13, 0, 0, seed, fb_moe_stream(lay, FB_MOE_OP_W13_T), step, &W13t));
+  FB_TRY(regroup(tmp, &W13t, E, &W13g));
+  FB_TRY(dgrad_gemm(g, tmp, p, s, &dHq, &W13g, dXr, D, 2 * F));
+
+  /* w13 wgrad: dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
+  g->phase = "bwd w13 wgrad";
+  dq dHb = {dH, 0, 0, R, 2 * F, 0, FB_FMT_BF16, 0}, dHt, Xt;
+  FB_TRY(op_cols(g, tmp, &p->bwd_grad, &dHb, rht, signs, seed, fb_moe_stream(lay, FB_MOE_OP_DH_COL), step, &dHt));
+  FB_TRY(op_cols(g, tmp, &p->bwd_saved, &s->X, rht, signs, seed, fb_moe_stream(lay, FB_MOE_OP_X_T), step, &Xt));
+  return wgrad_gemm(g, tmp, p, s, &dHt, &Xt, io->dw13, rht);
+}
+
 static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
   gsaved *s = L->saved;
   if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
@@ -1073,6 +1354,10 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
     CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
     CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
+    goto back;
+  }
+  if (p->bwd_grad.format != FB_FMT_MXFP8) { /* a BF16 or NVFP4 backward */
+    FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
     goto back;
   }
 
@@ -1293,13 +1578,13 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
   else if (!strncmp(name, "a_", 2)) m = &s->A, part = name + 2;
   if (m) {
     size_t el = m->rows * m->cols;
-    int nv = m->f == FB_FMT_NVFP4;
-    if (!strcmp(part, "codes")) d = m->c, n = nv ? el / 2 : el;
-    else if (!strcmp(part, "scales")) d = m->s, n = nv ? el / 16 : el / 32;
-    else if (!strcmp(part, "sdec") && nv && m->o) d = m->o, n = (m == &s->X || m == &s->A ? m->rows : m->no) * 4;
+    int nv = m->f == FB_FMT_NVFP4, bf = m->f == FB_FMT_BF16; /* BF16: codes are the values */
+    if (!strcmp(part, "codes")) d = m->c, n = nv ? el / 2 : bf ? el * 2 : el;
+    else if (!strcmp(part, "scales") && !bf) d = m->s, n = nv ? el / 16 : el / 32;
+    else if (!strcmp(part, "sdec") && nv && m->o) d = m->o, n = (m->orow ? m->rows : m->no) * 4;
   } else if (!strcmp(name, "h")) d = s->H, n = R * 2 * F * 2;
-  else if (!strcmp(name, "y_codes")) d = s->ycq, n = s->Rs * D;
-  else if (!strcmp(name, "y_scales")) d = s->yce, n = s->Rs * D / 32;
+  else if (!strcmp(name, "y_codes")) d = s->ycq, n = s->Rs * D * (L->prec->combine.format == FB_FMT_BF16 ? 2 : 1);
+  else if (!strcmp(name, "y_scales") && s->yce) d = s->yce, n = s->Rs * D / 32;
   else if (!strcmp(name, "offsets")) host = s->off, n = (E + 1) * 8;
   else if (!strcmp(name, "row_of") || !strcmp(name, "source_row_of")) d = s->d_rowof, n = T * K * 4;
   if (!d && !host) return FB_ERR(FB_ENOTFOUND, "experts gpu: layer %d has no saved tensor '%s'", L->layer, name);

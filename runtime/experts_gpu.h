@@ -73,7 +73,9 @@ void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, 
  * w2_sdec, a_codes a_scales a_sdec, h (R x 2f BF16) — R: the owner's rows of its nE experts —, y_codes y_scales (the
  * S2F6 combine payload as the source received it: its Rs rows in send order), offsets (long long [nE+1], the owner's
  * padded rows), row_of (int32 [T*k]: one rank, the owner row of each (token, slot) as fb_permute_ref with padding 128
- * gives it; N ranks, the source's send row), source_row_of (the send row: by expert, then token, no padding). FB_ENOTFOUND for a name the layer does not have. */
+ * gives it; N ranks, the source's send row), source_row_of (the send row: by expert, then token, no padding). BF16
+ * tensors (BF16 layers, a BF16 combine): *_codes / y_codes are the BF16 values, no scales; a per-tensor NVFP4 tensor's
+ * *_sdec is one float. FB_ENOTFOUND for a name the layer does not have. */
 fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes);
 
 /* FOURBIT_GPU_SYNC=1 in the environment: synchronize after every launch and name the kernel of a fault (debugging). */

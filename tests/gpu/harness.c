@@ -111,6 +111,18 @@ void build_specs(void) {
     snprintf(n, sizeof n, "s2f6_dequant%s_sm90a", rht ? "_rht32" : "");
     add(FB_OP_S2F6_DQ, FB_FMT_S2F6, 0, 0, 0, 0, 0, NULL, rht ? 32 : 0, 1, "combine", n);
   }
+  /* tcopy (the GPU expert layer's BF16 / NVFP4 backward): the copies it makes, as fb_tcopy_ref */
+  static const struct { int src, outer, trans, rht, scale, obf; const char *tag; } tc[] = {
+      {1, 0, 0, 0, 0, 1, "f32_bf16"},          {0, 0, 1, 0, 0, 1, "bf16_bf16_t"},     {0, 0, 1, 16, 0, 1, "bf16_bf16_t_rht16"},
+      {0, 0, 1, 16, 0, 0, "bf16_f32_t_rht16"}, {2, 0, 1, 0, 0, 0, "nvfp4_ten_f32_t"}, {2, 0, 1, 16, 0, 0, "nvfp4_ten_f32_t_rht16"},
+      {2, 1, 1, 16, 0, 0, "nvfp4_tok_f32_t_rht16"}, {2, 0, 1, 16, 0, 1, "nvfp4_ten_bf16_t_rht16"}, {1, 0, 0, 0, 16, 0, "f32_f32_sc16"},
+      {1, 0, 0, 0, 1, 0, "f32_f32_sc1"}};
+  for (size_t i = 0; i < sizeof tc / sizeof tc[0]; ++i) {
+    fb_qspec src = {.format = tc[i].src == 2 ? FB_FMT_NVFP4 : FB_FMT_BF16, .outer = tc[i].outer ? FB_GRAN_TOKEN : FB_GRAN_TENSOR};
+    snprintf(n, sizeof n, "tcopy_%s_sm90a", tc[i].tag);
+    add(FB_OP_TCOPY, FB_FMT_BF16, 0, 0, 0, 0, tc[i].trans, &src, tc[i].rht, 0, "quant", n);
+    specs[nspecs - 1].k.in_f32 = tc[i].src == 1, specs[nspecs - 1].k.out_bf16 = tc[i].obf, specs[nspecs - 1].k.act.rht = tc[i].scale;
+  }
   build_moe_specs();
 }
 
@@ -309,6 +321,43 @@ long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, lon
     CU(fb_cu.MemcpyDtoH(gy_, dout, n * 4));
     wrong += count_diff32(gy_, ry, n, "values", nm, &shown);
     free(q), free(e), free(ry), free(gy_);
+  } else if (k->op == FB_OP_TCOPY) { /* source BF16 / FP32 / NVFP4 (x quantized as the spec's outer says), out in place
+                                        when scaling (as the expert layer runs it) */
+    int nv = k->src.format == FB_FMT_NVFP4 && !k->in_f32, tok = nv && k->src.outer == FB_GRAN_TOKEN, scale = k->act.rht;
+    uint8_t *qc = malloc(n / 2 + 1), *qs = malloc(n / 16 + 1);
+    float *qd = malloc(R * 4 + 4), sab[2] = {(float)unif() * 3.0f + 0.25f, (float)unif() * 0.01f + 1e-3f};
+    if (nv) {
+      fb_nvfp4_opts o = {.outer = tok ? FB_OUTER_ROW : FB_OUTER_TENSOR};
+      CK(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &o, qc, qs, qd, NULL));
+      for (long long i = 0; i < n / 2; i += 61) qc[i] = (uint8_t)(rnd() & 255); /* every code */
+      CU(fb_cu.MemcpyHtoD(din, qc, n / 2));
+      CU(fb_cu.MemcpyHtoD(dss, qs, n / 16));
+      CU(fb_cu.MemcpyHtoD(dssd, qd, (tok ? R : 1) * 4));
+    } else {
+      CU(fb_cu.MemcpyHtoD(din, k->in_f32 ? (void *)x : (void *)xb, n * (k->in_f32 ? 4 : 2)));
+    }
+    if (scale) {
+      CU(fb_cu.MemcpyHtoD(dsd, &sab[0], 4));
+      CU(fb_cu.MemcpyHtoD(damax, &sab[1], 4));
+      p.out = din;
+    }
+    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    CU(fb_cu.CtxSynchronize());
+    size_t ob = k->out_bf16 ? 2 : 4;
+    void *ref = malloc(n * ob), *got = malloc(n * ob);
+    CK(fb_tcopy_ref(nv ? (const void *)qc : k->in_f32 ? (const void *)x : (const void *)xb, qs, qd, nv ? FB_FMT_NVFP4 : FB_FMT_BF16, k->in_f32,
+                    tok, (size_t)R, (size_t)C, k->col, k->q.rht, p.signs, scale, scale ? &sab[0] : NULL, scale ? &sab[1] : NULL,
+                    k->out_bf16, ref));
+    CU(fb_cu.MemcpyDtoH(got, scale ? din : dout, n * ob));
+    if (k->out_bf16) { /* as FP32 bit patterns, so that any NaN equals any NaN */
+      uint32_t *a = malloc(n * 4), *b = malloc(n * 4);
+      for (long long i = 0; i < n; ++i) a[i] = (uint32_t)((uint16_t *)got)[i] << 16, b[i] = (uint32_t)((uint16_t *)ref)[i] << 16;
+      wrong += count_diff32(a, b, n, "values", nm, &shown);
+      free(a), free(b);
+    } else {
+      wrong += count_diff32(got, ref, n, "values", nm, &shown);
+    }
+    free(qc), free(qs), free(qd), free(ref), free(got);
   }
   CUdeviceptr all[] = {din, dout, dsc, dsd, damax, doff, dflags, dss, dssd};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fb_cu.MemFree(all[i]);

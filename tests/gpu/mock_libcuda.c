@@ -127,7 +127,10 @@ static float bf(uint16_t h) { return fb_bf16_to_f32(h); }
 /* dequantize an A operand (rows x K) */
 static float *deqA(const char *nm, int kind, const void *a, const void *sf, const float *outer, size_t rows, size_t K) {
   float *x = malloc(rows * K * 4 + 4);
-  if (kind == 1) {
+  if (kind == 0) { /* BF16 as stored */
+    for (size_t i = 0; i < rows * K; ++i)
+      x[i] = bf(((const uint16_t *)a)[i]);
+  } else if (kind == 1) {
     fb_nvfp4_opts o = {.outer = FB_OUTER_ROW};
     float *one = malloc(rows * 4 + 4);
     for (size_t i = 0; i < rows; ++i)
@@ -145,28 +148,32 @@ static float *deqB(int kind, const uint16_t *b, size_t rows, size_t K) {
   for (size_t r = 0; r < rows; ++r)
     for (size_t k = 0; k < K; ++k) {
       size_t P = k;
-      size_t nat = kind == 1 ? (k / 32) * 32 + kp32((int)(k % 32)) : (k / 16) * 16 + kp16((int)(k % 16));
+      size_t nat = kind == 0 ? k : kind == 1 ? (k / 32) * 32 + kp32((int)(k % 32)) : (k / 16) * 16 + kp16((int)(k % 16));
       x[r * K + nat] = bf(b[r * K + P]);
     }
   return x;
 }
 static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
   const unsigned long long *ta = (const unsigned long long *)&p->ta, *tb = (const unsigned long long *)&p->tb;
-  int kind = strstr(nm, "nvfp4x") ? 1 : 3, mode = strstr(nm, "_wgrad_") != NULL, s2f6 = strstr(nm, "_s2f6") != NULL,
-      obf = strstr(nm, "_bf16_") != NULL;
+  /* kinds by name: bf16xbf16 (0: BF16 as stored, natural K), nvfp4[_ten]x... (1), mxfp8x (3); nvfp4_ten before / after
+     the x: one S_dec per tensor for A / B (else per row / per expert) */
+  int kind = strstr(nm, "_bf16xbf16_") ? 0 : strstr(nm, "_nvfp4") ? 1 : 3, mode = strstr(nm, "_wgrad_") != NULL,
+      s2f6 = strstr(nm, "_s2f6") != NULL, obf = strstr(nm, "_bf16_") != NULL;
+  int aten = strstr(nm, "nvfp4_tenx") != NULL, bten = strstr(nm, "xnvfp4_ten") != NULL;
   int E = p->experts;
   const long long *off = (const long long *)p->offsets;
   find(p->offsets, (E + 1) * 8, "gemm offsets");
   if (!mode) {
     size_t R = p->rows, K = p->K, N = p->N;
-    find(ta[0], kind == 1 ? R * K / 2 : R * K, "gemm A");
-    find(p->a_sf, kind == 1 ? R * K / 16 : R * K / 32, "gemm a_sf");
+    find(ta[0], kind == 1 ? R * K / 2 : kind == 0 ? R * K * 2 : R * K, "gemm A");
+    if (kind)
+      find(p->a_sf, kind == 1 ? R * K / 16 : R * K / 32, "gemm a_sf");
     find(tb[0], (size_t)E * N * K * 2, "gemm B");
     float *A = deqA(nm, kind, (void *)ta[0], (void *)p->a_sf, NULL, R, K), *B = deqB(kind, (uint16_t *)tb[0], (size_t)E * N, K);
     const float *ao = (const float *)p->a_outer, *bo = (const float *)p->b_outer;
     if (kind == 1) {
-      find(p->a_outer, R * 4, "a_outer");
-      find(p->b_outer, E * 4, "b_outer");
+      find(p->a_outer, aten ? 4 : R * 4, "a_outer");
+      find(p->b_outer, bten ? 4 : E * 4, "b_outer");
     }
     float *Y = calloc(R * N + 1, 4);
     for (int e = 0; e < E; ++e)
@@ -178,7 +185,7 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
           for (size_t k = 0; k < K; ++k)
             acc += A[r * K + k] * B[((size_t)e * N + n) * K + k];
           if (kind == 1)
-            acc *= ao[r] * bo[e];
+            acc *= ao[aten ? 0 : r] * bo[bten ? 0 : e];
           Y[r * N + n] = acc;
         }
       }
@@ -208,11 +215,13 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
     free(A), free(B), free(Y);
   } else {
     size_t R = p->rows, M = p->M, N = p->N;
-    find(ta[0], M * R, "wgrad A");
-    find(p->a_sf, M * R / 32, "wgrad a_sf");
+    int wk = kind == 0 ? 0 : 3; /* BF16 x BF16, or MXFP8 x its BF16 copy */
+    find(ta[0], M * R * (wk ? 1 : 2), "wgrad A");
+    if (wk)
+      find(p->a_sf, M * R / 32, "wgrad a_sf");
     find(tb[0], N * R * 2, "wgrad B");
     find(p->out, (size_t)E * M * N * 4, "wgrad out");
-    float *A = deqA(nm, 3, (void *)ta[0], (void *)p->a_sf, NULL, M, R), *B = deqB(3, (uint16_t *)tb[0], N, R);
+    float *A = deqA(nm, wk, (void *)ta[0], (void *)p->a_sf, NULL, M, R), *B = deqB(wk, (uint16_t *)tb[0], N, R);
     float *o = (float *)p->out;
     for (int e = 0; e < E; ++e)
       for (size_t m = 0; m < M; ++m)
@@ -253,7 +262,7 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
   if (!strncmp(nm, "quant_nvfp4", 11)) {
     size_t *go;
     fb_nvfp4_opts o = nv_opts(nm, "_tok", "_exp", p, &go);
-    o.four_over_six = strstr(nm, "4o6") != NULL, o.rounding = sr ? FB_ROUND_SR : FB_ROUND_RN;
+    o.four_over_six = strstr(nm, "4o6") != NULL, o.two_d = strstr(nm, "_2d_") != NULL, o.rounding = sr ? FB_ROUND_SR : FB_ROUND_RN;
     o.seed = p->seed, o.stream = p->stream, o.step = p->step;
     size_t no = fb_nvfp4_nouter(&o, R);
     find(p->out, n / 2, "q out");
@@ -308,6 +317,28 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
         o[r * C + k] = fb_bf16_from_f32(v[r * C + nat]);
       }
     free(v);
+  } else if (!strncmp(nm, "tcopy_", 6)) { /* tcopy_<src>_<out>[_t][_rht16][_scN]: fb_tcopy_ref */
+    int f32 = !strncmp(nm + 6, "f32_", 4), nv = !strncmp(nm + 6, "nvfp4_", 6), tok = !strncmp(nm + 6, "nvfp4_tok", 9);
+    const char *o = nm + 6 + (f32 ? 4 : nv ? 10 : 5);
+    int obf = !strncmp(o, "bf16", 4), tr = strstr(nm, "_t_") != NULL, rht = strstr(nm, "_rht16") ? 16 : 0;
+    const char *sc = strstr(nm, "_sc");
+    int scale = sc ? atoi(sc + 3) : 0;
+    find(p->in, nv ? n / 2 : n * (f32 ? 4 : 2), "tcopy in");
+    if (nv) {
+      find(p->src_scales, n / 16, "tcopy sf");
+      find(p->src_s_dec, (tok ? R : 1) * 4, "tcopy sdec");
+    }
+    if (scale && p->s_dec)
+      find(p->s_dec, 4, "tcopy sa");
+    if (scale && p->amax)
+      find(p->amax, 4, "tcopy sb");
+    find(p->out, n * (obf ? 2 : 4), "tcopy out");
+    void *tmp = malloc(n * 4 + 4); /* the reference does not write in place */
+    CHK(fb_tcopy_ref((void *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, nv ? FB_FMT_NVFP4 : FB_FMT_BF16, f32, tok, R, C, tr,
+                     rht, p->signs, scale, scale && p->s_dec ? (float *)p->s_dec : NULL, scale && p->amax ? (float *)p->amax : NULL,
+                     obf, tmp));
+    memcpy((void *)p->out, tmp, n * (obf ? 2 : 4));
+    free(tmp);
   } else {
     fprintf(stderr, "MOCK: no emulation of %s\n", nm);
     abort();
@@ -378,10 +409,11 @@ static void emu_moe(const char *nm, const fb_kp_moe *p) {
       find(p->in_scales, yr * C / 32, "up sf");
     if (p->topk_w)
       find(p->topk_w, T * K * 4, "up w");
-    find(p->out, T * C * (s2 ? 2 : 4), "up out");
+    int ob = strstr(nm, "_obf16") != NULL; /* BF16 out (the combine), else FP32 (dX) */
+    find(p->out, T * C * (ob ? 2 : 4), "up out");
     CHK(fb_unpermute_ref((void *)p->in, s2 ? (uint8_t *)p->in_scales : NULL, yr, s2 ? FB_FMT_S2F6 : FB_FMT_BF16,
                          s2 && strstr(nm, "rht32"), p->signs, (int32_t *)p->row_of, p->topk_w ? (float *)p->topk_w : NULL, T, K,
-                         C, s2 ? NULL : (float *)p->out, s2 ? (uint16_t *)p->out : NULL));
+                         C, ob ? NULL : (float *)p->out, ob ? (uint16_t *)p->out : NULL));
   } else {
     fprintf(stderr, "MOCK: no emulation of %s\n", nm);
     abort();
@@ -580,7 +612,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     emu_amax(nm, (const fb_kp_mem *)e[1]);
     return 0;
   }
-  if (!strncmp(nm, "quant_", 6) || !strncmp(nm, "requant_", 8) || !strncmp(nm, "bcopy_", 6)) {
+  if (!strncmp(nm, "quant_", 6) || !strncmp(nm, "requant_", 8) || !strncmp(nm, "bcopy_", 6) || !strncmp(nm, "tcopy_", 6)) {
     emu_mem(nm, (const fb_kp_mem *)e[1]);
     return 0;
   }

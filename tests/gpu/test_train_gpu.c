@@ -141,7 +141,8 @@ static fb_moe_layer layer_of(const inputs *in, int layer, const fb_layer_prec *p
 static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in) {
   const fb_layer_prec *p = L->prec;
   size_t T = in->T, D = in->D, F = in->F, E = in->E, K = in->K;
-  int nv = p->fwd_act.format == FB_FMT_NVFP4;
+  int nv = p->fwd_act.format == FB_FMT_NVFP4, bfw = p->fwd_act.format == FB_FMT_BF16;
+  int atok = nv && p->fwd_act.outer == FB_GRAN_TOKEN; /* else one S_dec per tensor */
   char what[128];
   long bad = 0;
   /* routing */
@@ -155,26 +156,35 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
   snprintf(what, sizeof what, "%s: routing", tag);
   row(what, "bytes that differ", (double)bad, -1, bad == 0);
   /* dispatch payload */
+  /* the saved X: the tokens quantized as fwd.act says (in token order: one rank, per token or per tensor, these are
+     the codes of the GPU's rows whether it quantized before sending or on arrival), gathered; BF16: the values */
   size_t b[3];
-  CK(fb_payload_planes(p->fwd_act.format, nv, D, b));
-  void *tq[3] = {malloc(T * b[0]), malloc(T * b[1]), malloc(T * 4)}, *rq[3] = {malloc(R * b[0] + 1), malloc(R * b[1] + 1), malloc(R * 4 + 4)};
+  CK(fb_payload_planes(p->fwd_act.format, atok, D, b));
+  void *tq[3] = {malloc(T * b[0]), malloc(T * b[1] + 1), malloc(T * 4)}, *rq[3] = {malloc(R * b[0] + 1), malloc(R * b[1] + 1), malloc(R * 4 + 4)};
   uint32_t sx = fb_moe_stream(L->layer, FB_MOE_OP_X);
   if (nv) {
-    fb_nvfp4_opts o = {.outer = FB_OUTER_ROW, .four_over_six = p->fwd_act.four_over_six, .rounding = p->fwd_act.rounding,
-                       .seed = L->seed, .stream = sx, .step = L->step};
+    fb_nvfp4_opts o = {.outer = atok ? FB_OUTER_ROW : FB_OUTER_TENSOR, .four_over_six = p->fwd_act.four_over_six,
+                       .rounding = p->fwd_act.rounding, .seed = L->seed, .stream = sx, .step = L->step};
     CK(fb_nvfp4_quantize(in->x, T, D, &o, tq[0], tq[1], tq[2], NULL));
+  } else if (bfw) {
+    for (size_t i = 0; i < T * D; ++i) ((uint16_t *)tq[0])[i] = fb_bf16_from_f32(in->x[i]);
   } else {
     fb_sr_opts so = {p->fwd_act.rounding, L->seed, sx, L->step};
     CK(fb_mxfp8_quantize(in->x, T, D, FB_MX_ROWWISE, &so, tq[0], tq[1]));
   }
-  const void *tin[3] = {tq[0], tq[1], nv ? tq[2] : NULL};
-  void *tout[3] = {rq[0], rq[1], nv ? rq[2] : NULL};
+  const void *tin[3] = {tq[0], tq[1], atok ? tq[2] : NULL};
+  void *tout[3] = {rq[0], rq[1], atok ? rq[2] : NULL};
   CK(fb_permute_gather_ref(tin, b, T, tok, R, tout));
   static const char *xn[3] = {"x_codes", "x_scales", "x_sdec"};
   bad = 0;
-  for (int q = 0; q < (nv ? 3 : 2); ++q) {
+  for (int q = 0; q < (bfw ? 1 : atok ? 3 : 2); ++q) {
     void *gq = probe(L, xn[q], R * b[q]);
     bad += ndiff(gq, rq[q], R * b[q]);
+    free(gq);
+  }
+  if (nv && !atok) { /* the one S_dec of the tensor */
+    void *gq = probe(L, "x_sdec", 4);
+    bad += ndiff(gq, tq[2], 4);
     free(gq);
   }
   snprintf(what, sizeof what, "%s: dispatch payload", tag);
@@ -191,7 +201,7 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
       size_t *go = malloc((E + 1) * sizeof *go);
       for (size_t e = 0; e <= E; ++e) go[e] = e * grp;
       fb_nvfp4_opts o = {.outer = q->outer == FB_GRAN_EXPERT ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = go, .ngroups = E,
-                         .rounding = q->rounding, .seed = L->seed, .stream = st, .step = L->step};
+                         .two_d = q->two_d, .rounding = q->rounding, .seed = L->seed, .stream = st, .step = L->step};
       size_t no = fb_nvfp4_nouter(&o, rows);
       uint8_t *c = malloc(rows * cols / 2), *s = malloc(rows * cols / 16);
       float *sd = malloc(no * 4);
@@ -204,6 +214,13 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
       void *g3 = probe(L, nm, no * 4);
       bad += ndiff(g1, c, rows * cols / 2) + ndiff(g2, s, rows * cols / 16) + ndiff(g3, sd, no * 4);
       free(go), free(c), free(s), free(sd), free(g1), free(g2), free(g3);
+    } else if (q->format == FB_FMT_BF16) { /* the masters rounded to BF16 */
+      uint16_t *c = malloc(rows * cols * 2);
+      for (size_t i = 0; i < rows * cols; ++i) c[i] = fb_bf16_from_f32(src[i]);
+      snprintf(nm, sizeof nm, "%s_codes", w ? "w2" : "w13");
+      void *g1 = probe(L, nm, rows * cols * 2);
+      bad += ndiff(g1, c, rows * cols * 2);
+      free(c), free(g1);
     } else {
       fb_sr_opts so = {q->rounding, L->seed, st, L->step};
       uint8_t *c = malloc(rows * cols), *s = malloc(rows * cols / 32);
@@ -222,12 +239,14 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
   uint16_t *h = probe(L, "h", R * 2 * F * 2), *a = malloc(R * F * 2);
   float *xd = malloc(R * D * 4), *wd = malloc(E * 2 * F * D * 4), *af = malloc(R * F * 4);
   {
-    void *c = probe(L, "x_codes", R * b[0]), *s = probe(L, "x_scales", R * b[1]);
+    void *c = probe(L, "x_codes", R * b[0]), *s = bfw ? NULL : probe(L, "x_scales", R * b[1]);
     if (nv) {
-      float *sd = probe(L, "x_sdec", R * 4);
-      fb_nvfp4_opts o = {.outer = FB_OUTER_ROW};
+      float *sd = probe(L, "x_sdec", (atok ? R : 1) * 4);
+      fb_nvfp4_opts o = {.outer = atok ? FB_OUTER_ROW : FB_OUTER_TENSOR};
       CK(fb_nvfp4_dequantize(c, s, sd, R, D, &o, xd));
       free(sd);
+    } else if (bfw) {
+      for (size_t i = 0; i < R * D; ++i) xd[i] = fb_bf16_to_f32(((uint16_t *)c)[i]);
     } else {
       CK(fb_mxfp8_dequantize(c, s, R, D, xd));
     }
@@ -241,6 +260,10 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
       float *sd = probe(L, "w13_sdec", fb_nvfp4_nouter(&o, rows) * 4);
       CK(fb_nvfp4_dequantize(wc, ws, sd, rows, D, &o, wd));
       free(wc), free(ws), free(sd), free(go);
+    } else if (bfw) {
+      uint16_t *wc = probe(L, "w13_codes", rows * D * 2);
+      for (size_t i = 0; i < rows * D; ++i) wd[i] = fb_bf16_to_f32(wc[i]);
+      free(wc);
     } else {
       void *wc = probe(L, "w13_codes", rows * D), *ws = probe(L, "w13_scales", rows * D / 32);
       CK(fb_mxfp8_dequantize(wc, ws, rows, D, wd));
@@ -269,14 +292,19 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
   bad = 0;
   uint32_t sa = fb_moe_stream(L->layer, FB_MOE_OP_A);
   if (nv) {
-    fb_nvfp4_opts o = {.outer = FB_OUTER_ROW, .four_over_six = p->fwd_act.four_over_six, .rounding = p->fwd_act.rounding,
-                       .seed = L->seed, .stream = sa, .step = L->step};
+    size_t no = atok ? R : 1;
+    fb_nvfp4_opts o = {.outer = atok ? FB_OUTER_ROW : FB_OUTER_TENSOR, .four_over_six = p->fwd_act.four_over_six,
+                       .rounding = p->fwd_act.rounding, .seed = L->seed, .stream = sa, .step = L->step};
     uint8_t *c = malloc(R * F / 2), *s = malloc(R * F / 16);
-    float *sd = malloc(R * 4);
+    float *sd = malloc(no * 4);
     CK(fb_nvfp4_quantize(af, R, F, &o, c, s, sd, NULL));
-    void *g1 = probe(L, "a_codes", R * F / 2), *g2 = probe(L, "a_scales", R * F / 16), *g3 = probe(L, "a_sdec", R * 4);
-    bad = ndiff(g1, c, R * F / 2) + ndiff(g2, s, R * F / 16) + ndiff(g3, sd, R * 4);
+    void *g1 = probe(L, "a_codes", R * F / 2), *g2 = probe(L, "a_scales", R * F / 16), *g3 = probe(L, "a_sdec", no * 4);
+    bad = ndiff(g1, c, R * F / 2) + ndiff(g2, s, R * F / 16) + ndiff(g3, sd, no * 4);
     free(c), free(s), free(sd), free(g1), free(g2), free(g3);
+  } else if (bfw) { /* A is SwiGLU(H) itself */
+    void *g1 = probe(L, "a_codes", R * F * 2);
+    bad = ndiff(g1, a, R * F * 2);
+    free(g1);
   } else {
     fb_sr_opts so = {p->fwd_act.rounding, L->seed, sa, L->step};
     uint8_t *c = malloc(R * F), *s = malloc(R * F / 32);
@@ -300,13 +328,29 @@ static void layer_case(const fb_expert_ops *gpu, const inputs *in, int layer, co
   outs c, g;
   outs_alloc(&c, in), outs_alloc(&g, in);
   char tag[48], what[128];
-  snprintf(tag, sizeof tag, "layer %d (%s fwd)%s", layer, fb_format_name(p.fwd_act.format), rn_bwd ? " RN bwd" : "");
+  snprintf(tag, sizeof tag, "layer %d (%s/%s)%s", layer, fb_format_name(p.fwd_act.format), fb_format_name(p.bwd_grad.format),
+           rn_bwd ? " RN bwd" : "");
   CK(cpu->forward(cpu->ctx, &Lc, in->x, in->idx, in->tw, in->w13, in->w2, c.y));
   CK(gpu->forward(gpu->ctx, &Lg, in->x, in->idx, in->tw, in->w13, in->w2, g.y));
   if (!rn_bwd) exact_rows(tag, &Lg, in);
   CK(cpu->backward(cpu->ctx, &Lc, in->dy, c.dx, c.dw13, c.dw2, c.dtw));
   CK(gpu->backward(gpu->ctx, &Lg, in->dy, g.dx, g.dw13, g.dw2, g.dtw));
-  double tol = rn_bwd ? 2e-2 : 0.15, e;
+  double tol = rn_bwd ? 2e-2 : 0.15, e, tx = tol, t13 = tol, t2 = tol;
+  if (!rn_bwd && p.bwd_grad.format == FB_FMT_NVFP4 && p.bwd_grad.rounding == FB_ROUND_SR) {
+    /* 4-bit SR noise is larger than MXFP8's: the tolerance is 1.5x the CPU path against itself with other random bits
+       (step + 1: only the SR draws change), at least 0.15 */
+    fb_moe_layer L3 = layer_of(in, layer, &p);
+    L3.step++;
+    outs c3;
+    outs_alloc(&c3, in);
+    CK(cpu->forward(cpu->ctx, &L3, in->x, in->idx, in->tw, in->w13, in->w2, c3.y));
+    CK(cpu->backward(cpu->ctx, &L3, in->dy, c3.dx, c3.dw13, c3.dw2, c3.dtw));
+    double nx = relerr(c3.dx, c.dx, in->T * in->D), n13 = relerr(c3.dw13, c.dw13, in->E * 2 * in->F * in->D),
+           n2 = relerr(c3.dw2, c.dw2, in->E * in->D * in->F);
+    printf("  (%s: SR noise, CPU against CPU with other bits: dx %.3g, dw13 %.3g, dw2 %.3g)\n", tag, nx, n13, n2);
+    tx = fmax(0.15, 1.5 * nx), t13 = fmax(0.15, 1.5 * n13), t2 = fmax(0.15, 1.5 * n2);
+    outs_free(&c3);
+  }
   if (!rn_bwd) {
     e = relerr(g.y, c.y, in->T * in->D);
     snprintf(what, sizeof what, "%s: y", tag), row(what, "rel. Frobenius error", e, 2e-2, e <= 2e-2);
@@ -314,11 +358,11 @@ static void layer_case(const fb_expert_ops *gpu, const inputs *in, int layer, co
     snprintf(what, sizeof what, "%s: dtopk_w", tag), row(what, "rel. Frobenius error", e, 2e-2, e <= 2e-2);
   }
   e = relerr(g.dx, c.dx, in->T * in->D);
-  snprintf(what, sizeof what, "%s: dx", tag), row(what, "rel. Frobenius error", e, tol, e <= tol);
+  snprintf(what, sizeof what, "%s: dx", tag), row(what, "rel. Frobenius error", e, tx, e <= tx);
   e = relerr(g.dw13, c.dw13, in->E * 2 * in->F * in->D);
-  snprintf(what, sizeof what, "%s: dw13", tag), row(what, "rel. Frobenius error", e, tol, e <= tol);
+  snprintf(what, sizeof what, "%s: dw13", tag), row(what, "rel. Frobenius error", e, t13, e <= t13);
   e = relerr(g.dw2, c.dw2, in->E * in->D * in->F);
-  snprintf(what, sizeof what, "%s: dw2", tag), row(what, "rel. Frobenius error", e, tol, e <= tol);
+  snprintf(what, sizeof what, "%s: dw2", tag), row(what, "rel. Frobenius error", e, t2, e <= t2);
   /* the GPU layer twice: bit-identical */
   outs g2;
   outs_alloc(&g2, in);
@@ -341,14 +385,22 @@ static fb_trainer *trainer(const fb_recipe *r, const fb_expert_ops *ops) {
   return t;
 }
 
-static void step_rows(const fb_recipe *r, const fb_expert_ops *gpu) {
+/* The recipe with round-to-nearest in place of SR in the backward of every layer (base and rules): its step compares
+ * GPU and CPU without the SR noise. */
+static void backward_rn(fb_recipe *r) {
+  r->base.bwd_grad.rounding = r->base.bwd_saved.rounding = FB_ROUND_RN;
+  for (int i = 0; i < r->nrules; ++i) r->rules[i].prec.bwd_grad.rounding = r->rules[i].prec.bwd_saved.rounding = FB_ROUND_RN;
+}
+
+/* gtol: the gradients' tolerance; determinism: also the 2 x 2 steps */
+static void step_rows(const fb_recipe *r, const fb_expert_ops *gpu, double gtol, const char *label, int determinism) {
   fb_trainer *tc = trainer(r, NULL), *tg = trainer(r, gpu);
   double lc, lg;
   CK(fb_train_loss_grad(tc, 0, 1, &lc));
   CK(fb_train_loss_grad(tg, 0, 1, &lg));
   double e = fabs(lg - lc) / fabs(lc);
   char what[96];
-  snprintf(what, sizeof what, "step: loss (cpu %.5f, gpu %.5f)", lc, lg);
+  snprintf(what, sizeof what, "step%s: loss (cpu %.5f, gpu %.5f)", label, lc, lg);
   row(what, "relative difference", e, 1e-2, e <= 1e-2);
   double worst = 0;
   const char *wn = "";
@@ -357,9 +409,10 @@ static void step_rows(const fb_recipe *r, const fb_expert_ops *gpu) {
     double x = relerr(b.g, a.g, a.n);
     if (x > worst || !(x == x)) worst = x, wn = a.name;
   }
-  snprintf(what, sizeof what, "step: gradients (worst %s)", wn);
-  row(what, "rel. Frobenius error", worst, 0.15, worst <= 0.15);
+  snprintf(what, sizeof what, "step%s: gradients (worst %s)", label, wn);
+  row(what, "rel. Frobenius error", worst, gtol, worst <= gtol);
   fb_train_free(tc), fb_train_free(tg);
+  if (!determinism) return;
   /* determinism: two GPU trainers, 2 steps */
   fb_trainer *a = trainer(r, gpu), *b = trainer(r, gpu);
   long bad = 0;
@@ -378,54 +431,87 @@ static void step_rows(const fb_recipe *r, const fb_expert_ops *gpu) {
   fb_train_free(a), fb_train_free(b);
 }
 
+/* The recipes of issue 7's compare, on the test's shape: tiny (inkling2_small's numerics: NVFP4 layers 1-5, MXFP8 layer 6),
+ * bf16, nvidia_nvfp4 (NVFP4 with per-tensor scales, 16x16 weights, an NVFP4 backward with RHT-16 wgrad; its last ~15% of
+ * layers BF16), mxfp8 (BF16 dispatch and combine). Layers checked: 1 and the last. */
+static const char *RECIPES[] = {RECIPE, "recipes/bf16.lua", "recipes/nvidia_nvfp4.lua", "recipes/mxfp8.lua"};
+#define NRECIPES (int)(sizeof RECIPES / sizeof RECIPES[0])
+
 int main(int argc, char **argv) {
   int compile_only = argc > 1 && !strcmp(argv[1], "--compile-only");
-  fb_recipe *r = NULL;
-  CK(fb_train_recipe_load(RECIPE, &SHAPE, &r));
-  fb_gpu_experts_opts go = {.recipe = r, .tokens = TOKENS, .log = stdout, .compile_only = compile_only};
   if (compile_only) {
-    fb_gpu_experts *g = NULL;
-    fb_status s = fb_gpu_experts_create(&go, &g);
-    if (s != FB_OK) {
-      printf("test_train_gpu --compile-only: FAIL: %s\n", fb_errmsg());
-      return 1;
+    double ms = 0;
+    int nk = 0;
+    for (int i = 0; i < NRECIPES; ++i) {
+      fb_recipe *r = NULL;
+      CK(fb_train_recipe_load(RECIPES[i], &SHAPE, &r));
+      fb_gpu_experts_opts go = {.recipe = r, .tokens = TOKENS, .log = stdout, .compile_only = 1};
+      fb_gpu_experts *g = NULL;
+      fb_status s = fb_gpu_experts_create(&go, &g);
+      if (s != FB_OK) {
+        printf("test_train_gpu --compile-only: FAIL: %s: %s\n", RECIPES[i], fb_errmsg());
+        return 1;
+      }
+      fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
+      printf("  %s: %d kernels\n", RECIPES[i], st.kernels);
+      ms += st.compile_ms, nk += st.kernels;
+      fb_gpu_experts_free(g);
+      fb_recipe_free(r);
     }
-    fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
-    printf("test_train_gpu --compile-only: PASS: the %d kernels of the GPU train step of %s (d_ff %d) compile for sm_90a (%.1f s of NVRTC)\n",
-           st.kernels, RECIPE, SHAPE.d_ff, st.compile_ms / 1e3);
-    fb_gpu_experts_free(g);
-    fb_recipe_free(r);
+    printf("test_train_gpu --compile-only: PASS: the %d kernels of the GPU train steps of %d recipes (d_ff %d) compile for sm_90a (%.1f s of NVRTC)\n",
+           nk, NRECIPES, SHAPE.d_ff, ms / 1e3);
     return 0;
   }
   int ndev = 0;
   if (fb_cuda_device_count(&ndev) != FB_OK || ndev < 1) {
     printf("test_train_gpu: SKIPPED (not passed): no GPU (%s)\n", ndev < 1 && fb_errmsg()[0] ? fb_errmsg() : "0 devices");
-    fb_recipe_free(r);
     return 77;
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  fb_gpu_experts *g = NULL;
-  CK(fb_gpu_experts_create(&go, &g));
-  fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
-  printf("test_train_gpu: %s (%d layers, d_model %d, d_ff %d, %d experts top-%d), %d tokens; %d kernels compiled in %.1f s\n", RECIPE,
-         SHAPE.layers, SHAPE.d_model, SHAPE.d_ff, SHAPE.experts, SHAPE.top_k, TOKENS, st.compiled, st.compile_ms / 1e3);
-  printf("  %-34s %-28s %12s  %-11s %s\n", "check", "measure", "value", "tolerance", "result");
-  const fb_expert_ops *ops = fb_gpu_experts_ops(g);
   inputs in = {TOKENS, (size_t)SHAPE.d_model, (size_t)SHAPE.d_ff, (size_t)SHAPE.experts, (size_t)SHAPE.top_k, 0, 0, 0, 0, 0, 0};
   make_inputs(&in);
-  fb_layer_prec p1, p6;
-  fb_recipe_layer(r, 1, &p1), fb_recipe_layer(r, 6, &p6);
-  layer_case(ops, &in, 1, &p1, 0);
-  layer_case(ops, &in, 1, &p1, 1);
-  layer_case(ops, &in, 6, &p6, 0);
-  layer_case(ops, &in, 6, &p6, 1);
-  step_rows(r, ops);
+  for (int i = 0; i < NRECIPES; ++i) {
+    fb_recipe *r = NULL;
+    CK(fb_train_recipe_load(RECIPES[i], &SHAPE, &r));
+    fb_gpu_experts_opts go = {.recipe = r, .tokens = TOKENS, .log = stdout};
+    fb_gpu_experts *g = NULL;
+    CK(fb_gpu_experts_create(&go, &g));
+    fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
+    printf("test_train_gpu: %s (%d layers, d_model %d, d_ff %d, %d experts top-%d), %d tokens; %d kernels compiled in %.1f s\n", RECIPES[i],
+           SHAPE.layers, SHAPE.d_model, SHAPE.d_ff, SHAPE.experts, SHAPE.top_k, TOKENS, st.compiled, st.compile_ms / 1e3);
+    printf("  %-34s %-28s %12s  %-11s %s\n", "check", "measure", "value", "tolerance", "result");
+    const fb_expert_ops *ops = fb_gpu_experts_ops(g);
+    int last = SHAPE.layers;
+    fb_layer_prec p1, pl;
+    fb_recipe_layer(r, 1, &p1), fb_recipe_layer(r, last, &pl);
+    printf("  (layer 1: %s fwd, %s bwd; layer %d: %s fwd, %s bwd)\n", fb_format_name(p1.fwd_act.format), fb_format_name(p1.bwd_grad.format),
+           last, fb_format_name(pl.fwd_act.format), fb_format_name(pl.bwd_grad.format));
+    layer_case(ops, &in, 1, &p1, 0);
+    layer_case(ops, &in, 1, &p1, 1);
+    if (memcmp(&p1, &pl, sizeof p1)) {
+      layer_case(ops, &in, last, &pl, 0);
+      layer_case(ops, &in, last, &pl, 1);
+    }
+    /* an NVFP4 SR backward: the whole step with RN in its place at the RN tolerance, then as the recipe says with the
+       gradients within 0.5 (the SR noise of 4-bit gradients summed over the layers; the layer rows above bound it
+       against the CPU's own noise) */
+    if (p1.bwd_grad.format == FB_FMT_NVFP4 && p1.bwd_grad.rounding == FB_ROUND_SR) {
+      fb_recipe *rn = NULL;
+      CK(fb_train_recipe_load(RECIPES[i], &SHAPE, &rn));
+      backward_rn(rn);
+      step_rows(rn, ops, 0.15, " (RN bwd)", 0);
+      fb_recipe_free(rn);
+      step_rows(r, ops, 0.5, "", 1);
+    } else {
+      step_rows(r, ops, 0.15, "", 1);
+    }
+    fb_gpu_experts_free(g);
+    fb_recipe_free(r);
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("test_train_gpu: %s: %d of %d checks passed (%.1f s)\n", nfail ? "FAIL" : "PASS", nrows - nfail, nrows,
          (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
   free(in.x), free(in.tw), free(in.w13), free(in.w2), free(in.dy), free(in.idx);
-  fb_gpu_experts_free(g);
-  fb_recipe_free(r);
   return nfail ? 1 : 0;
 }
