@@ -157,6 +157,9 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
 	$(Q)echo "== test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)"; $(BUILD)/gpu/test_gemm --compile-only > $(BUILD)/test_gemm_compile.log || { cat $(BUILD)/test_gemm_compile.log; exit 1; }; tail -1 $(BUILD)/test_gemm_compile.log
 	$(Q)echo "== test_train_gpu --compile-only (every kernel of the GPU train step compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_train_gpu --compile-only
+	$(Q)echo "== test_train_dev --compile-only (the GPU-resident step's own kernels compile for sm_90a, sm_100a, sm_103a)"; \
+	  $(BUILD)/gpu/test_train_dev --compile-only > $(BUILD)/test_train_dev_compile.log 2>&1 || \
+	  { cat $(BUILD)/test_train_dev_compile.log; exit 1; }; tail -1 $(BUILD)/test_train_dev_compile.log
 	$(Q)echo "== test_train_gpu on the fake driver (build/mockcuda: the GPU step's host side, kernels as CPU references)"; \
 	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_gpu > $(BUILD)/test_train_gpu_mock.log 2>&1 || \
 	  { cat $(BUILD)/test_train_gpu_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_gpu_mock.log
