@@ -15,8 +15,9 @@
  * and the experts' NVFP4/MXFP8 quantizers downstream turn some of them into a flipped code, so the tolerances are
  * those of a perturbed quantized forward: loss 1e-3 relative, gradient norm 1e-2 relative, every parameter's gradient
  * within 5e-2 relative Frobenius error (test_train_gpu.c's RN rows for the expert layer alone are 2e-2), masters after
- * 3 steps within 1e-2 (an AdamW step moves a weight by about lr whatever the gradient's size, so a flipped sign of a
- * tiny gradient element moves it by 2 lr). Two resident runs must be bit-identical on the GPU too. Then the time of a
+ * 3 steps within 5e-2 (an AdamW step moves a weight by about lr = 3e-3 whatever the gradient's size, so a flipped sign
+ * of a tiny gradient element moves it by 2 lr: 30% of a router weight, whose init std is 0.02). These tolerances are
+ * reasoned, not yet measured on a GPU. Two resident runs must be bit-identical on the GPU too. Then the time of a
  * step, resident against host, for the tiny model and a mid-size one (d_model 512, vocab 1024, 2048 tokens). */
 #include "experts_gpu.h"
 #include "fb_cuda.h"
@@ -108,7 +109,7 @@ static void compare(const env *e) {
   char what[128];
   long nb;
   const char *wn;
-  double tl = mock ? 0 : 1e-3, tn = mock ? 0 : 1e-2, tg = mock ? 0 : 5e-2, tw = mock ? 0 : 1e-2;
+  double tl = mock ? 0 : 1e-3, tn = mock ? 0 : 1e-2, tg = mock ? 0 : 5e-2, tw = mock ? 0 : 5e-2;
   /* loss and gradients of step 0 */
   fb_trainer *h = trainer(e, 0), *d = trainer(e, 1);
   double lh, ld;
