@@ -23,6 +23,12 @@
 #include "fb_philox.h"
 
 #define TR (32 * FB_RB)
+/* register path (NVFP4, MXFP8, FP32 sources): lane pairs trade half their codes so that each 16-byte store writes whole
+ * sectors, and the band's scales are kept by block row (conflict-free byte stores). 0: the path measured before
+ * (2026-11-29), one column's two half-sector stores a lane. */
+#ifndef FB_COL_PAIRS
+#define FB_COL_PAIRS 1
+#endif
 #define PITCH (FB_COLS + 4)
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
@@ -354,6 +360,8 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
    * bytes scattered over sectors that other CTAs fill (partial-sector writes cost a read of the sector) */
   __shared__ uint4 sc4[FB_COLS * 2];
   unsigned char(*sc)[32] = reinterpret_cast<unsigned char(*)[32]>(sc4);
+  unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
+  (void)sc, (void)scj;
   const long long SB = 1024;
   const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -416,23 +424,73 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
     for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
       const int cc = k % FB_COLS, rb = k / FB_COLS;
       const long long col = c0 + cc, row = r0 + 32 * rb;
+#if FB_COL_PAIRS
+      /* a warp's 32 items share rb (FB_COLS % 32 == 0): the row test is warp-uniform, and lanes of columns outside the
+       * matrix (a ragged last tile) compute on stale values and store nothing, so that the whole warp takes the
+       * shuffles */
+      if (row >= p.rows) continue;
+#else
       if (col >= p.cols || row >= p.rows) continue;
+#endif
       float v[32];
 #pragma unroll
       for (int j = 0; j < 32; ++j) v[j] = tile[32 * rb + j][cc];
       unsigned w[8];
       const long long o = col * p.rows + row; /* output element index, row-major in the transposed layout */
       const unsigned e = col_block(p, v, o, w);
+#if FB_COL_PAIRS
+      /* lanes 2i, 2i + 1 (columns cc, cc + 1, both inside the matrix or both outside as cols % 16 == 0) trade half
+       * their codes, as the ring path's do: store A writes column cc's 32 bytes, store B column cc + 1's, each a whole
+       * sector from two lanes (16 full sectors an instruction instead of 32 half ones) */
+      const bool odd = lane & 1;
+      unsigned x[4], sa[4], sb[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        x[q] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[q] : w[4 + q], 1);
+        sa[q] = odd ? x[q] : w[q], sb[q] = odd ? w[4 + q] : x[q];
+      }
+      if (col < p.cols) {
+        uint4 *a = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o + (odd ? 16 - p.rows : 0));
+        a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
+        *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
+        scj[(row - b0) >> 5][cc] = (unsigned char)e;
+      }
+#else
       uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
       dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
       dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
       sc[cc][(row - b0) >> 5] = (unsigned char)e;
+#endif
     }
   }
     __syncthreads();
     /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32; a whole
      * band of a matrix whose rows are a multiple of 512 writes them as two aligned 16-byte stores */
     const int nsb = (int)((b1 - b0) >> 5);
+#if FB_COL_PAIRS
+    /* scj holds the band's scales by 32-row block, then column (the column phase's byte stores: one word per four
+     * lanes, no bank conflicts); each column's bytes are gathered here */
+    if (nsb == 32 && p.rows % 512 == 0) {
+      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+        const int cc = k >> 1, j0 = (k & 1) * 16;
+        const long long col = c0 + cc;
+        unsigned q[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          q[i] = fbf_prmt(fbf_prmt(scj[j0 + 4 * i][cc], scj[j0 + 4 * i + 1][cc], 0x0040u),
+                          fbf_prmt(scj[j0 + 4 * i + 2][cc], scj[j0 + 4 * i + 3][cc], 0x0040u), 0x5410u);
+        if (col < p.cols)
+          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
+              make_uint4(q[0], q[1], q[2], q[3]);
+      }
+    } else {
+      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+        int cc = k / nsb, j = k % nsb;
+        long long col = c0 + cc;
+        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
+      }
+    }
+#else
     if (nsb == 32 && p.rows % 512 == 0) {
       for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
         const long long col = c0 + (k >> 1);
@@ -446,6 +504,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = sc[cc][j];
       }
     }
+#endif
   }
 }
 #endif /* FB_RING */
