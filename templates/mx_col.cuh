@@ -168,6 +168,10 @@ static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const f
  * keeps the code that was measured on the H200. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
 #define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS, 1)
+#elif FB_COL_PAIRS
+/* 24 warps an SM, the occupancy of the measured path: with the one-argument bound ptxas kept 80 registers and spilled
+ * 16 bytes in the out-of-line SR pair of r64_c64_t128 (tok) */
+#define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS, 640 / FB_THREADS)
 #else
 #define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS)
 #endif
@@ -442,7 +446,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       /* lanes 2i, 2i + 1 (columns cc, cc + 1, both inside the matrix or both outside as cols % 16 == 0) trade half
        * their codes, as the ring path's do: store A writes column cc's 32 bytes, store B column cc + 1's, each a whole
        * sector from two lanes (16 full sectors an instruction instead of 32 half ones) */
-      const bool odd = lane & 1;
+      const bool odd = threadIdx.x & 1; /* the lane's parity; read here, not kept live across col_block's calls */
       unsigned x[4], sa[4], sb[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
