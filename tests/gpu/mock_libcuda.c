@@ -24,6 +24,14 @@ typedef struct {
 } al;
 static al A[100000];
 static int nA;
+static long nlaunch;
+/* MOCK_CALLS=1: at exit, the count of each kind of call on stderr (launches, synchronous copies, memsets) */
+static long nhtod, ndtoh, ndtod, n2d, nmemset, nsync;
+__attribute__((destructor)) static void mock_calls(void) {
+  if (getenv("MOCK_CALLS"))
+    fprintf(stderr, "MOCK calls: %ld launches, %ld HtoD, %ld DtoH, %ld DtoD, %ld 2D copies, %ld memsets, %ld synchronizes\n", nlaunch,
+            nhtod, ndtoh, ndtod, n2d, nmemset, nsync);
+}
 static int find(unsigned long long d, size_t n, const char *what) {
   for (int i = 0; i < nA; ++i)
     if (A[i].p && d >= (unsigned long long)A[i].p && d + n <= (unsigned long long)A[i].p + A[i].n)
@@ -81,7 +89,10 @@ CUresult cuCtxSetCurrent(CUcontext c) {
   (void)c;
   return 0;
 }
-CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuCtxSynchronize(void) {
+  ++nsync;
+  return 0;
+}
 CUresult cuModuleLoadData(CUmodule *m, const void *p) {
   (void)p;
   *m = (CUmodule)malloc(8);
@@ -91,7 +102,6 @@ CUresult cuModuleUnload(CUmodule m) {
   free(m);
   return 0;
 }
-static long nlaunch;
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) {
   (void)m;
   *f = (CUfunction)strdup(n);
@@ -580,6 +590,29 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     fb_kp_moe *p = (fb_kp_moe *)e[1];
     if (p->pass != 3)
       return 0;
+    if (!p->topk_idx) { /* the gather pass alone (runtime/experts_gpu.c's regroup): out row r = in row token_of[r], r below
+                           offsets[experts]; p->rows: the input's rows */
+      fb_format fm = strstr(nm, "nvfp4") ? FB_FMT_NVFP4 : strstr(nm, "mxfp8") ? FB_FMT_MXFP8 : FB_FMT_BF16;
+      size_t b[3];
+      fb_payload_planes(fm, strstr(nm, "_tok") != NULL, p->cols, b);
+      find(p->offsets, ((size_t)p->experts + 1) * 8, "gather rows");
+      size_t n = (size_t)((long long *)p->offsets)[p->experts];
+      find(p->token_of, n * 4, "gather map");
+      const void *in[3] = {(void *)p->in, (void *)p->in_scales, (void *)p->in_outer};
+      void *out[3] = {(void *)p->out, (void *)p->out_scales, (void *)p->out_outer};
+      for (size_t r = 0; r < n; ++r)
+        if (((int32_t *)p->token_of)[r] >= p->rows) {
+          fprintf(stderr, "MOCK gather: row %zu takes input row %d of %lld\n", r, ((int32_t *)p->token_of)[r], p->rows);
+          abort();
+        }
+      for (int q = 0; q < 3; ++q)
+        if (b[q]) {
+          find((unsigned long long)in[q], (size_t)p->rows * b[q], "gather in");
+          find((unsigned long long)out[q], n * b[q], "gather out");
+        }
+      fb_permute_gather_ref(in, b, (size_t)p->rows, (int32_t *)p->token_of, n, out);
+      return 0;
+    }
     size_t T = p->rows, K = p->top_k, E = p->experts, total = 0, maxr = fb_permute_max_rows(T, K, E, p->tile);
     find(p->topk_idx, T * K * 4, "permute idx");
     find(p->counts, E * 4, "counts");
@@ -651,22 +684,26 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
   abort();
 }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+  ++nhtod;
   find(d, n, "HtoD");
   memcpy((void *)d, h, n);
   return 0;
 }
 CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
+  ++ndtoh;
   find(d, n, "DtoH");
   memcpy(h, (void *)d, n);
   return 0;
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr a, CUdeviceptr b, size_t n) {
+  ++ndtod;
   find(a, n, "DtoD dst");
   find(b, n, "DtoD src");
   memmove((void *)a, (void *)b, n);
   return 0;
 }
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char c, size_t n) {
+  ++nmemset;
   find(d, n, "memset");
   memset((void *)d, c, n);
   return 0;
@@ -687,6 +724,7 @@ CUresult cuEventRecord(CUevent e, CUstream s) {
 }
 CUresult cuEventSynchronize(CUevent e) {
   (void)e;
+  ++nsync;
   return 0;
 }
 CUresult mock_eet(float *m, CUevent a, CUevent b) __asm__("cuEventElapsedTime");
@@ -731,6 +769,7 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_
   return 0;
 }
 CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) {
+  ++n2d;
   for (size_t r = 0; r < c->Height; ++r) {
     find(c->dstDevice + r * c->dstPitch, c->WidthInBytes, "2D dst");
     find(c->srcDevice + r * c->srcPitch, c->WidthInBytes, "2D src");
