@@ -19,9 +19,10 @@
  *              <dy[t], Y^[row]> in double, Y^ the S2F6 payload dequantized.
  *   w2 dgrad   quant_mxfp8_sr_row(dY, stream DY_ROW); requant W2 (NVFP4/MXFP8 -> FP32 -> transposed MXFP8 SR, stream
  *              W2_T) as one E*D x F matrix, as the CPU does (so the SR element indices agree), then its F x (E*D) result
- *              regrouped per expert into (E*F) x D with strided device copies (a requant that writes the grouped
- *              layout would remove them: templates/mx_col.cuh's change), bcopy, GEMM -> dA (BF16), swiglu_bwd(H, dA) ->
- *              dH (BF16). Unfused: the fused SwiGLU-backward epilogue measured slower (BENCHMARKS.md).
+ *              regrouped per expert into (E*F) x D by one launch of the permute kernel's gather pass (a fixed row map;
+ *              a requant that wrote the grouped layout would need none: templates/mx_col.cuh's change), bcopy, GEMM ->
+ *              dA (BF16), swiglu_bwd(H, dA) -> dH (BF16). Unfused: the fused SwiGLU-backward epilogue measured slower
+ *              (BENCHMARKS.md).
  *   w2 wgrad   quant_mxfp8_sr_col(dY, DY_COL) (D x R); requant A (A_T) (F x R) + bcopy; wgrad GEMM -> dW2 (E x D x F).
  *   w13 dgrad  quant_mxfp8_sr_row(dH, DH_ROW); requant W13 (W13_T), regrouped, bcopy; GEMM -> dX rows (BF16);
  *              unpermute (BF16, weights 1, FP32 out) -> dx.
@@ -81,7 +82,6 @@
 #include "fb_kparams.h"
 #include "model_internal.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -120,6 +120,13 @@ typedef struct {
   CUdeviceptr p;
 } gofs;
 
+/* regroup's row maps: one device block per (E, C), the row count (long long) then the map (int32 E C) */
+#define RM_MAX 8
+typedef struct {
+  size_t E, C;
+  CUdeviceptr p;
+} rmap;
+
 struct fb_gpu_experts {
   fb_gpu_experts_opts o;
   fb_comm *comm;    /* o.comm, or a one-rank communicator of our own (own_comm) */
@@ -135,6 +142,8 @@ struct fb_gpu_experts {
   size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
   gofs go[GO_MAX]; /* group_offsets' cache */
   int ngo;
+  rmap rm[RM_MAX]; /* regroup_map's cache */
+  int nrm;
   int prof, nprof, nevents, sync_check;
   const char *phase, *last;
   prec pr[PROF_MAX];
@@ -636,59 +645,83 @@ static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const f
   return run_mem(g, e, &p, (long long)rows, (long long)cols, ng);
 }
 
-/* A strided device copy: height rows of width bytes, through cuMemCpy2D (resolved here: fb_cu does not list it),
- * else a copy per row. */
-typedef CUresult (*memcpy2d_fn)(const CUDA_MEMCPY2D *);
-static fb_status copy2d(CUdeviceptr dst, size_t dpitch, CUdeviceptr src, size_t spitch, size_t width, size_t height) {
-  static memcpy2d_fn fn;
-  static int tried;
-  if (!tried) {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h) fn = (memcpy2d_fn)dlsym(h, "cuMemcpy2D_v2");
-    tried = 1;
+/* The row map of a regroup of E groups by C rows (made once per (E, C) and kept, like group_offsets): the row count E C
+ * (long long), then token_of (int32 E C): out row e C + c takes in row c E + e. */
+static fb_status regroup_map(fb_gpu_experts *g, size_t E, size_t C, CUdeviceptr *rows, CUdeviceptr *map) {
+  for (int i = 0; i < g->nrm; ++i)
+    if (g->rm[i].E == E && g->rm[i].C == C) { *rows = g->rm[i].p, *map = g->rm[i].p + 8; return FB_OK; }
+  if (g->nrm == RM_MAX) return FB_ERR(FB_EINVAL, "experts gpu: more than %d regroup layouts", RM_MAX);
+  size_t n = E * C, bytes = 8 + n * 4;
+  if (n > INT32_MAX) return FB_ERR(FB_EINVAL, "experts gpu: regroup of %zu rows (int32 row indices)", n);
+  unsigned char *h = malloc(bytes);
+  if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: regroup map");
+  long long tot = (long long)n;
+  memcpy(h, &tot, 8);
+  int32_t *m = (int32_t *)(void *)(h + 8);
+  for (size_t e = 0; e < E; ++e)
+    for (size_t c = 0; c < C; ++c) m[e * C + c] = (int32_t)(c * E + e);
+  CUdeviceptr d = 0;
+  CUresult r = fb_cu.MemAlloc(&d, bytes);
+  if (!r) r = fb_cu.MemcpyHtoD(d, h, bytes);
+  free(h);
+  if (r) {
+    if (d) fb_cu.MemFree(d);
+    return FB_ERR(FB_ECUDA, "experts gpu: regroup map: %s", fb_cu_errstr((int)r));
   }
-  if (fn) {
-    CUDA_MEMCPY2D m;
-    memset(&m, 0, sizeof m);
-    m.srcMemoryType = CU_MEMORYTYPE_DEVICE, m.srcDevice = src, m.srcPitch = spitch;
-    m.dstMemoryType = CU_MEMORYTYPE_DEVICE, m.dstDevice = dst, m.dstPitch = dpitch;
-    m.WidthInBytes = width, m.Height = height;
-    CU_CHECK(fn(&m));
-    return FB_OK;
-  }
-  for (size_t r = 0; r < height; ++r) CU_CHECK(fb_cu.MemcpyDtoD(dst + r * dpitch, src + r * spitch, width));
+  g->rm[g->nrm++] = (rmap){E, C, d};
+  *rows = d, *map = d + 8;
   return FB_OK;
 }
 
+/* The permute kernel's gather pass alone (pass 3, templates/permute.cuh): out row r = in row map[r] for r below *rows
+ * (device long long), each plane of permute format f with cols values a row (BF16: 2 cols bytes; MXFP8: cols code bytes
+ * and cols / 32 E8M0). It reads no routing (topk_idx 0 says so to the fake driver). A warp a row. */
+static fb_status gather_rows(fb_gpu_experts *g, const fb_moe_layer *L, fb_format f, size_t cols, CUdeviceptr in, CUdeviceptr in_s,
+                             CUdeviceptr out, CUdeviceptr out_s, size_t n, CUdeviceptr rows, CUdeviceptr map) {
+  fb_qspec q = {0};
+  q.format = f, q.outer = FB_GRAN_TOKEN;
+  const kent *e;
+  fb_kernel_spec k = sp_permute(g, &q, L->top_k, L->experts);
+  FB_TRY(kget(g, &k, NULL, &e));
+  fb_kp_moe pm;
+  memset(&pm, 0, sizeof pm);
+  pm.pass = 3, pm.offsets = rows, pm.experts = 0, pm.token_of = map, pm.in = in, pm.in_scales = in_s, pm.out = out, pm.out_scales = out_s;
+  pm.rows = (long long)n, pm.cols = (long long)cols, pm.top_k = 1, pm.tile = 1;
+  /* fb_launch_dims gives the permute top_k warps a row (its rows are tokens): n / top_k "tokens" make a warp a row */
+  long long K = L->top_k > 0 ? L->top_k : 1;
+  unsigned gx, gy, th;
+  FB_TRY(fb_launch_dims(&e->spec, &e->v, ((long long)n + K - 1) / K, (long long)cols, 0, &gx, &gy, &th));
+  FB_TRY(prof_a(g, e->v.name));
+  FB_TRY(fb_kernel_launch(&e->k, gx, gy, th, &pm, sizeof pm));
+  return prof_b(g);
+}
+
 /* The transposed weights W^T: cols x (E * per) as requant wrote them, regrouped per expert into (E * cols) x per:
- * row (e, c) = elements [e * per, (e + 1) * per) of row c. Codes and E8M0 scales (per % 32 == 0). Two strided copies
- * per expert; a requantize-transpose that writes this layout itself would need none (templates/mx_col.cuh: an output
- * offset per source row group). */
-static fb_status regroup(arena *a, const dq *t, size_t E, dq *d) {
-  size_t C = t->rows, per = t->cols / E;
+ * row (e, c) = elements [e * per, (e + 1) * per) of row c. One gather launch (two for NVFP4: codes, then E4M3 scales)
+ * with the row map of regroup_map: the rows of per elements of W^T are its (c, e) pieces, c E + e. (A requantize-
+ * transpose that wrote this layout itself would need none: templates/mx_col.cuh, an output offset per row group.) */
+static fb_status regroup(fb_gpu_experts *g, arena *a, const fb_moe_layer *L, const dq *t, size_t E, dq *d) {
+  size_t C = t->rows, per = t->cols / E, n = E * C;
   memset(d, 0, sizeof *d);
-  d->rows = E * C, d->cols = per, d->f = t->f;
-  if (t->f == FB_FMT_MXFP8) {
-    FB_TRY(aalloc(a, &d->c, C * E * per));
-    FB_TRY(aalloc(a, &d->s, C * E * per / 32));
-    for (size_t e = 0; e < E; ++e) {
-      FB_TRY(copy2d(d->c + e * C * per, per, t->c + e * per, t->cols, per, C));
-      FB_TRY(copy2d(d->s + e * C * per / 32, per / 32, t->s + e * per / 32, t->cols / 32, per / 32, C));
-    }
-    return FB_OK;
-  }
-  /* BF16 values (2 bytes an element), or NVFP4 codes (half a byte) with E4M3 scales per 16 and their one outer scale */
+  d->rows = n, d->cols = per, d->f = t->f;
   if (t->f == FB_FMT_NVFP4 && t->orow) return FB_ERR(FB_EINVAL, "experts gpu: regroup of NVFP4 with per-row outer scales");
-  int nv = t->f == FB_FMT_NVFP4;
-  size_t cb = nv ? per / 2 : per * 2, tb = nv ? t->cols / 2 : t->cols * 2;
-  FB_TRY(aalloc(a, &d->c, C * E * cb));
-  if (nv) FB_TRY(aalloc(a, &d->s, C * E * per / 16));
-  d->o = t->o, d->no = t->no;
-  for (size_t e = 0; e < E; ++e) {
-    FB_TRY(copy2d(d->c + e * C * cb, cb, t->c + e * cb, tb, cb, C));
-    if (nv) FB_TRY(copy2d(d->s + e * C * per / 16, per / 16, t->s + e * per / 16, t->cols / 16, per / 16, C));
+  if (!n || !per) return FB_ERR(FB_EINVAL, "experts gpu: regroup of an empty matrix");
+  CUdeviceptr rows = 0, map = 0;
+  FB_TRY(regroup_map(g, E, C, &rows, &map));
+  if (t->f == FB_FMT_MXFP8) { /* codes (per bytes a piece) and E8M0 (per / 32): both planes of the MXFP8 payload */
+    FB_TRY(aalloc(a, &d->c, n * per));
+    FB_TRY(aalloc(a, &d->s, n * per / 32));
+    return gather_rows(g, L, FB_FMT_MXFP8, per, t->c, t->s, d->c, d->s, n, rows, map);
   }
-  return FB_OK;
+  /* BF16 values (2 per bytes a piece), or NVFP4 codes (per / 2) and E4M3 scales (per / 16) with their one outer scale,
+     moved as BF16 rows of per / 4 and per / 32 values */
+  int nv = t->f == FB_FMT_NVFP4;
+  FB_TRY(aalloc(a, &d->c, n * (nv ? per / 2 : per * 2)));
+  d->o = t->o, d->no = t->no;
+  if (!nv) return gather_rows(g, L, FB_FMT_BF16, per, t->c, 0, d->c, 0, n, rows, map);
+  FB_TRY(aalloc(a, &d->s, n * per / 16));
+  FB_TRY(gather_rows(g, L, FB_FMT_BF16, per / 4, t->c, 0, d->c, 0, n, rows, map));
+  return gather_rows(g, L, FB_FMT_BF16, per / 32, t->s, 0, d->s, 0, n, rows, map);
 }
 
 /* The exact BF16 copy (K permuted) of a quantized matrix, for the B operand of the Hopper GEMMs. */
@@ -962,7 +995,7 @@ static fb_status regather(fb_gpu_experts *g, arena *a, const fb_moe_layer *L, fb
 }
 
 /* Routing of every rank from the allgathered counts: rows to and from each rank, the owner's padded layout, and the
- * owner's two index arrays (uploaded). */
+ * owner's two index arrays (uploaded in one copy). */
 static fb_status plan_rows(arena *m, gsaved *s, size_t E) {
   int N = s->N, nE = s->nE, e0 = s->e0, me = s->me;
   const int32_t *cnt = s->cnt;
@@ -982,9 +1015,9 @@ static fb_status plan_rows(arena *m, gsaved *s, size_t E) {
     s->off[j + 1] = s->off[j] + (long long)((g + PAD - 1) / PAD * PAD);
   }
   s->R = (size_t)s->off[nE];
-  int32_t *ridx = malloc((s->Rr ? s->Rr : 1) * 4), *oidx = malloc((s->R ? s->R : 1) * 4);
+  int32_t *ridx = malloc((s->Rr + s->R + 1) * 4), *oidx = ridx ? ridx + s->Rr : NULL;
   fb_status rc = FB_OK;
-  if (!ridx || !oidx) { rc = FB_ERR(FB_ENOMEM, "experts gpu: routing"); goto out; }
+  if (!ridx) return FB_ERR(FB_ENOMEM, "experts gpu: routing");
   /* received rows: by source rank, then expert, then token; the owner's rows of expert j: source 0's, then source
    * 1's, ... (the global token order: rank q holds global tokens [q T, (q+1) T)), then padding */
   size_t k = 0;
@@ -997,10 +1030,10 @@ static fb_status plan_rows(arena *m, gsaved *s, size_t E) {
     for (int q = 0; q < N; ++q)
       for (int32_t i = 0; i < cnt[(size_t)q * E + (size_t)(e0 + j)]; ++i) oidx[r++] = q;
   }
-  FB_TRY_GOTO(up(m, &s->d_ridx, ridx, s->Rr * 4), out);
-  FB_TRY_GOTO(up(m, &s->d_oidx, oidx, s->R * 4), out);
+  FB_TRY_GOTO(up(m, &s->d_ridx, ridx, (s->Rr + s->R) * 4), out); /* one synchronous copy: ridx, then oidx */
+  s->d_oidx = s->d_ridx + s->Rr * 4;
 out:
-  free(ridx), free(oidx);
+  free(ridx);
   return rc;
 }
 
@@ -1281,7 +1314,7 @@ static fb_status bwd_lowp(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved
   CUdeviceptr dA, dH;
   FB_TRY(op_rows(g, tmp, &p->bwd_grad, dY, R, D, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq));
   FB_TRY(op_cols(g, tmp, &p->bwd_saved, &s->W2, 0, 0, seed, fb_moe_stream(lay, FB_MOE_OP_W2_T), step, &W2t));
-  FB_TRY(regroup(tmp, &W2t, E, &W2g));
+  FB_TRY(regroup(g, tmp, L, &W2t, E, &W2g));
   FB_TRY(aalloc(tmp, &dA, R * F * 2));
   FB_TRY(dgrad_gemm(g, tmp, p, s, &dYq, &W2g, dA, F, D));
   {
@@ -1307,7 +1340,7 @@ static fb_status bwd_lowp(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved
   dq dHq, W13t, W13g;
   FB_TRY(op_rows(g, tmp, &p->bwd_grad, dH, R, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq));
   FB_TRY(op_cols(g, tmp, &p->bwd_saved, &s->W13, 0, 0, seed, fb_moe_stream(lay, FB_MOE_OP_W13_T), step, &W13t));
-  FB_TRY(regroup(tmp, &W13t, E, &W13g));
+  FB_TRY(regroup(g, tmp, L, &W13t, E, &W13g));
   FB_TRY(dgrad_gemm(g, tmp, p, s, &dHq, &W13g, dXr, D, 2 * F));
 
   /* w13 wgrad: dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
@@ -1366,7 +1399,7 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   dq dYq, W2t, W2g;
   FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dY, R, D, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq), done);
   FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, seed, fb_moe_stream(lay, FB_MOE_OP_W2_T), step, &W2t), done);
-  FB_TRY_GOTO(regroup(&tmp, &W2t, E, &W2g), done);
+  FB_TRY_GOTO(regroup(g, &tmp, L, &W2t, E, &W2g), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &W2g, &cW2t), done);
   FB_TRY_GOTO(aalloc(&tmp, &dA, R * F * 2), done);
   {
@@ -1403,7 +1436,7 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq), done);
   FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_W13_T), step, &W13t),
               done);
-  FB_TRY_GOTO(regroup(&tmp, &W13t, E, &W13g), done);
+  FB_TRY_GOTO(regroup(g, &tmp, L, &W13t, E, &W13g), done);
   FB_TRY_GOTO(bf16copy(g, &tmp, &W13g, &cW13t), done);
   {
     fb_kernel_spec k = sp_gemm(g, p, 2);
@@ -1554,6 +1587,7 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
   if (!g->o.compile_only) {
     for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p);
     for (int i = 0; i < g->ngo; ++i) fb_cu.MemFree(g->go[i].p);
+    for (int i = 0; i < g->nrm; ++i) fb_cu.MemFree(g->rm[i].p);
     for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);
   }
   fb_plan_free(g->plan);
