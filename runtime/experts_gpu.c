@@ -27,10 +27,14 @@
  *   w13 dgrad  quant_mxfp8_sr_row(dH, DH_ROW); requant W13 (W13_T), regrouped, bcopy; GEMM -> dX rows (BF16);
  *              unpermute (BF16, weights 1, FP32 out) -> dx.
  *   w13 wgrad  quant_mxfp8_sr_col(dH, DH_COL); requant X (X_T) + bcopy; wgrad GEMM -> dW13.
- * Expert parallelism (N ranks, one GPU each; one rank runs the same code on a one-rank communicator), as
- * model_experts.c's "EP" does it on the CPU: rank r owns experts [r E/N, (r+1) E/N).
+ * Expert parallelism (N ranks, one GPU each), as model_experts.c's "EP" does it on the CPU: rank r owns experts
+ * [r E/N, (r+1) E/N). One rank (direct) skips what the exchange would do for nothing: the dispatch permute pads each
+ * expert's rows to 128 and gathers them straight into the owner's layout (the exchange path's send order is that order
+ * without the padding, and its regroup and regathers are identity maps there), row_of names owner rows, so the combine,
+ * its backward (dY written in place, the padding rows zeroed by memsets) and dX's unpermute read the owner's rows where
+ * they are; the bytes out are the exchange path's (FOURBIT_GPU_EXCHANGE=1 runs that path on one rank: tests compare).
  *   source   quantize the tokens, permute them without padding (by expert, then token: the rows for rank p are one
- *            contiguous range of each payload plane); the per-expert counts to the host (the one synchronization)
+ *            contiguous range of each payload plane); the per-expert counts to the host (a synchronization)
  *            and allgathered over the host mesh: every rank knows what it sends and receives, and the owner its
  *            padded layout.
  *   exchange one all-to-all-v per plane (NVFP4 codes, E4M3 scales, FP32 per-token outer scales; MXFP8 codes, E8M0)
@@ -45,8 +49,9 @@
  *            their local rows (the kernels take no index offset; the CPU path maps them to one rank's): with an RN
  *            backward N ranks reproduce one rank's step as the CPU path does, with SR they differ by the SR noise.
  * The device entry points (fb_gpu_experts_forward_dev / _backward_dev) take and give device tensors and synchronize
- * with the host once a forward (the row counts); the fb_expert_ops copy the host arrays up and down around
- * them. A layer's saved tensors live on the device from its forward to its backward; memory comes from a pool.
+ * with the host in the forward only: the row counts (one rank: nothing else), and with the exchange the owner's row maps
+ * (one synchronous copy up); the fb_expert_ops copy the host arrays up and down around them. A layer's saved tensors
+ * live on the device from its forward to its backward; memory comes from a pool.
  *
  * Other recipes (bf16, mxfp8, nvidia_nvfp4; check_prec says exactly what runs):
  *   BF16 dispatch  BF16 token rows are permuted and exchanged; the owner quantizes them as fwd.act says on arrival (one
@@ -144,6 +149,7 @@ struct fb_gpu_experts {
   int ngo;
   rmap rm[RM_MAX]; /* regroup_map's cache */
   int nrm;
+  int xchg1;       /* one rank through the exchange path all the same (FOURBIT_GPU_EXCHANGE=1; tests, benchmarks) */
   int prof, nprof, nevents, sync_check;
   const char *phase, *last;
   prec pr[PROF_MAX];
@@ -494,14 +500,16 @@ typedef struct {
 typedef struct {
   arena mem;
   int N, me, nE, e0;
+  int direct;            /* one rank without the exchange: the dispatch permute writes the owner's padded rows, d_rowof
+                            holds owner rows, ycq / yce the w2 GEMM's R rows (padding rows included, never read) */
   int32_t *cnt;          /* N x E: rows of every rank for every expert (the allgathered counts) */
   size_t *srows, *rrows; /* N each: rows to / from every rank in the forward direction */
   size_t Rs, Rr, R;      /* rows sent, received, and the owner's padded rows */
   long long *off;        /* nE + 1: the owner's padded row offsets (host) */
   uint32_t signs;
-  CUdeviceptr d_rowof;   /* int32 T*K: the source row of each (token, slot), -1 for none */
+  CUdeviceptr d_rowof;   /* int32 T*K: the source row of each (token, slot) (direct: the owner row), -1 for none */
   CUdeviceptr d_w;       /* FP32 T*K: the router weights */
-  CUdeviceptr ycq, yce;  /* Rs rows: the S2F6 combine payload as received back (codes, E8M0) */
+  CUdeviceptr ycq, yce;  /* Rs rows: the S2F6 combine payload as received back (codes, E8M0); direct: the R owner rows */
   CUdeviceptr d_ridx;    /* int32 Rr: the local expert of each received row (the owner's regroup) */
   CUdeviceptr d_oidx;    /* int32 R: the source rank of each owner row, -1 on padding (the way back) */
   CUdeviceptr d_lrow;    /* int32 Rr: the owner row of each received row */
@@ -994,9 +1002,46 @@ static fb_status regather(fb_gpu_experts *g, arena *a, const fb_moe_layer *L, fb
   return FB_OK;
 }
 
-/* Routing of every rank from the allgathered counts: rows to and from each rank, the owner's padded layout, and the
- * owner's two index arrays (uploaded in one copy). */
-static fb_status plan_rows(arena *m, gsaved *s, size_t E) {
+/* What xchg counts (bytes sent, to other ranks) for an exchange that one rank does not make (s->direct). */
+static void xcount(fb_moe_layer *L, const gsaved *s, int back, const size_t *b, int nplanes, double *bytes) {
+  const size_t *out = back ? s->rrows : s->srows;
+  double sent = 0, remote = 0;
+  for (int q = 0; q < nplanes; ++q) {
+    if (!b[q]) continue;
+    for (int p = 0; p < s->N; ++p) {
+      sent += (double)(out[p] * b[q]);
+      if (p != s->me) remote += (double)(out[p] * b[q]);
+    }
+  }
+  if (bytes) *bytes += sent;
+  if (L->traffic) L->traffic->remote += remote;
+}
+
+/* The padding rows of the owner's layout (rowbytes a row) set to zero: a memset per expert whose rows are not a whole
+ * number of tiles (an expert's padding follows its rows; an empty expert has none), or one of the whole buffer where
+ * that would take more than 64. */
+static fb_status zero_padding(const gsaved *s, size_t E, CUdeviceptr buf, size_t rowbytes) {
+  long long *a = malloc(2 * ((size_t)s->nE + 1) * sizeof *a), *b;
+  if (!a) return FB_ERR(FB_ENOMEM, "experts gpu: padding rows");
+  b = a + s->nE + 1;
+  int nr = 0;
+  for (int j = 0; j < s->nE; ++j) {
+    long long g = 0;
+    for (int q = 0; q < s->N; ++q) g += s->cnt[(size_t)q * E + (size_t)(s->e0 + j)];
+    if (s->off[j] + g < s->off[j + 1]) a[nr] = s->off[j] + g, b[nr++] = s->off[j + 1];
+  }
+  CUresult r = 0;
+  if (nr > 64) r = fb_cu.MemsetD8(buf, 0, s->R * rowbytes);
+  else
+    for (int i = 0; i < nr && !r; ++i) r = fb_cu.MemsetD8(buf + (size_t)a[i] * rowbytes, 0, (size_t)(b[i] - a[i]) * rowbytes);
+  free(a);
+  if (r) return FB_ERR(FB_ECUDA, "experts gpu: padding rows: %s", fb_cu_errstr((int)r));
+  return FB_OK;
+}
+
+/* Routing of every rank from the allgathered counts: rows to and from each rank, the owner's padded layout, and (with
+ * upload) the owner's two index arrays, uploaded in one copy. */
+static fb_status plan_rows(arena *m, gsaved *s, size_t E, int upload) {
   int N = s->N, nE = s->nE, e0 = s->e0, me = s->me;
   const int32_t *cnt = s->cnt;
   s->Rs = s->Rr = 0;
@@ -1015,6 +1060,7 @@ static fb_status plan_rows(arena *m, gsaved *s, size_t E) {
     s->off[j + 1] = s->off[j] + (long long)((g + PAD - 1) / PAD * PAD);
   }
   s->R = (size_t)s->off[nE];
+  if (!upload) return FB_OK;
   int32_t *ridx = malloc((s->Rr + s->R + 1) * 4), *oidx = ridx ? ridx + s->Rr : NULL;
   fb_status rc = FB_OK;
   if (!ridx) return FB_ERR(FB_ENOMEM, "experts gpu: routing");
@@ -1037,7 +1083,8 @@ out:
   return rc;
 }
 
-/* The forward on device tensors (fb_gpu_experts_forward_dev). One host synchronization: the row counts. */
+/* The forward on device tensors (fb_gpu_experts_forward_dev). Host synchronizations: the row counts (one rank, s->direct:
+ * the only one), then with the exchange the owner's index arrays (one synchronous copy up). */
 static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
   if (L->saved) gpu_release(g, L);
   if (L->exact) return FB_ERR(FB_EINVAL, "experts gpu: exact (gradient-check) mode runs on the CPU path");
@@ -1055,23 +1102,28 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   s->mem.g = g;
   arena *m = &s->mem;
   s->N = fb_comm_size(c), s->me = fb_comm_rank(c), s->nE = (int)E / s->N, s->e0 = s->me * s->nE;
+  /* one rank: the permute writes the owner's layout itself, and nothing is exchanged (the exchange path's maps are
+     identities there: its send order is the owner's order without the padding rows) */
+  s->direct = s->N == 1 && !g->xchg1;
   size_t N = (size_t)s->N, nE = (size_t)s->nE;
-  size_t maxs = fb_permute_max_rows(T, L->top_k, L->experts, 1), nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
+  size_t maxs = fb_permute_max_rows(T, L->top_k, L->experts, s->direct ? PAD : 1);
+  size_t nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
   s->off = malloc((nE + 1) * sizeof *s->off), s->cnt = malloc(N * E * sizeof *s->cnt);
   s->srows = calloc(N, sizeof *s->srows), s->rrows = calloc(N, sizeof *s->rrows);
   int32_t *mine = malloc(E * sizeof *mine);
   if (!s->off || !s->cnt || !s->srows || !s->rrows || !mine) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
-  CUdeviceptr dchunk, dcounts, dtok, dsoff;
+  CUdeviceptr dchunk, dcounts, dtok, dsoff = 0;
   FB_TRY_GOTO(aalloc(m, &s->d_w, T * K * 4), fail);
   CU_CHECK_GOTO(fb_cu.MemcpyDtoD(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
   FB_TRY_GOTO(aalloc(&tmp, &dchunk, nch * E * 4), fail);
   FB_TRY_GOTO(aalloc(&tmp, &dcounts, E * 4), fail);
   FB_TRY_GOTO(aalloc(&tmp, &dtok, (maxs ? maxs : 1) * 4), fail);
-  FB_TRY_GOTO(aalloc(&tmp, &dsoff, (E + 1) * 8), fail);
+  if (!s->direct) FB_TRY_GOTO(aalloc(&tmp, &dsoff, (E + 1) * 8), fail);
   FB_TRY_GOTO(aalloc(m, &s->d_rowof, T * K * 4), fail);
 
   /* source: quantize the tokens, then the permutation (no padding) gathers the payload rows by expert, then token:
-   * the rows for rank p are one contiguous range of each plane */
+   * the rows for rank p are one contiguous range of each plane. One rank (direct): the permutation pads each expert's
+   * rows to the tile and gathers them straight into the owner's layout (rows by expert, then token: the same order) */
   g->phase = "fwd dispatch";
   dq tok;
   size_t b[3];
@@ -1090,52 +1142,63 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   }
   int per_tok = tok.f == FB_FMT_NVFP4;
   FB_TRY_GOTO(fb_payload_planes(tok.f, per_tok, D, b), fail);
-  for (int q = 0; q < 3; ++q)
-    if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xs[q], (maxs ? maxs : 1) * b[q]), fail);
+  dq *X = &s->X;
+  arena *xa = qarr ? &tmp : m; /* BF16 rows quantized on arrival are scratch */
+  CUdeviceptr xo[3] = {0, 0, 0}; /* the owner's rows: X's planes */
+  memset(X, 0, sizeof *X);
+  if (s->direct) {
+    for (int q = 0; q < 3; ++q)
+      if (b[q]) FB_TRY_GOTO(aalloc(xa, &xo[q], (maxs ? maxs : 1) * b[q]), fail);
+    FB_TRY_GOTO(aalloc(m, &s->d_off, (nE + 1) * 8), fail);
+  } else {
+    for (int q = 0; q < 3; ++q)
+      if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xs[q], (maxs ? maxs : 1) * b[q]), fail);
+  }
   {
     const kent *e;
     fb_kernel_spec k = sp_permute(g, &dsp, L->top_k, L->experts);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
+    const CUdeviceptr *po = s->direct ? xo : xs;
     fb_kp_moe pm;
     memset(&pm, 0, sizeof pm);
-    pm.topk_idx = io->topk_idx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = dsoff, pm.row_of = s->d_rowof;
-    pm.token_of = dtok, pm.in = tok.c, pm.in_scales = tok.s, pm.in_outer = per_tok ? tok.o : 0;
-    pm.out = xs[0], pm.out_scales = xs[1], pm.out_outer = xs[2];
-    pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = 1;
+    pm.topk_idx = io->topk_idx, pm.chunk_counts = dchunk, pm.counts = dcounts, pm.offsets = s->direct ? s->d_off : dsoff;
+    pm.row_of = s->d_rowof, pm.token_of = dtok, pm.in = tok.c, pm.in_scales = tok.s, pm.in_outer = per_tok ? tok.o : 0;
+    pm.out = po[0], pm.out_scales = po[1], pm.out_outer = po[2];
+    pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = s->direct ? PAD : 1;
     for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY_GOTO(run_moe(g, e, &pm, (long long)T, (long long)D), fail);
   }
-  /* the counts: this rank's rows per expert to the host (the one synchronization), every rank's over the host mesh */
+  /* the counts: this rank's rows per expert to the host (a synchronization: R sizes the buffers and the GEMMs), every
+   * rank's over the host mesh */
   CU_CHECK_GOTO(fb_cu.MemcpyDtoH(mine, dcounts, E * 4), fail);
   FB_TRY_GOTO(fb_comm_allgather(c, mine, E * 4, s->cnt), fail);
-  FB_TRY_GOTO(plan_rows(m, s, E), fail);
+  FB_TRY_GOTO(plan_rows(m, s, E, !s->direct), fail);
   size_t R = s->R, Rr = s->Rr, Rs = s->Rs;
   if (L->traffic) {
     fb_ep_traffic *x = L->traffic;
     x->rows += (double)Rs, x->bf16 += (double)Rs * 2.0 * (double)D, x->dispatch_outer += (double)Rs * (double)b[2];
     if (per_tok) x->nvfp4 += (double)Rs * (double)(b[0] + b[1] + b[2]), x->nvfp4_bf16 += (double)Rs * 2.0 * (double)D;
   }
-  /* exchange: plane by plane, then the owner groups the received rows per expert (padded as one rank has them) */
-  for (int q = 0; q < 3; ++q)
-    if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xr[q], (Rr ? Rr : 1) * b[q]), fail);
-  FB_TRY_GOTO(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL), fail);
-  {
-    dq *X = &s->X;
-    arena *xa = qarr ? &tmp : m; /* BF16 rows quantized on arrival are scratch */
-    X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0, X->orow = per_tok;
-    CUdeviceptr xo[3] = {0, 0, 0};
-    FB_TRY_GOTO(aalloc(xa, &X->c, (R ? R : 1) * b[0]), fail);
-    if (b[1]) FB_TRY_GOTO(aalloc(xa, &X->s, (R ? R : 1) * b[1]), fail);
-    if (per_tok) FB_TRY_GOTO(aalloc(xa, &X->o, (R ? R : 1) * b[2]), fail);
-    xo[0] = X->c, xo[1] = X->s, xo[2] = X->o;
+  if (s->direct) {
+    xcount(L, s, 0, b, 3, L->traffic ? &L->traffic->dispatch : NULL);
+  } else {
+    /* exchange: plane by plane, then the owner groups the received rows per expert (padded as one rank has them) */
+    for (int q = 0; q < 3; ++q)
+      if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xr[q], (Rr ? Rr : 1) * b[q]), fail);
+    FB_TRY_GOTO(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL), fail);
+    FB_TRY_GOTO(aalloc(xa, &xo[0], (R ? R : 1) * b[0]), fail);
+    if (b[1]) FB_TRY_GOTO(aalloc(xa, &xo[1], (R ? R : 1) * b[1]), fail);
+    if (per_tok) FB_TRY_GOTO(aalloc(xa, &xo[2], (R ? R : 1) * b[2]), fail);
     FB_TRY_GOTO(aalloc(m, &s->d_off, (nE + 1) * 8), fail);
     FB_TRY_GOTO(aalloc(m, &s->d_lrow, (Rr ? Rr : 1) * 4), fail);
     FB_TRY_GOTO(regather(g, &tmp, L, tok.f, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow), fail);
-    if (qarr) {
-      CUdeviceptr xb = X->c;
-      FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, X), fail);
-      X->rows = R;
-      if (X->orow) X->no = R;
-    }
+  }
+  X->c = xo[0], X->s = xo[1], X->o = xo[2];
+  X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0, X->orow = per_tok;
+  if (qarr) {
+    CUdeviceptr xb = X->c;
+    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, X), fail);
+    X->rows = R;
+    if (X->orow) X->no = R;
   }
 
   /* weights: this rank's experts' FP32 masters quantized (per-expert groups of rows), BF16 copies for the GEMMs. In a
@@ -1190,8 +1253,9 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   int cbf = p->combine.format == FB_FMT_BF16;
   size_t yrb = cbf ? 2 * D : D;
   CUdeviceptr yq, ye = 0, ys[2] = {0, 0}, yb[2] = {0, 0};
-  FB_TRY_GOTO(aalloc(&tmp, &yq, (R ? R : 1) * yrb), fail);
-  if (!cbf) FB_TRY_GOTO(aalloc(&tmp, &ye, (R ? R : 1) * D / 32), fail);
+  arena *ya = s->direct ? m : &tmp; /* one rank: these rows are the ones the combine and its backward read */
+  FB_TRY_GOTO(aalloc(ya, &yq, (R ? R : 1) * yrb), fail);
+  if (!cbf) FB_TRY_GOTO(aalloc(ya, &ye, (R ? R : 1) * D / 32), fail);
   s->signs = fb_rht_signs(seed, 0);
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 1);
@@ -1203,14 +1267,19 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   {
     size_t cb[2] = {yrb, cbf ? 0 : D / 32};
     CUdeviceptr yo[2] = {yq, ye};
-    FB_TRY_GOTO(aalloc(&tmp, &ys[0], (Rr ? Rr : 1) * yrb), fail);
-    if (!cbf) FB_TRY_GOTO(aalloc(&tmp, &ys[1], (Rr ? Rr : 1) * D / 32), fail);
-    /* by source: S2F6 rows move as MXFP8's bytes, BF16 rows as BF16 */
-    FB_TRY_GOTO(regather(g, &tmp, L, cbf ? FB_FMT_BF16 : FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0), fail);
-    FB_TRY_GOTO(aalloc(m, &s->ycq, (Rs ? Rs : 1) * yrb), fail);
-    if (!cbf) FB_TRY_GOTO(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32), fail);
-    yb[0] = s->ycq, yb[1] = s->yce;
-    FB_TRY_GOTO(xchg(g, L, s, 1, ys, yb, cb, 2, L->traffic ? &L->traffic->combine : NULL), fail);
+    if (s->direct) { /* the rows stay where the GEMM wrote them; row_of names them */
+      s->ycq = yq, s->yce = ye;
+      xcount(L, s, 1, cb, 2, L->traffic ? &L->traffic->combine : NULL);
+    } else {
+      FB_TRY_GOTO(aalloc(&tmp, &ys[0], (Rr ? Rr : 1) * yrb), fail);
+      if (!cbf) FB_TRY_GOTO(aalloc(&tmp, &ys[1], (Rr ? Rr : 1) * D / 32), fail);
+      /* by source: S2F6 rows move as MXFP8's bytes, BF16 rows as BF16 */
+      FB_TRY_GOTO(regather(g, &tmp, L, cbf ? FB_FMT_BF16 : FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0), fail);
+      FB_TRY_GOTO(aalloc(m, &s->ycq, (Rs ? Rs : 1) * yrb), fail);
+      if (!cbf) FB_TRY_GOTO(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32), fail);
+      yb[0] = s->ycq, yb[1] = s->yce;
+      FB_TRY_GOTO(xchg(g, L, s, 1, ys, yb, cb, 2, L->traffic ? &L->traffic->combine : NULL), fail);
+    }
     const kent *e;
     fb_kernel_spec k = sp_unpermute(g, &p->combine, 1, L->top_k, L->experts);
     FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
@@ -1365,9 +1434,16 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   size_t b2[1] = {2 * D};
 
   /* at the source, the combine's backward: dY = w * dy by source row, dtopk_w = <dy, Y^>; dY rows to their owners,
-   * grouped there per expert and padded (zero rows) */
+   * grouped there per expert and padded (zero rows). One rank (direct): row_of names the owner's rows, the kernel
+   * writes them in place and the padding rows are zeroed apart */
   g->phase = "bwd combine";
-  FB_TRY_GOTO(aalloc(&tmp, &dYs, (Rs ? Rs : 1) * D * 2), done);
+  if (s->direct) {
+    FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
+    FB_TRY_GOTO(zero_padding(s, (size_t)L->experts, dY, D * 2), done);
+    dYs = dY;
+  } else {
+    FB_TRY_GOTO(aalloc(&tmp, &dYs, (Rs ? Rs : 1) * D * 2), done);
+  }
   {
     const kent *e;
     fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
@@ -1378,10 +1454,14 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
     FB_TRY_GOTO(run_moe(g, e, &pc, (long long)T, (long long)D), done);
   }
-  FB_TRY_GOTO(aalloc(&tmp, &dYr, (Rr ? Rr : 1) * D * 2), done);
-  FB_TRY_GOTO(xchg(g, L, s, 0, &dYs, &dYr, b2, 1, L->traffic ? &L->traffic->dy : NULL), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
-  FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_ridx, Rr, (int)E, PAD, &dYr, &dY, 0, 0), done);
+  if (s->direct) {
+    xcount(L, s, 0, b2, 1, L->traffic ? &L->traffic->dy : NULL);
+  } else {
+    FB_TRY_GOTO(aalloc(&tmp, &dYr, (Rr ? Rr : 1) * D * 2), done);
+    FB_TRY_GOTO(xchg(g, L, s, 0, &dYs, &dYr, b2, 1, L->traffic ? &L->traffic->dy : NULL), done);
+    FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
+    FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_ridx, Rr, (int)E, PAD, &dYr, &dY, 0, 0), done);
+  }
   FB_TRY_GOTO(aalloc(&tmp, &dXr, (R ? R : 1) * D * 2), done);
 
   if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
@@ -1461,10 +1541,15 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
 back:
   /* dX rows back to their sources in the order they were sent, summed there per token (every rank takes part) */
   g->phase = "bwd dx";
-  FB_TRY_GOTO(aalloc(&tmp, &dXs, (Rr ? Rr : 1) * D * 2), done);
-  FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dXb, (Rs ? Rs : 1) * D * 2), done);
-  FB_TRY_GOTO(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL), done);
+  if (s->direct) { /* one rank: row_of names the owner's rows */
+    dXb = dXr;
+    xcount(L, s, 1, b2, 1, L->traffic ? &L->traffic->dx : NULL);
+  } else {
+    FB_TRY_GOTO(aalloc(&tmp, &dXs, (Rr ? Rr : 1) * D * 2), done);
+    FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0), done);
+    FB_TRY_GOTO(aalloc(&tmp, &dXb, (Rs ? Rs : 1) * D * 2), done);
+    FB_TRY_GOTO(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL), done);
+  }
   if (!Rs) {
     CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
   } else {
@@ -1558,6 +1643,8 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   g->o = *o, g->sms = info.sm_count;
   const char *sc = getenv("FOURBIT_GPU_SYNC");
   g->sync_check = sc && *sc && strcmp(sc, "0");
+  const char *xe = getenv("FOURBIT_GPU_EXCHANGE");
+  g->xchg1 = xe && *xe && strcmp(xe, "0");
   g->ops = (fb_expert_ops){"gpu", g, gpu_forward, gpu_backward, gpu_release};
   fb_status s = FB_OK;
   if (o->comm) g->comm = o->comm;
@@ -1578,6 +1665,8 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
 }
 
 const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g) { return &g->ops; }
+void fb_gpu_experts_set_exchange(fb_gpu_experts *g, int on) { g->xchg1 = on != 0; }
+int fb_gpu_experts_exchange(const fb_gpu_experts *g) { return g->xchg1; }
 fb_gpu_experts_stats fb_gpu_experts_stats_get(const fb_gpu_experts *g) { return g->st; }
 
 void fb_gpu_experts_free(fb_gpu_experts *g) {
@@ -1593,6 +1682,39 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
   fb_plan_free(g->plan);
   if (g->own_comm) fb_comm_free(g->comm);
   free(g);
+}
+
+/* The probes of a one-rank layer without the exchange (s->direct) that name send-order rows: its combine payload is
+ * the owner's R rows and its row_of the owner rows; the send order is the owner's without the padding rows (expert j's
+ * rows [off[j], off[j] + cnt[j]) are send rows [sum of the counts before j, ...)). d, n: the probe as the exchange path
+ * has it (n bytes: Rs rows, or T k int32). */
+static fb_status probe_direct(const fb_moe_layer *L, const char *name, CUdeviceptr d, size_t n, void **out, size_t *bytes) {
+  const gsaved *s = L->saved;
+  size_t E = (size_t)s->nE, rb = s->Rs ? n / s->Rs : 0, nd = strcmp(name, "source_row_of") ? s->R * rb : n;
+  unsigned char *dev = malloc(nd ? nd : 1), *h = malloc(n ? n : 1);
+  long long *first = malloc((E + 1) * sizeof *first);
+  fb_status rc = FB_OK;
+  if (!dev || !h || !first) { rc = FB_ERR(FB_ENOMEM, "experts gpu: probe"); goto out; }
+  int r_ = nd ? (int)fb_cu.MemcpyDtoH(dev, d, nd) : 0;
+  if (r_) { rc = FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); goto out; }
+  first[0] = 0;
+  for (size_t j = 0; j < E; ++j) first[j + 1] = first[j] + s->cnt[j];
+  if (!strcmp(name, "source_row_of")) {
+    const int32_t *ro = (const int32_t *)(const void *)dev;
+    int32_t *so = (int32_t *)(void *)h;
+    for (size_t i = 0; i < n / 4; ++i) {
+      size_t j = 0;
+      while (ro[i] >= 0 && j + 1 < E && ro[i] >= s->off[j + 1]) ++j;
+      so[i] = ro[i] < 0 ? -1 : (int32_t)(ro[i] - s->off[j] + first[j]);
+    }
+  } else {
+    for (size_t j = 0; j < E; ++j)
+      memcpy(h + (size_t)first[j] * rb, dev + (size_t)s->off[j] * rb, (size_t)s->cnt[j] * rb);
+  }
+  *out = h, *bytes = n, h = NULL;
+out:
+  free(dev), free(h), free(first);
+  return rc;
 }
 
 fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes) {
@@ -1622,13 +1744,15 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
   else if (!strcmp(name, "offsets")) host = s->off, n = (E + 1) * 8;
   else if (!strcmp(name, "row_of") || !strcmp(name, "source_row_of")) d = s->d_rowof, n = T * K * 4;
   if (!d && !host) return FB_ERR(FB_ENOTFOUND, "experts gpu: layer %d has no saved tensor '%s'", L->layer, name);
+  if (s->direct && (!strcmp(name, "y_codes") || !strcmp(name, "y_scales") || !strcmp(name, "source_row_of")))
+    return probe_direct(L, name, d, n, out, bytes);
   void *h = malloc(n ? n : 1);
   if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: probe");
   if (host) memcpy(h, host, n);
   else if (n) {
     int r_ = (int)fb_cu.MemcpyDtoH(h, d, n);
     if (r_) { free(h); return FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); }
-    if (!strcmp(name, "row_of") && s->N == 1 && s->Rr) { /* one rank: the owner row of each (token, slot) */
+    if (!strcmp(name, "row_of") && s->N == 1 && !s->direct && s->Rr) { /* one rank: the owner row of each (token, slot) */
       int32_t *lr = malloc(s->Rr * 4), *ro = h;
       if (!lr) { free(h); return FB_ERR(FB_ENOMEM, "experts gpu: probe"); }
       r_ = (int)fb_cu.MemcpyDtoH(lr, s->d_lrow, s->Rr * 4);

@@ -2,7 +2,9 @@
  * backward run the generated kernels (templates/) in the order of NUMERICS.md's "expert layer, op by op" table.
  * Expert parallelism: with opts.comm of N ranks (one process per GPU, device fb_comm_local_rank), rank r owns experts
  * [r E/N, (r+1) E/N) and the layers exchange their payloads with NCCL (runtime/comm.h); without one, a one-rank
- * communicator of its own: one GPU runs the same code, its exchanges NCCL sends to itself.
+ * communicator of its own. One rank exchanges nothing: the dispatch permute writes the owner's padded layout itself and
+ * the way back reads the owner's rows in place (fb_gpu_experts_set_exchange: through the exchange path all the same,
+ * NCCL sends to itself; the same bytes out).
  *
  * Entry points: fb_gpu_experts_create(), fb_gpu_experts_ops(), fb_gpu_experts_stats(), fb_gpu_experts_free(),
  * fb_gpu_experts_probe() (tests: the saved device tensors of a layer between its forward and backward). */
@@ -48,8 +50,10 @@ void fb_gpu_experts_free(fb_gpu_experts *g);
  * Pointers are device addresses (CUdeviceptr). Forward reads x (T x D BF16), topk_idx (int32 T x k), topk_w (FP32
  * T x k, copied: the caller may reuse it), w13 / w2 (FP32 masters of this rank's experts, laid out as fb_expert_ops
  * says) and writes y (T x D BF16); it keeps what the backward needs in L->saved (device memory of g's pool) and
- * synchronizes with the host once (the row counts, then exchanged over the host mesh). Backward reads dy (T x D FP32) and writes dx (T x D FP32), dw13, dw2 (FP32, shaped
- * like the masters) and dtopk_w (FP32 T x k), and releases L->saved. Work is queued on the default stream. */
+ * synchronizes with the host at the row counts (one rank: there only; N ranks: the counts are exchanged over the host
+ * mesh and the owner's two row maps go up in one more synchronous copy). Backward reads dy (T x D FP32) and writes dx (T x D FP32), dw13,
+ * dw2 (FP32, shaped like the masters) and dtopk_w (FP32 T x k), and releases L->saved; it does not synchronize. Work is
+ * queued on the default stream. */
 typedef struct {
   unsigned long long x, topk_idx, topk_w, w13, w2, y;   /* forward */
   unsigned long long dy, dx, dw13, dw2, dtopk_w;        /* backward */
@@ -79,6 +83,13 @@ void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, 
 fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **out, size_t *bytes);
 
 /* FOURBIT_GPU_SYNC=1 in the environment: synchronize after every launch and name the kernel of a fault (debugging). */
+
+/* One rank through the exchange path of N ranks (on: a self-send, the owner's regroup and the way back's regather as
+ * with N ranks) instead of the direct one; both give the same bytes (tests and bench_layer compare them). Initially on
+ * where FOURBIT_GPU_EXCHANGE=1 is in the environment at create. No effect with N > 1 ranks. Takes effect at the next
+ * forward (a saved layer keeps its path to its backward). */
+void fb_gpu_experts_set_exchange(fb_gpu_experts *g, int on);
+int fb_gpu_experts_exchange(const fb_gpu_experts *g);
 
 /* Destination rows of each expert are padded to this (the wgrad GEMM's K tile; the CPU path pads to 32). */
 #define FB_GPU_EXPERT_PAD 128

@@ -13,6 +13,14 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 args="--tokens 256 --experts 8 --top-k 2 --d-model 256 --d-ff 128 --iters 2"
 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/one" 2>&1 && ok || { bad "one rank: exit $?"; tail -5 "$W/one"; }
 [ "$(grep -c 'two runs byte-identical' "$W/one")" = 5 ] && grep -q 'unquantized operands: rel. Frobenius .* ok' "$W/one" && ok || { bad "one rank: checks"; grep '^check' "$W/one"; }
+# one rank: the direct path (no exchange) and the exchange path forced on give the same bytes; the exchange path timed
+grep -q '^check one rank: direct path = exchange path: y dx dW13 dW2 dtopk_w byte-identical (timed: the direct path' "$W/one" && ok \
+  || { bad "one rank: direct vs exchange path"; grep '^check one rank' "$W/one"; }
+# the launches of inkling2_small layer 1's step on each path (runtime/experts_gpu.c's orchestration: update with it)
+grep -q '^kernels of the profiled step: .* (36 launches;' "$W/one" && ok || { bad "one rank: launches of the direct path"; grep '^kernels of' "$W/one"; }
+FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
+grep -q '^check one rank: direct path = exchange path: .* byte-identical (timed: the exchange path' "$W/onex" && \
+  grep -q '^kernels of the profiled step: .* (59 launches;' "$W/onex" && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
 # NVFP4 dispatch rows of 256 values: 128 code bytes + 16 E4M3 scales + 4 (the FP32 outer scale) = 148 B
 grep -qE '^EXCHANGE dispatch: ours .* 512 rows x 148 B \(nvfp4 payload: 0.2891 of BF16\)' "$W/one" && ok || { bad "one rank: exchange line"; grep EXCHANGE "$W/one"; }
 port=$((29700 + RANDOM % 200))

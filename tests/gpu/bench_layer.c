@@ -14,7 +14,9 @@
  * Checks before timing (exit 1 on failure): every output finite; two runs byte-identical (y, dx, dW13, dW2, dtopk_w);
  * y of 8 sampled tokens within 0.5 (relative Frobenius) of an FP64 evaluation of the layer on the unquantized
  * masters and tokens (the recipe's quantization error is ~0.1 for NVFP4: this catches wrong rows, experts or layouts,
- * not rounding; the rounding is checked bit for bit by test_kernels, test_gemm and test_train_gpu in the same call).
+ * not rounding; the rounding is checked bit for bit by test_kernels, test_gemm and test_train_gpu in the same call);
+ * one rank: a third run through the other path (direct, or through the exchange machinery of N ranks) byte-identical
+ * to the first. The timed path is the direct one; FOURBIT_GPU_EXCHANGE=1 in the environment times the exchange path.
  * Expert parallelism (torchrun-style: WORLD_SIZE > 1 with RANK, LOCAL_RANK, MASTER_ADDR/MASTER_PORT, one process
  * per GPU): --experts is the experts of each rank (S1 at N = 8: 48 a rank, 384 in all), each rank routes its own
  * --tokens over all of them, the layer exchanges its payloads with NCCL; the FP64 check of y (which needs the
@@ -49,6 +51,12 @@ static double urand(void) {
 static float nrand(void) { /* uniform with unit variance (fast enough for 1.5e9 values) */
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
   return (float)((double)(rng >> 11) * (1.0 / 9007199254740992.0) * 3.4641016151377544 - 1.7320508075688772);
+}
+
+static uint64_t fnv1a(const void *p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+  return h;
 }
 
 /* the cache lookup (as fourbit train --cache) */
@@ -296,6 +304,26 @@ int main(int argc, char **argv) {
     printf("check %-8s non-finite %zu, two runs %s\n", outs[o].name, nonfinite, same ? "byte-identical" : "DIFFER");
     bad |= nonfinite != 0 || !same;
   }
+  if (nr == 1) { /* one rank: the other path (direct <-> through the exchange) gives the same bytes; the timing below runs
+                    the configured one (FOURBIT_GPU_EXCHANGE=1: the exchange path) */
+    int xo = fb_gpu_experts_exchange(g);
+    fb_gpu_experts_set_exchange(g, !xo);
+    CK(fb_gpu_experts_forward_dev(g, &L, &io));
+    CK(fb_gpu_experts_backward_dev(g, &L, &io));
+    CU(fb_cu.CtxSynchronize());
+    fb_gpu_experts_set_exchange(g, xo);
+    int diff = 0;
+    char dn[64] = "";
+    for (int o = 0; o < 5; ++o) {
+      CU(fb_cu.MemcpyDtoH(outs[o].h[1], outs[o].p, outs[o].n));
+      if (memcmp(outs[o].h[0], outs[o].h[1], outs[o].n)) diff = 1, snprintf(dn + strlen(dn), sizeof dn - strlen(dn), " %s", outs[o].name);
+    }
+    printf("check one rank: direct path = exchange path: y dx dW13 dW2 dtopk_w %s%s (timed: the %s path; FNV-1a y %016llx / %016llx, "
+           "dx %016llx / %016llx)\n", diff ? "DIFFER:" : "byte-identical", dn, xo ? "exchange" : "direct",
+           (unsigned long long)fnv1a(outs[0].h[0], outs[0].n), (unsigned long long)fnv1a(outs[0].h[1], outs[0].n),
+           (unsigned long long)fnv1a(outs[1].h[0], outs[1].n), (unsigned long long)fnv1a(outs[1].h[1], outs[1].n));
+    bad |= diff;
+  }
   if (nr > 1) {
     printf("check y vs the FP64 layer: skipped with %d ranks (the other ranks' experts are theirs)\n", nr);
   } else { /* y of 8 tokens against the FP64 layer on the unquantized operands */
@@ -438,9 +466,10 @@ int main(int argc, char **argv) {
     int nvt = prec->fwd_act.format == FB_FMT_NVFP4;
     CK(fb_payload_planes(prec->fwd_act.format, nvt, nD, b3));
     printf("EXCHANGE dispatch: ours %.3f ms for %zu rows x %zu B (%s payload: %.4f of BF16); a plain NCCL all-to-all of the "
-           "same rows in BF16 (%zu B a row): %.3f ms (median of %d); ratio %.2f\n", ours, nT * nK, b3[0] + b3[1] + b3[2],
+           "same rows in BF16 (%zu B a row): %.3f ms (median of %d); ratio %.2f%s\n", ours, nT * nK, b3[0] + b3[1] + b3[2],
            fb_format_name(prec->fwd_act.format), (double)(b3[0] + b3[1] + b3[2]) / (2.0 * nD), 2 * nD, ta[iters / 2], iters,
-           ta[iters / 2] > 0 ? ours / ta[iters / 2] : 0.0);
+           ta[iters / 2] > 0 ? ours / ta[iters / 2] : 0.0,
+           nr == 1 && !fb_gpu_experts_exchange(g) ? " (one rank, direct path: nothing exchanged; FOURBIT_GPU_EXCHANGE=1 times the exchange path)" : "");
     fb_cu.MemFree(sb), fb_cu.MemFree(rb);
     free(rows), free(allrows), free(sc), free(sd), free(rc), free(rd), free(ta);
   }

@@ -24,6 +24,9 @@
  *                        relative error <= 2e-2 — this checks the backward wiring without the SR noise.
  *   layer L SR: dx dw13 dw2   the recipe's SR backward: the two paths draw different random bits (rows padded to 128 on
  *                        the GPU, 32 on the CPU, and SR indices follow the row), so the tolerance is the SR noise: 0.15.
+ *   layer L: direct = exchange path   one rank's direct path (no exchange) against the exchange machinery of N ranks
+ *                        forced on (fb_gpu_experts_set_exchange, FOURBIT_GPU_EXCHANGE=1): y, dx, dw13, dw2, dtopk_w and
+ *                        every saved tensor byte-identical; the launches of each (the direct path makes no all-to-all).
  *   step: loss, grads    fb_train_loss_grad of step 0 with the CPU ops and with the GPU ops: loss within 1e-2
  *                        relative, every parameter's gradient within 0.15 (SR noise, as above).
  *   determinism          two GPU trainers, same seed, 2 steps each: losses and every master weight bit-identical. */
@@ -320,6 +323,72 @@ static void exact_rows(const char *tag, const fb_moe_layer *L, const inputs *in)
   free(cnt), free(rof), free(tok), free(off), free(goff), free(grof);
 }
 
+static long outs_diff(const outs *a, const outs *b, const inputs *in) {
+  return ndiff(a->y, b->y, in->T * in->D * 4) + ndiff(a->dx, b->dx, in->T * in->D * 4) +
+         ndiff(a->dw13, b->dw13, in->E * 2 * in->F * in->D * 4) + ndiff(a->dw2, b->dw2, in->E * in->D * in->F * 4) +
+         ndiff(a->dtw, b->dtw, in->T * in->K * 4);
+}
+
+/* The layer through one path (xchg: the exchange machinery of N ranks on one rank, else the direct one), profiled: its
+ * outputs, every saved tensor the probe has (n of them, bytes each), its launches and how many of them are exchanges. */
+static const char *PROBES[] = {"x_codes", "x_scales", "x_sdec", "w13_codes", "w13_scales", "w13_sdec", "w2_codes", "w2_scales",
+                               "w2_sdec", "a_codes", "a_scales", "a_sdec", "h", "y_codes", "y_scales", "offsets", "row_of",
+                               "source_row_of"};
+#define NPROBES (int)(sizeof PROBES / sizeof PROBES[0])
+typedef struct {
+  outs o;
+  void *pr[NPROBES];
+  size_t prn[NPROBES];
+  int launches, exchanges;
+} path_run;
+static void run_path(const fb_expert_ops *gpu, const inputs *in, int layer, const fb_layer_prec *p, int xchg, path_run *r) {
+  fb_gpu_experts *g = gpu->ctx;
+  int was = fb_gpu_experts_exchange(g);
+  fb_gpu_experts_set_exchange(g, xchg);
+  memset(r, 0, sizeof *r);
+  outs_alloc(&r->o, in);
+  fb_moe_layer L = layer_of(in, layer, p);
+  static fb_gpu_prof pr[256];
+  int np = 0, np2 = 0;
+  fb_gpu_experts_profile_begin(g);
+  CK(gpu->forward(gpu->ctx, &L, in->x, in->idx, in->tw, in->w13, in->w2, r->o.y));
+  CK(fb_gpu_experts_profile_end(g, pr, 256, &np));
+  for (int i = 0; i < NPROBES; ++i)
+    if (fb_gpu_experts_probe(&L, PROBES[i], &r->pr[i], &r->prn[i]) != FB_OK) r->pr[i] = NULL;
+  fb_gpu_experts_profile_begin(g);
+  CK(gpu->backward(gpu->ctx, &L, in->dy, r->o.dx, r->o.dw13, r->o.dw2, r->o.dtw));
+  CK(fb_gpu_experts_profile_end(g, pr + np, 256 - np, &np2));
+  r->launches = np + np2;
+  for (int i = 0; i < r->launches; ++i) r->exchanges += !strncmp(pr[i].name, "exchange", 8);
+  fb_gpu_experts_set_exchange(g, was);
+}
+
+/* One rank: the direct path (no exchange) against the exchange path forced on (FOURBIT_GPU_EXCHANGE=1's): every output
+ * and saved tensor byte-identical, d the outputs of the direct run before (the same bytes again), and the two paths
+ * really differ in what they launch (the direct one no all-to-all, the other one a payload plane at least for each of
+ * dispatch, combine, dY and dX). */
+static void paths_row(const char *tag, const fb_expert_ops *gpu, const inputs *in, int layer, const fb_layer_prec *p, const outs *d) {
+  path_run a, b;
+  run_path(gpu, in, layer, p, 0, &a);
+  run_path(gpu, in, layer, p, 1, &b);
+  long bad = outs_diff(&a.o, &b.o, in) + outs_diff(&a.o, d, in);
+  int np = 0;
+  for (int i = 0; i < NPROBES; ++i) {
+    np += a.pr[i] != NULL;
+    if (!a.pr[i] != !b.pr[i] || (a.pr[i] && a.prn[i] != b.prn[i])) bad += 1;
+    else if (a.pr[i]) bad += ndiff(a.pr[i], b.pr[i], a.prn[i]);
+    free(a.pr[i]), free(b.pr[i]);
+  }
+  char what[160], meas[96];
+  snprintf(what, sizeof what, "%s: direct = exchange path", tag);
+  snprintf(meas, sizeof meas, "bytes differ (5 outs, %d saved)", np);
+  row(what, meas, (double)bad, -1, bad == 0 && np >= 8);
+  snprintf(what, sizeof what, "%s: launches direct %d, exch. %d", tag, a.launches, b.launches);
+  row(what, "all-to-alls in direct / exch.", (double)a.exchanges, -1, a.exchanges == 0 && b.exchanges >= 4 && a.launches < b.launches);
+  printf("  (%s: launches of a layer step: direct %d, exchange path %d of which %d all-to-alls)\n", tag, a.launches, b.launches, b.exchanges);
+  outs_free(&a.o), outs_free(&b.o);
+}
+
 static void layer_case(const fb_expert_ops *gpu, const inputs *in, int layer, const fb_layer_prec *p0, int rn_bwd) {
   fb_layer_prec p = *p0;
   if (rn_bwd) p.bwd_grad.rounding = FB_ROUND_RN, p.bwd_saved.rounding = FB_ROUND_RN;
@@ -369,10 +438,9 @@ static void layer_case(const fb_expert_ops *gpu, const inputs *in, int layer, co
   fb_moe_layer L2 = layer_of(in, layer, &p);
   CK(gpu->forward(gpu->ctx, &L2, in->x, in->idx, in->tw, in->w13, in->w2, g2.y));
   CK(gpu->backward(gpu->ctx, &L2, in->dy, g2.dx, g2.dw13, g2.dw2, g2.dtw));
-  long bad = ndiff(g.y, g2.y, in->T * in->D * 4) + ndiff(g.dx, g2.dx, in->T * in->D * 4) +
-             ndiff(g.dw13, g2.dw13, in->E * 2 * in->F * in->D * 4) + ndiff(g.dw2, g2.dw2, in->E * in->D * in->F * 4) +
-             ndiff(g.dtw, g2.dtw, in->T * in->K * 4);
+  long bad = outs_diff(&g, &g2, in);
   snprintf(what, sizeof what, "%s: GPU run twice", tag), row(what, "bytes that differ", (double)bad, -1, bad == 0);
+  if (!rn_bwd) paths_row(tag, gpu, in, layer, &p, &g);
   outs_free(&c), outs_free(&g), outs_free(&g2);
 }
 
