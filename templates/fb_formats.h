@@ -503,35 +503,6 @@ FBF_FN float fbf_nvfp4_cand_rn_codes(const float x[16], float sf, float s_dec, u
   return err;
 }
 
-/* ---- NVFP4 Four Over Six without the exact error products (quant_nvfp4.cuh, FB_NV46_APPROX) ----
- * fbf_nvfp4_46_resid: one candidate in the domain scaled by 2^-6 (encs = enc * 2^-6 for a normal scale, every
- * a = |x| * enc below 7): the grid values g' = g * 2^-6 exactly as quant_nvfp4.cuh's nv46_cand makes them, and the
- * sum of the squared residuals (a' - g')^2 (exact differences: g' is a' rounded to a step at most g') by a fma chain.
- * fbf_nvfp4_46_decide: 1 where the reference's squared errors certainly give E4 < E6, 0 where E4 > E6 certainly, -1
- * where they are too close to tell (ties included). A4, A6 from the resid, s4, s6 the scales times 64. Valid for
- * s_dec in [2^-40, 2^40]; the bound is in quant_nvfp4.cuh beside its caller. */
-FBF_FN float fbf_nvfp4_46_resid(const float v[16], float encs, float g[16]) {
-  float acc = 0.0f;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int j = 0; j < 16; ++j) {
-    const float a = fabsf(v[j]) * encs;
-    const float pw = fbf_u2f(fbf_f2u(fmaxf(a, 0.015625f)) & 0x7F800000u); /* 2^-6 .. 2^-4 */
-    g[j] = fmaf(pw, -6291456.0f, fmaf(pw, 6291456.0f, a));
-    const float r = a - g[j];
-    acc = fmaf(r, r, acc);
-  }
-  return acc;
-}
-FBF_FN int fbf_nvfp4_46_decide(float A4, float A6, float s4, float s6) {
-  const float up = 1.000030517578125f, dn = 0.999969482421875f, c = 1.862645149230957e-09f; /* 1 +- 2^-15, 2^-29 */
-  const float s4s = s4 * s4, s6s = s6 * s6; /* exact: 4-bit significands */
-  if (fmaf(A4, up, c) * s4s < fmaf(A6, dn, -c) * s6s) return 1;
-  if (fmaf(A4, dn, -c) * s4s > fmaf(A6, up, c) * s6s) return 0;
-  return -1;
-}
-
 /* ---- RHT-32 ---- */
 /* The unnormalized 32-point fast Walsh-Hadamard transform of NUMERICS.md: stages k = 0..4 in that order,
  * each pair (i, i + 2^k) with bit k of i clear becomes (u + v, u - v), in fp32. */

@@ -241,32 +241,6 @@ static __device__ __forceinline__ unsigned nv46_pack(unsigned A, unsigned B, uns
   B |= fbf_prmt(X, Y, 0x7632u) & 0x20202020u;
   return (A >> 2) + (B << 2);
 }
-/* ---- the candidates' errors without the exact products (FB_NV46_APPROX, rows whose S_dec is in [2^-40, 2^40]) ----
- * fb_formats.h's fbf_nvfp4_46_resid and fbf_nvfp4_46_decide (tests/test_nvfp4_46.c checks them against the reference
- * on the CPU): nv46_cand's grid values and codes, and instead of the reference's error (two products, a difference and an fma an
- * element) the squared rounding residual in the scaled domain, A = sum (a' - g')^2 (a' - g' is exact: g' is a' rounded
- * to a grid whose step is at most g'), by a fma chain. Why that decides 4/6 exactly, except within a margin: with
- * S = sf * s_dec and rho_i = |x_i| / S - g_i (real), the reference's error is E = S^2 ||rho + e||^2 (1 +- 16u) with
- * |e_i| <= 6u (the rounding of x^, u = 2^-24), plus at most 16 * 2^-150 absolute for products below 2^-126, which for
- * S >= 2^-46 (sf >= 2^-6, s_dec >= 2^-40) is below 2^-54 S^2; and 2^12 A = ||rho + e'||^2 (1 +- 16u) with
- * |e'_i| <= 7 * 3.01u (a = |x| * enc rounded, enc = 1 / fl(sf * s_dec) rounded; a < 7). As ||rho|| <= 4 (|rho_i| <= 1),
- * sqrt(E) / S and sqrt(2^12 A) differ by less than b = 200u + 2^-27 = 1.2e-5. So sf4^2 (A4 (1 + m) + c) < sf6^2 (A6 (1 - m) - c)
- * with m = 2^-15 and c = 2^-29 (2^12 c >= b^2 (1 + 1/m), after the comparison's own 5u) implies E4 < E6 (the reference
- * keeps sf4), and sf4^2 (A4 (1 - m) - c) > sf6^2 (A6 (1 + m) + c) implies E4 > E6 (keeps sf6); between the two (about
- * one block in several thousand on Gaussian data, and every exact tie) the block goes to the general path. */
-#ifndef FB_NV46_APPROX
-#define FB_NV46_APPROX 1
-#endif
-/* nv46_cand's code bytes of sixteen grid values */
-static __device__ __forceinline__ void nv46_codes(const float g[16], unsigned q[4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float *x = g + 8 * h;
-    q[2 * h] = fbf_e4m3x2_rn(x[0], x[2]) | fbf_e4m3x2_rn(x[4], x[6]) << 16;
-    q[2 * h + 1] = fbf_e4m3x2_rn(x[1], x[3]) | fbf_e4m3x2_rn(x[5], x[7]) << 16;
-  }
-}
-template <int APPROX>
 static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long i0, const nv_raw &r, const float v[16],
                                                   float abn, float k, float s_dec, float R, bool live) {
   const float base = abn * k;
@@ -280,26 +254,10 @@ static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long 
     return;
   }
   const float enc4s = r4 * __uint_as_float((128u - (sf4 >> 3)) << 23);
-  const float s6 = __uint_as_float((sf6 << 20) + (126u << 23)), s4 = __uint_as_float((sf4 << 20) + (126u << 23));
   unsigned q6[4], q4[4];
-  bool four;
-  if (APPROX) {
-    float g[16];
-    const float A6 = fbf_nvfp4_46_resid(v, enc6s, g);
-    nv46_codes(g, q6);
-    const float A4 = fbf_nvfp4_46_resid(v, enc4s, g);
-    nv46_codes(g, q4);
-    const int d = fbf_nvfp4_46_decide(A4, A6, s4, s6);
-    if (d < 0) { /* too close: the general path (it loads the block again) */
-      nv_quant_block_nan(p.in, p.out, p.scales, i0, k, s_dec);
-      return;
-    }
-    four = d != 0;
-  } else {
-    const float e6 = nv46_cand(v, enc6s, s6, s_dec, q6);
-    const float e4 = nv46_cand(v, enc4s, s4, s_dec, q4);
-    four = e4 < e6;
-  }
+  const float e6 = nv46_cand(v, enc6s, __uint_as_float((sf6 << 20) + (126u << 23)), s_dec, q6);
+  const float e4 = nv46_cand(v, enc4s, __uint_as_float((sf4 << 20) + (126u << 23)), s_dec, q4);
+  const bool four = e4 < e6;
   uint2 packed;
   packed.x = nv46_pack(four ? q4[0] : q6[0], four ? q4[1] : q6[1], r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w);
   packed.y = nv46_pack(four ? q4[2] : q6[2], four ? q4[3] : q6[3], r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w);
@@ -405,27 +363,17 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       /* lane m < 8 holds R[m] = fl(1 / fl((1 + m/8) s_dec)); a warp-uniform loop (the table is read by shuffles), no
        * prefetch: the occupancy hides the latency of these reads, which pass 1 has just brought into the cache */
       const float R = 1.0f / ((1.0f + 0.125f * (float)(lane & 7)) * s_dec);
-      /* the candidates' errors through the residuals where the bound of fbf_nvfp4_46_decide holds (S_dec in 2^-40 ..
-       * 2^40: every realistic row), the exact products elsewhere */
-      const bool approx = FB_NV46_APPROX && s_dec >= 9.094947017729282e-13f && s_dec <= 1099511627776.0f;
-#define NV46_ROW(APPROX)                                                                                               \
-      for (long long bw = 0; bw < nb; bw += 32) {                                                                      \
-        const long long b = bw + lane;                                                                                 \
-        const bool live = b < nb;                                                                                      \
-        nv_raw cur;                                                                                                    \
-        if (live) load16_raw(p, row * p.cols + b * 16, cur);                                                           \
-        else cur.q[0] = cur.q[1] = make_uint4(0u, 0u, 0u, 0u);                                                         \
-        unpack16(cur, v);                                                                                              \
-        const float abn = nv_bmax_f(nv_bmax2<1>(nv_bmax2<1>(nv_bmax2<1>(cur.q[0].x, cur.q[0].y), nv_bmax2<1>(cur.q[0].z, cur.q[0].w)), \
-                                                nv_bmax2<1>(nv_bmax2<1>(cur.q[1].x, cur.q[1].y), nv_bmax2<1>(cur.q[1].z, cur.q[1].w)))); \
-        nv46_block<APPROX>(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, R, live);                                   \
+      for (long long bw = 0; bw < nb; bw += 32) {
+        const long long b = bw + lane;
+        const bool live = b < nb;
+        nv_raw cur;
+        if (live) load16_raw(p, row * p.cols + b * 16, cur);
+        else cur.q[0] = cur.q[1] = make_uint4(0u, 0u, 0u, 0u);
+        unpack16(cur, v);
+        const float abn = nv_bmax_f(nv_bmax2<1>(nv_bmax2<1>(nv_bmax2<1>(cur.q[0].x, cur.q[0].y), nv_bmax2<1>(cur.q[0].z, cur.q[0].w)),
+                                                nv_bmax2<1>(nv_bmax2<1>(cur.q[1].x, cur.q[1].y), nv_bmax2<1>(cur.q[1].z, cur.q[1].w))));
+        nv46_block(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, R, live);
       }
-      if (approx) {
-        NV46_ROW(1)
-      } else {
-        NV46_ROW(0)
-      }
-#undef NV46_ROW
       continue;
     }
 #endif
