@@ -16,12 +16,16 @@
  * those of a perturbed quantized forward: loss 1e-3 relative, gradient norm 1e-2 relative, every parameter's gradient
  * within 5e-2 relative Frobenius error (test_train_gpu.c's RN rows for the expert layer alone are 2e-2), masters after
  * 3 steps within 5e-2 (an AdamW step moves a weight by about lr = 3e-3 whatever the gradient's size, so a flipped sign
- * of a tiny gradient element moves it by 2 lr: 30% of a router weight, whose init std is 0.02). These tolerances are
- * reasoned, not yet measured on a GPU. Two resident runs must be bit-identical on the GPU too. Then the time of a
+ * of a tiny gradient element moves it by 2 lr: 30% of a router weight, whose init std is 0.02). Measured on the H200
+ * (2026-11-29, two calls, the same values both times): loss 4e-8, gradient norm 6e-4, gradients 0.011, masters 0.0453
+ * (layer4.router) — the masters' row is the one with little room. Two resident runs must be bit-identical on the GPU too. Then the time of a
  * step, resident against host, for the tiny model and a mid-size one (d_model 512, vocab 1024, 2048 tokens). */
 #include "experts_gpu.h"
 #include "fb_cuda.h"
 #include "fourbit_train.h"
+#define CHECK_ROW_W1 44
+#define CHECK_ROW_W2 30
+#include "check_rows.h"
 #include "train_gpu.h"
 
 #include <dlfcn.h>
@@ -39,23 +43,7 @@ static const fb_model MID = {6, 512, 256, 8, 2, 1024, 4};
 #define MID_TOKENS 2048
 #define STEPS 3
 
-static int nrows, nfail, mock;
-static void row(const char *what, const char *measure, double got, double tol, int pass) {
-  ++nrows;
-  nfail += !pass;
-  if (tol >= 0) printf("  %-44s %-30s %12.4g  <= %-8.3g %s\n", what, measure, got, tol, pass ? "PASS" : "FAIL");
-  else printf("  %-44s %-30s %12.4g  %-11s %s\n", what, measure, got, "", pass ? "PASS" : "FAIL");
-  fflush(stdout);
-}
-
-#define CK(call)                                                                                                       \
-  do {                                                                                                                 \
-    fb_status s_ = (call);                                                                                             \
-    if (s_ != FB_OK) {                                                                                                 \
-      printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_errmsg());                                               \
-      exit(1);                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
+static int mock;
 
 static double now(void) {
   struct timespec ts;

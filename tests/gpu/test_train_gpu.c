@@ -33,6 +33,9 @@
 #include "experts_gpu.h"
 #include "fb_cuda.h"
 #include "fourbit_train.h"
+#define CHECK_ROW_W1 34
+#define CHECK_ROW_W2 28
+#include "check_rows.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -44,23 +47,6 @@
 static const fb_model SHAPE = {6, 128, 128, 8, 2, 256, 4};
 #define TOKENS 256
 
-static int nrows, nfail;
-static void row(const char *what, const char *measure, double got, double tol, int pass) {
-  ++nrows;
-  nfail += !pass;
-  if (tol >= 0) printf("  %-34s %-28s %12.4g  <= %-8.3g %s\n", what, measure, got, tol, pass ? "PASS" : "FAIL");
-  else printf("  %-34s %-28s %12.4g  %-11s %s\n", what, measure, got, "", pass ? "PASS" : "FAIL");
-  fflush(stdout);
-}
-
-#define CK(call)                                                                                                       \
-  do {                                                                                                                 \
-    fb_status s_ = (call);                                                                                             \
-    if (s_ != FB_OK) {                                                                                                 \
-      printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_errmsg());                                               \
-      exit(1);                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
