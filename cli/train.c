@@ -29,8 +29,9 @@
 #include <unistd.h>
 
 static const char *OPTIONS_HELP =
-    "  --device cpu|gpu     where the expert layers run (default cpu; gpu: one H200-class GPU, sm_90a, the\n"
-    "                       generated kernels; d_model and d_ff multiples of 128, e.g. --d-ff 128)\n"
+    "  --device cpu|gpu     where the step runs (default cpu; gpu: the whole step on one H200-class GPU,\n"
+    "                       sm_90a: the generated kernels, cuBLAS for the dense GEMMs, AdamW on the GPU;\n"
+    "                       d_model and d_ff multiples of 128, e.g. --d-ff 128)\n"
     "  --steps N            steps of the run and of its schedule (default 300)\n"
     "  --batch T            tokens per step, a multiple of --seq-len (default: the recipe's batch.tokens,\n"
     "                       or the --model-override preset's)\n"
