@@ -65,7 +65,17 @@ void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, in
     uint16_t *wcopy = malloc(br * ak * 2);
     CK(fb_gemm_weights_bf16_ref(cb, sb, br, ak, wcopy));
     P->a = gemm_up(ca, ar * ak / 2), P->a_sf = gemm_up(sa, ar * ak / 16), P->b = gemm_up(wcopy, br * ak * 2);
-    P->a_outer = gemm_up(da, fb_nvfp4_nouter(&oa, ar) * 4), P->b_outer = gemm_up(db, fb_nvfp4_nouter(&ob, br) * 4);
+    if (tensor_outer) { /* S_dec[0] then NaN where a per-row / per-expert index would read */
+      float *pa = malloc(ar * 4), *pb = malloc((size_t)P->E * 4);
+      for (size_t i = 0; i < ar; ++i) pa[i] = i ? NAN : da[0];
+      for (int e = 0; e < P->E; ++e) pb[e] = e ? NAN : db[0];
+      P->a_sdec = da[0], P->b_sdec = db[0];
+      if (da[0] == 1.0f || db[0] == 1.0f) DIE("gemm_make_problem: a per-tensor S_dec of 1 would not test its use");
+      P->a_outer = gemm_up(pa, ar * 4), P->b_outer = gemm_up(pb, (size_t)P->E * 4);
+      free(pa), free(pb);
+    } else {
+      P->a_outer = gemm_up(da, fb_nvfp4_nouter(&oa, ar) * 4), P->b_outer = gemm_up(db, fb_nvfp4_nouter(&ob, br) * 4);
+    }
     free(ca), free(sa), free(cb), free(sb), free(da), free(db), free(wcopy);
   } else if (kind == 3) {
     fb_sr_opts rn = {FB_ROUND_RN, 0, 0, 0};
@@ -192,7 +202,7 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
   CU(fb_cu.CtxSynchronize());
   void *h = malloc(ob);
   CU(fb_cu.MemcpyDtoH(h, P->out, ob));
-  if (!cfg.out_bf16 && !cfg.swiglu && !cfg.s2f6 && !P->mode && cfg.tile_m == 128 && cfg.tile_n == 256 && cfg.consumers == 2 && !P->tensor_outer) {
+  if (!cfg.out_bf16 && !cfg.swiglu && !cfg.s2f6 && !P->mode && cfg.tile_m == 128 && cfg.tile_n == 256 && cfg.consumers == 2) {
     free(gemm_companion);
     gemm_companion = malloc(ob);
     memcpy(gemm_companion, h, ob);

@@ -18,6 +18,7 @@ typedef struct {
   uint16_t *hh; /* H for the SwiGLU backward: rows x 2N BF16 */
   size_t out_elems;
   double *ref; /* out_elems */
+  float a_sdec, b_sdec; /* kind 1 with tensor_outer: the one S_dec of A and of B (neither 1) */
 } gemm_problem;
 extern const char *gemm_dist_name[]; /* by dist: "balanced", "skewed" */
 /* The FP32 output of the last plain FP32 rows-mode variant run with 128 x 256 tiles and 2 consumers (malloc'd; NULL
@@ -26,7 +27,9 @@ extern const char *gemm_dist_name[]; /* by dist: "balanced", "skewed" */
 extern float *gemm_companion;
 
 /* kind: 0 BF16, 1 NVFP4 (x BF16 copy), 2 MXFP8 x MXFP8, 3 MXFP8 (x BF16 copy); mode 0 rows grouped, 1 wgrad;
- * dist 0 balanced, 1 skewed (an empty expert). 4 experts, N 768, K (or M) 512. */
+ * dist 0 balanced, 1 skewed (an empty expert). 4 experts, N 768, K (or M) 512. NVFP4 with tensor_outer: one S_dec for
+ * A and one for B, uploaded as a row's / an expert's worth of floats whose entries past [0] are NaN (a kernel that
+ * indexes them per row or per expert writes NaN). */
 void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, int dist);
 void gemm_free_problem(gemm_problem *P);
 int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, const gemm_problem *P, int sms, FILE *log, int loose);

@@ -3,8 +3,13 @@
  *   test_gemm                   every kind x mode x variant below, on balanced, skewed (odd and empty experts)
  *                               row distributions; output poisoned (NaN) first
  *   test_gemm --compile-only    compile every variant (sm_90a) and check ptxas's log: no spills, no stack frame,
- *                               no C75xx wgmma advisories (serialization, injected waits); runs on any machine
- *   test_gemm --only SUBSTR     only kernels whose name contains SUBSTR
+ *                               no C75xx wgmma advisories (serialization, injected waits); runs on any machine. Where
+ *                               a cuobjdump is found ($CUOBJDUMP, CUDA's, PATH) also the SASS: every GEMM has HGMMA
+ *                               (QGMMA for FP8) and UTMALDG (else it says so: HGMMA not checked)
+ *   test_gemm --only SUBSTR     only kernels whose name contains SUBSTR (and the FP32 companion of a selected SwiGLU /
+ *                               S2F6 case: its bit-exact check compares with that run)
+ * Cases: the test's own specs (gemm_t_*), then every GEMM the GPU expert layer runs for recipes/nvidia_nvfp4.lua and
+ * recipes/bf16.lua under its own names (gemm_{fwd,dgrad}_nvfp4_tenxnvfp4_ten_*, gemm_*_bf16xbf16_*; checked, not timed).
  * Pass: FP32 outputs within a relative Frobenius error of 1e-5 of the reference (only the FP32 summation order
  * differs); BF16 outputs within one BF16 ulp of the reference everywhere (the rounding of the FP32 result, plus
  * that order), every output element written. Exit 0 only if all pass; 77 (SKIPPED) without a GPU. */
@@ -21,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DIE(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), exit(1))
 #define CK(call) do { fb_status s_ = (call); if (s_ != FB_OK) DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, fb_errmsg()); } while (0)
@@ -59,13 +65,47 @@ static const gcase cases[] = {
        the tolerance); built by hand here to keep measuring how far off it is and how fast */
     {"gemm_t_mxfp8fp8_rows_f32", 2, 0, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
     {"gemm_t_mxfp8fp8_wgrad_f32", 2, 1, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
+    /* Every GEMM the GPU expert layer runs for recipes/nvidia_nvfp4.lua and recipes/bf16.lua (experts_gpu.c need_all:
+       sp_gemm 0-3), under the layer's names and specs. One variant is the first of the recipes' gemm family (what the
+       layer compiles without a tuned cache: 64 x 128, one consumer), the others wider with two consumers (128 x 256 for
+       SwiGLU: the tiles of its FP32 companion, for the bit-exact epilogue check). nvfp4_ten: one FP32 S_dec per
+       tensor for A and for B (FB_A_OUTER = FB_B_OUTER = 2), both != 1, on the per-tensor problem; B the exact BF16
+       copy (16x16 weight blocks copy as 1x16 ones: the GEMM sees the same BF16 values either way). */
+    {"gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_swiglu", 1, 0, 1, 1, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
+    {"gemm_fwd_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 2, {{64, 128, 128, 3, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}}},
+    {"gemm_dgrad_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 1, {{128, 192, 128, 3, 1, 2, 1}}},
+    {"gemm_fwd_bf16xbf16_bf16_swiglu", 0, 0, 1, 0, 1, 1, {{128, 256, 64, 3, 1, 2, 1}}},
+    {"gemm_fwd_bf16xbf16_bf16", 0, 0, 1, 0, 0, 1, {{64, 128, 64, 3, 1, 1, 1}}},
+    {"gemm_dgrad_bf16xbf16_bf16", 0, 0, 1, 0, 0, 1, {{128, 192, 64, 3, 1, 2, 1}}},
+    {"gemm_wgrad_bf16xbf16_f32", 0, 1, 0, 0, 0, 1, {{64, 128, 64, 3, 1, 1, 1}}},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
+
+/* 0: a spec built here (gemm_t_*); 1 the GPU expert layer's spec under its own name (runtime/experts_gpu.c sp_gemm, for
+   recipes/nvidia_nvfp4.lua and bf16.lua); 2 the same, its dgrad (FB_OP_GEMM_DGRAD13) */
+static int role_of(const gcase *g) {
+  return !strncmp(g->name, "gemm_t_", 7) ? 0 : !strncmp(g->name, "gemm_dgrad_", 11) ? 2 : 1;
+}
 
 static fb_kernel_spec spec_of(const gcase *g) {
   fb_kernel_spec k;
   memset(&k, 0, sizeof k);
   snprintf(k.name, sizeof k.name, "%s_sm90a", g->name);
+  int role = role_of(g);
+  if (role) { /* as experts_gpu.c's sp_gemm builds it for nvidia_nvfp4 (per-tensor NVFP4, 16x16 forward weights, an
+                 SR-quantized dY / dH in the dgrad) or bf16 (every operand BF16, zero specs) */
+    k.op = g->mode ? FB_OP_GEMM_WGRAD : role == 2 ? FB_OP_GEMM_DGRAD13 : g->epi == 1 ? FB_OP_GEMM_FWD13 : FB_OP_GEMM_FWD2;
+    if (g->kind == 1) {
+      k.src.format = k.act.format = FB_FMT_NVFP4;
+      k.src.outer = k.act.outer = FB_GRAN_TENSOR;
+      k.src.two_d = role == 1;
+      k.act.rounding = role == 2 ? FB_ROUND_SR : FB_ROUND_RN;
+      if (k.op == FB_OP_GEMM_FWD13) k.q = k.act;
+    }
+    k.out_bf16 = g->out_bf16;
+    snprintf(k.family, sizeof k.family, "gemm");
+    return k;
+  }
   k.op = g->mode ? FB_OP_GEMM_WGRAD : g->epi == 1 ? FB_OP_GEMM_FWD13 : g->epi == 2 ? FB_OP_GEMM_DGRAD2 : FB_OP_GEMM_FWD2;
   if (g->epi == 3) k.q.format = FB_FMT_S2F6, k.q.rht = 32;
   k.src.format = g->kind == 1 ? FB_FMT_NVFP4 : g->kind >= 2 ? FB_FMT_MXFP8 : FB_FMT_BF16;
@@ -129,9 +169,82 @@ static int log_problems(const char *log, char *why, size_t n) {
   return 0;
 }
 
+/* A cuobjdump to read the machine code with: $CUOBJDUMP, else CUDA's, else one on PATH; NULL if none */
+static const char *find_cuobjdump(char *buf, size_t n) {
+  const char *e = getenv("CUOBJDUMP");
+  if (e && *e) return access(e, X_OK) ? NULL : e;
+  if (!access("/usr/local/cuda/bin/cuobjdump", X_OK)) return "/usr/local/cuda/bin/cuobjdump";
+  const char *path = getenv("PATH");
+  for (const char *s = path; s && *s;) {
+    const char *c = strchr(s, ':');
+    size_t l = c ? (size_t)(c - s) : strlen(s);
+    snprintf(buf, n, "%.*s/cuobjdump", (int)l, s);
+    if (l && !access(buf, X_OK)) return buf;
+    s = c ? c + 1 : s + l;
+  }
+  return NULL;
+}
+
+/* The GEMM's machine code (cuobjdump -sass): 1 if its products run on the tensor cores (wgmma: HGMMA, or QGMMA for the
+   FP8 one) and its operands arrive by TMA (UTMALDG), 0 if not, -1 if it could not be read */
+static int sass_hgmma(const char *tool, const fb_cubin *cb) {
+  char path[] = "/tmp/test_gemm_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return -1;
+  FILE *f = fdopen(fd, "wb");
+  size_t w = f ? fwrite(cb->cubin, 1, cb->size, f) : 0;
+  if (f) fclose(f);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>/dev/null", tool, path);
+  FILE *p = w == cb->size ? popen(cmd, "r") : NULL;
+  int hg = 0, tma = 0, lines = 0;
+  char line[512];
+  while (p && fgets(line, sizeof line, p)) ++lines, hg |= strstr(line, "HGMMA") || strstr(line, "QGMMA"), tma |= strstr(line, "UTMALDG") != NULL;
+  int rc = p ? pclose(p) : -1;
+  unlink(path);
+  return rc != 0 || !lines ? -1 : hg && tma;
+}
+
 static int regs_of(const char *log) {
   const char *s = log ? strstr(log, "Used ") : NULL;
   return s ? atoi(s + 5) : -1;
+}
+
+/* case g's spec (*k) and variants (*vs, malloc'd; returns how many) */
+static int case_variants(const gcase *g, fb_kernel_spec *k, fb_variant **vs) {
+  *k = spec_of(g);
+  fb_tune_family fam = {.nparams = 7, .nvariants = g->nv};
+  snprintf(fam.family, sizeof fam.family, "gemm");
+  static const char *pn[7] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16"};
+  for (int j = 0; j < 7; ++j) snprintf(fam.param[j], sizeof fam.param[j], "%s", pn[j]);
+  fam.values = (int *)g->v;
+  int nv, pruned;
+  char why[256];
+  if (g->kind == 2) { /* by hand: the generator prunes it */
+    *vs = calloc((size_t)g->nv, sizeof **vs), nv = g->nv;
+    for (int j = 0; j < nv; ++j) {
+      fb_variant *v = &(*vs)[j];
+      snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
+      v->nparams = 6;
+      for (int q = 0; q < 6; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", pn[q]), v->value[q] = g->v[j][q];
+      snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", k->name, g->v[j][0], g->v[j][1], g->v[j][2], g->v[j][3], g->v[j][4], g->v[j][5]);
+    }
+  } else {
+    CK(fb_gen_variants(k, &fam, vs, &nv, &pruned, why, sizeof why));
+    if (pruned) DIE("%s: %d variants pruned: %s", k->name, pruned, why);
+  }
+  return nv;
+}
+
+/* the variant whose FP32 output gemm_run keeps as gemm_companion (plain, rows, 128 x 256 tiles, 2 consumers) */
+static int is_companion(const gcase *g, const fb_variant *v) {
+  int tm = 0, tn = 0, co = 0;
+  for (int i = 0; i < v->nparams; ++i) {
+    if (!strcmp(v->param[i], "tile_m")) tm = v->value[i];
+    if (!strcmp(v->param[i], "tile_n")) tn = v->value[i];
+    if (!strcmp(v->param[i], "consumers")) co = v->value[i];
+  }
+  return g->kind != 2 && !g->epi && !g->mode && !g->out_bf16 && tm == 128 && tn == 256 && co == 2;
 }
 
 /* ---- data ---- */
@@ -222,31 +335,28 @@ int main(int argc, char **argv) {
     fclose(f);
     return 0;
   }
+  /* --only: a SwiGLU / S2F6 case's bit-exact check compares with the plain FP32 run of its tiles on the same problem
+     (gemm_companion), so a selected one brings that FP32 variant along (it runs first: it comes first in cases[]) */
+  int need_comp[4][2];
+  memset(need_comp, 0, sizeof need_comp);
+  for (int c = 0; only && c < NCASES; ++c) {
+    const gcase *g = &cases[c];
+    fb_kernel_spec k;
+    fb_variant *vs;
+    int nv = case_variants(g, &k, &vs);
+    for (int j = 0; j < nv; ++j)
+      if (strstr(vs[j].name, only) && g->epi && !g->mode) need_comp[g->kind][g->tensor_outer] = 1;
+    free(vs);
+  }
   for (int c = 0; c < NCASES; ++c) {
     const gcase *g = &cases[c];
-    fb_kernel_spec k = spec_of(g);
-    fb_tune_family fam = {.nparams = 7, .nvariants = g->nv};
-    snprintf(fam.family, sizeof fam.family, "gemm");
-    static const char *pn[7] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16"};
-    for (int j = 0; j < 7; ++j) snprintf(fam.param[j], sizeof fam.param[j], "%s", pn[j]);
-    fam.values = (int *)g->v;
+    fb_kernel_spec k;
     fb_variant *vs;
-    int nv, pruned;
-    char why[256];
-    if (g->kind == 2) { /* by hand: the generator prunes it */
-      vs = calloc((size_t)g->nv, sizeof *vs), nv = g->nv, pruned = 0;
-      for (int j = 0; j < nv; ++j) {
-        snprintf(vs[j].tmpl, sizeof vs[j].tmpl, "gemm_sm90.cuh");
-        vs[j].nparams = 6;
-        for (int q = 0; q < 6; ++q) snprintf(vs[j].param[q], sizeof vs[j].param[q], "%s", pn[q]), vs[j].value[q] = g->v[j][q];
-        snprintf(vs[j].name, sizeof vs[j].name, "%s_m%dn%dk%d_s%d_c%d_w%d", k.name, g->v[j][0], g->v[j][1], g->v[j][2], g->v[j][3], g->v[j][4], g->v[j][5]);
-      }
-    } else {
-      CK(fb_gen_variants(&k, &fam, &vs, &nv, &pruned, why, sizeof why));
-      if (pruned) DIE("%s: %d variants pruned: %s", k.name, pruned, why);
-    }
+    int nv = case_variants(g, &k, &vs);
     for (int j = 0; j < nv; ++j) {
-      if (only && !strstr(vs[j].name, only)) continue;
+      int comp = need_comp[g->kind][g->tensor_outer] && is_companion(g, &vs[j]);
+      if (only && !strstr(vs[j].name, only) && !comp) continue;
+      if (only && comp && !strstr(vs[j].name, only)) printf("test_gemm: --only %s: with %s, the FP32 companion of its SwiGLU / S2F6 checks\n", only, vs[j].name);
       unit *u = &units[nunits++];
       u->g = g, u->k = k, u->v = vs[j];
       CK(fb_gen_source(&k, &vs[j], "tests/gpu/test_gemm.c", "-", &u->src));
@@ -266,15 +376,25 @@ int main(int argc, char **argv) {
   pthread_t th[16];
   for (int i = 0; i < nt; ++i) pthread_create(&th[i], NULL, compile_worker, NULL);
   for (int i = 0; i < nt; ++i) pthread_join(th[i], NULL);
-  int bad = 0;
+  int bad = 0, sass_read = 0;
+  char cobuf[512];
+  const char *co = find_cuobjdump(cobuf, sizeof cobuf);
   for (int i = 0; i < nunits; ++i) {
     unit *u = &units[i];
     char why[256];
     if (u->st != FB_OK) { printf("COMPILE FAILED %s\n%s\n", u->v.name, u->err); ++bad; continue; }
     int p = log_problems(u->cubin.log, why, sizeof why);
-    printf("  compiled %-58s %6.0f ms  %3d regs  %s\n", u->v.name, u->cubin.ms, regs_of(u->cubin.log), p ? why : "no spills, no wgmma advisories");
+    int h = co && i < first_bcopy ? sass_hgmma(co, &u->cubin) : -2; /* the GEMMs only (bcopy has no MMA) */
+    if (h == 0) snprintf(why, sizeof why, "no HGMMA / QGMMA or no UTMALDG in the SASS"), p = 1;
+    sass_read += h >= 0;
+    printf("  compiled %-58s %6.0f ms  %3d regs  %s%s\n", u->v.name, u->cubin.ms, regs_of(u->cubin.log), p ? why : "no spills, no wgmma advisories",
+           !p && h == 1 ? ", GMMA + UTMALDG" : h == -1 ? " (SASS not read: cuobjdump failed)" : "");
     bad += p;
   }
+  /* a cuobjdump that cannot read (13.x without its nvdisasm) leaves the SASS unchecked, as none does; it fails nothing */
+  if (co) printf("test_gemm: SASS of %d of %d GEMMs read with %s (the rest: cuobjdump failed, not checked); HGMMA (QGMMA: FP8) and UTMALDG checked in those\n",
+                 sass_read, first_bcopy, co);
+  else printf("test_gemm: SASS not read (no cuobjdump: set CUOBJDUMP, e.g. the one of pip's nvidia-cuda-cuobjdump): HGMMA not checked\n");
   if (compile_only) {
     printf("test_gemm --compile-only: %d kernels, %d with problems\n", nunits, bad);
     return bad ? 1 : 0;
@@ -304,6 +424,9 @@ int main(int argc, char **argv) {
         for (int dist = 0; dist < 2; ++dist) {
           gemm_problem P;
           gemm_make_problem(&P, kind, mode, to, dist);
+          free(gemm_companion); /* another problem's data: no companion until this one's FP32 run */
+          gemm_companion = NULL;
+          if (kind == 1 && to) printf("  (per-tensor problem, %s: S_dec(A) = %.6g, S_dec(B) = %.6g)\n", gemm_dist_name[dist], P.a_sdec, P.b_sdec);
           for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
             if (u->st != FB_OK || u->g->kind != kind || u->g->mode != mode || u->g->tensor_outer != to) continue;
@@ -389,7 +512,7 @@ int main(int argc, char **argv) {
       for (int kind = 0; kind < 4; ++kind) {
         if (kind == 1 && b->mode) continue;
         int any = 0;
-        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].g->kind == kind && units[j].g->mode == b->mode;
+        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].g->kind == kind && units[j].g->mode == b->mode && !role_of(units[j].g);
         if (!any) continue;
         CUdeviceptr A = gemm_balloc(ar * ak * (kind == 0 ? 2 : 1)), B = gemm_balloc(br * ak * (kind == 2 ? 1 : 2));
         CUdeviceptr asf = gemm_balloc(ar * ak / 16), bsf = gemm_balloc(br * ak / 32), ao = gemm_balloc(ar * 4), bo = gemm_balloc((size_t)b->E * 4);
@@ -408,6 +531,7 @@ int main(int argc, char **argv) {
         for (int j = 0; j < first_bcopy; ++j) {
           unit *u = &units[j];
           if (u->st != FB_OK || (u->failed && kind != 2 && !cheap) || u->g->kind != kind || u->g->mode != b->mode) continue;
+          if (role_of(u->g)) continue; /* the expert layer's cases: checked above, not part of this table */
           fb_gemm_cfg cfg;
           CK(fb_gemm_config(&u->k, &u->v, &cfg));
           if (b->N % cfg.tile_n || (b->mode && b->M % cfg.tile_m)) continue;
