@@ -27,12 +27,13 @@
 #define INSTR_LIMIT 200000000LL /* about 1-2 s of Lua on one core; the fuzz build lowers it */
 #endif
 #define INCLUDE_DEPTH 8
+#define MAX_INCLUDES 256 /* per load: each include parses a file, which the instruction limit does not count */
 #define MAX_VARIANTS 65536
 
 typedef struct {
   size_t mem;
   long long instr;
-  int depth;
+  int depth, includes;
   char dir[512];
 } sandbox;
 
@@ -268,6 +269,8 @@ static int l_include(lua_State *L) {
   if (!n || strchr(name, '/') || strchr(name, '\\') || name[0] == '.' || n < 5 || strcmp(name + n - 4, ".lua"))
     return luaL_error(L, "include '%s': only a .lua file beside the recipe (no folders)", name);
   if (sb->depth >= INCLUDE_DEPTH) return luaL_error(L, "include '%s': more than %d levels deep (a cycle?)", name, INCLUDE_DEPTH);
+  if (++sb->includes > MAX_INCLUDES)
+    return luaL_error(L, "include '%s': more than %d includes in one recipe (an include inside a loop?)", name, MAX_INCLUDES);
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", sb->dir, name);
   size_t len;
