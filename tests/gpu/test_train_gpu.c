@@ -54,14 +54,6 @@ static double unif(void) { return ((rnd() >> 11) + 0.5) * (1.0 / 900719925474099
 static float gauss(void) { return (float)(sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif())); }
 static float rb(float x) { return fb_bf16_to_f32(fb_bf16_from_f32(x)); }
 
-static double relerr(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    double d = (double)a[i] - (double)b[i];
-    num += d * d, den += (double)b[i] * b[i];
-  }
-  return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 static long ndiff(const void *a, const void *b, size_t n) {
   long w = 0;
