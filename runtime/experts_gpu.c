@@ -540,6 +540,19 @@ static fb_status run_moe(fb_gpu_experts *g, const kent *e, fb_kp_moe *p, long lo
   return prof_b(g);
 }
 
+/* A device copy of n host bytes outside the pool, kept until fb_gpu_experts_free (the layouts' constant maps). */
+static fb_status kept_upload(const void *h, size_t n, const char *what, CUdeviceptr *out) {
+  CUdeviceptr d = 0;
+  CUresult r = fb_cu.MemAlloc(&d, n);
+  if (!r) r = fb_cu.MemcpyHtoD(d, h, n);
+  if (r) {
+    if (d) fb_cu.MemFree(d);
+    return FB_ERR(FB_ECUDA, "experts gpu: %s: %s", what, fb_cu_errstr((int)r));
+  }
+  *out = d;
+  return FB_OK;
+}
+
 /* The offsets {0, per, 2 per, ..., ng per} (long long) of ng equal groups of rows (the experts' weights), on the
  * device: made once per (ng, per) and kept, so that a step does not upload them (a synchronous copy) every call. */
 static fb_status group_offsets(fb_gpu_experts *g, unsigned ng, size_t per, CUdeviceptr *out) {
@@ -550,13 +563,9 @@ static fb_status group_offsets(fb_gpu_experts *g, unsigned ng, size_t per, CUdev
   if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: groups");
   for (unsigned i = 0; i <= ng; ++i) h[i] = (long long)(i * per);
   CUdeviceptr d = 0;
-  CUresult r = fb_cu.MemAlloc(&d, (ng + 1) * sizeof *h);
-  if (!r) r = fb_cu.MemcpyHtoD(d, h, (ng + 1) * sizeof *h);
+  fb_status s = kept_upload(h, (ng + 1) * sizeof *h, "group offsets", &d);
   free(h);
-  if (r) {
-    if (d) fb_cu.MemFree(d);
-    return FB_ERR(FB_ECUDA, "experts gpu: group offsets: %s", fb_cu_errstr((int)r));
-  }
+  FB_TRY(s);
   g->go[g->ngo++] = (gofs){ng, per, d};
   *out = d;
   return FB_OK;
@@ -669,13 +678,9 @@ static fb_status regroup_map(fb_gpu_experts *g, size_t E, size_t C, CUdeviceptr 
   for (size_t e = 0; e < E; ++e)
     for (size_t c = 0; c < C; ++c) m[e * C + c] = (int32_t)(c * E + e);
   CUdeviceptr d = 0;
-  CUresult r = fb_cu.MemAlloc(&d, bytes);
-  if (!r) r = fb_cu.MemcpyHtoD(d, h, bytes);
+  fb_status s = kept_upload(h, bytes, "regroup map", &d);
   free(h);
-  if (r) {
-    if (d) fb_cu.MemFree(d);
-    return FB_ERR(FB_ECUDA, "experts gpu: regroup map: %s", fb_cu_errstr((int)r));
-  }
+  FB_TRY(s);
   g->rm[g->nrm++] = (rmap){E, C, d};
   *rows = d, *map = d + 8;
   return FB_OK;
