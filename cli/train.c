@@ -209,6 +209,8 @@ typedef struct {
   const fb_recipe *r;
   fb_plan *plan;
   int winners, defaults, missing;
+  uint64_t digest; /* sum over the cache's answers of sha256(kernel | variant | sha256(cubin)): the same on every rank
+                      that loaded the same winners, in any order */
   char untuned[2048];
 } gpu_lookup;
 
@@ -217,7 +219,17 @@ static fb_status lookup_kernel(void *user, const fb_kernel_spec *k, long long to
   gpu_lookup *u = user;
   fb_tune_choice ch;
   fb_status s = fb_tune_lookup(u->cache, &u->fp, u->r, u->plan, k, tokens, &ch, cubin, size, note, notelen);
-  if (s == FB_OK) snprintf(var_name, var_len, "%s", ch.var.name);
+  if (s == FB_OK) {
+    snprintf(var_name, var_len, "%s", ch.var.name);
+    char hex[65], line[600];
+    uint8_t h[32];
+    fb_sha256_hex(*cubin, *size, hex);
+    int n = snprintf(line, sizeof line, "%s|%s|%s", k->name, ch.var.name, hex);
+    fb_sha256(line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1), h);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v = v << 8 | h[i];
+    u->digest += v;
+  }
   if (s != FB_OK || !ch.from_winner) {
     size_t n = strlen(u->untuned);
     if (!strstr(u->untuned, k->name) && n + strlen(k->name) + 3 < sizeof u->untuned)
@@ -298,6 +310,43 @@ static void print_traffic(const fb_ep_traffic *x, int nranks) {
          100.0 * x->remote / (x->dispatch + x->combine + x->dy + x->dx), nranks);
 }
 
+/* --gpus N: every rank's kernel lookups, gathered to rank 0, which prints one line a rank and whether they agree
+ * (the same tuned winners from the same cache: the same digest). A collective: every rank calls it. */
+typedef struct {
+  int32_t kernels, from_cache, winners, defaults, compiled, pad;
+  uint64_t digest;
+} rank_kernels;
+
+static fb_status report_rank_kernels(const fb_cli_train_cfg *c, const gpu_lookup *u, const fb_gpu_experts *ge,
+                                     const fb_train_gpu_stats *ts, int *agree) {
+  int n = fb_comm_size(c->comm), rank = fb_comm_rank(c->comm);
+  fb_gpu_experts_stats es = fb_gpu_experts_stats_get(ge);
+  rank_kernels mine = {.kernels = es.kernels + ts->kernels, .from_cache = es.from_cache + ts->from_cache,
+                       .winners = u->winners, .defaults = u->defaults, .compiled = es.compiled + ts->compiled,
+                       .digest = u->digest};
+  rank_kernels *all = calloc((size_t)n, sizeof *all);
+  if (!all) return FB_ENOMEM; /* the caller says "out of memory" */
+  fb_status s = fb_comm_allgather(c->comm, &mine, sizeof mine, all);
+  *agree = 1;
+  for (int q = 1; q < n && s == FB_OK; ++q)
+    if (all[q].digest != all[0].digest || all[q].winners != all[0].winners || all[q].defaults != all[0].defaults) *agree = 0;
+  if (s == FB_OK && rank == 0) {
+    for (int q = 0; q < n; ++q)
+      printf("  rank %d kernels: %d (%d from the cache: %d tuned winners, %d default variants; %d compiled with NVRTC); "
+             "cache answers digest %016llx\n", q, all[q].kernels, all[q].from_cache, all[q].winners, all[q].defaults,
+             all[q].compiled, (unsigned long long)all[q].digest);
+    if (*agree)
+      printf("  every rank (%d) loaded the same kernels from the cache (%d tuned winners, %d default variants)\n", n,
+             all[0].winners, all[0].defaults);
+    else
+      fprintf(stderr, "fourbit train: warning: the ranks loaded different kernels from the cache (digests above): is "
+                      "--cache the same on every host?\n");
+    fflush(stdout);
+  }
+  free(all);
+  return s;
+}
+
 int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *path, fb_cli_train_result *res) {
   memset(res, 0, sizeof *res);
   int rank = c->comm ? fb_comm_rank(c->comm) : 0, nranks = c->comm ? fb_comm_size(c->comm) : 1, lead = rank == 0;
@@ -350,6 +399,18 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     if (lead)
       printf("train step kernels: %d (%d from the cache, %d compiled with NVRTC in %.1f s) in %.1f s; dense GEMMs: cuBLAS\n",
              ts.kernels, ts.from_cache, ts.compiled, ts.compile_ms / 1e3, now_s() - t1);
+  }
+  if (gpu && nranks > 1 && c->cache) {
+    fb_train_gpu_stats ts;
+    memset(&ts, 0, sizeof ts);
+    if (resident) ts = fb_train_gpu_stats_get(t);
+    int agree;
+    s = report_rank_kernels(c, &gl, ge, &ts, &agree);
+    if (s != FB_OK) {
+      fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, s == FB_ENOMEM ? "out of memory" : fb_errmsg());
+      rc = 1;
+      goto out;
+    }
   }
   if (c->resume) {
     s = fb_train_load(t, c->resume);

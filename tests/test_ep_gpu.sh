@@ -100,5 +100,17 @@ grep -q '^train step kernels: 3 (0 from the cache, 3 compiled' "$W/cache1.out" &
 grep -q '^train step kernels: 3 (3 from the cache, 0 compiled' "$W/cache2.out" && ok || bad "second --cache run compiled: $(grep '^train step' "$W/cache2.out")"
 grep '^train step kernels' "$W/cache2.out" | sed 's/^/  second --cache run: /'
 
+# 5. --gpus 2 --cache: rank 0 prints every rank's kernel lookups (counts, and a digest of the cache's answers: kernel,
+#    variant and cubin hash) and whether the ranks agree; here the cache holds the router's default (part 4), on the H200
+#    the tuned winners (tests/gpu/ep_multi.sh)
+LD_LIBRARY_PATH=$MOCK "$FB" train "$W/tiny_rn.lua" --device gpu --d-ff 128 --gpus 2 --steps 1 --cache "$W/kc" > "$W/cache3.out" 2>&1 \
+  || bad "--gpus 2 --cache failed: $(tail -3 "$W/cache3.out")"
+d0=$(sed -n 's/^  rank 0 kernels: .* from the cache: .*digest \([0-9a-f]\{16\}\)$/\1/p' "$W/cache3.out")
+d1=$(sed -n 's/^  rank 1 kernels: .* from the cache: .*digest \([0-9a-f]\{16\}\)$/\1/p' "$W/cache3.out")
+[ -n "$d0" ] && [ "$d0" = "$d1" ] && [ "$d0" != 0000000000000000 ] \
+  && grep -q '^  every rank (2) loaded the same kernels from the cache' "$W/cache3.out" && ok \
+  || bad "--gpus 2 --cache: rank lines: $(grep -E 'rank [01] kernels|every rank' "$W/cache3.out")"
+grep -E '^  (rank [01] kernels|every rank)' "$W/cache3.out" | sed 's/^  /  --gpus 2 --cache: /'
+
 echo "test_ep_gpu.sh: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -2,7 +2,8 @@
 # tests/gpu/ep_multi.sh — expert parallelism on every GPU of one host, in one device call (issue 8):
 #   1. fourbit train, tiny and a mid-size model, on 1 GPU and on N GPUs with the same global batch and seed: the loss
 #      curves side by side (step 1 must be identical; later steps differ by stochastic rounding: printed, with the
-#      one-GPU run's own step-to-step noise beside them as the scale), every rank's kernel lookups from one cache;
+#      one-GPU run's own step-to-step noise beside them as the scale); both models tuned first (recipes written under
+#      $OUT/recipes), and every rank's kernel lookups printed by rank 0 and required to agree (the same tuned winners);
 #   2. one S1-shaped expert layer (8192 tokens and 48 experts a rank, top-8, d_model 5120, d_ff 2048) at N = 1, 2, 4, 8
 #      (as many as there are GPUs): the step time (the slowest rank), the weak-scaling efficiency t(1) / t(N), and
 #      the dispatch exchange against a plain NCCL all-to-all of the same rows in BF16, from build/gpu/bench_layer.
@@ -43,14 +44,33 @@ PY
 }
 N=$ngpu
 [ "$N" -gt 8 ] && N=8
+# the two models as recipes (the tuner takes no model overrides), tuned for the tokens of one rank and of each of N
+rd="$dir/recipes"
+mkdir -p "$rd" && cp recipes/*.lua "$rd/"
+cat > "$rd/tiny_ep.lua" <<'EOF'
+return recipe(extend(include "tiny.lua", { name = "tiny_ep", model = { d_ff = 128 } }))
+EOF
+cat > "$rd/mid_ep.lua" <<'EOF'
+return recipe(extend(include "tiny.lua", { name = "mid_ep",
+  model = { layers = 6, d_model = 512, d_ff = 512, experts = 16, top_k = 2, vocab = 1024 }, batch = { tokens = 2048 } }))
+EOF
 for model in tiny mid; do
-  if [ $model = tiny ]; then args="--d-ff 128 --steps 300"; else args="--layers 6 --d-model 512 --d-ff 512 --experts 16 --top-k 2 --vocab 1024 --batch 2048 --steps 300"; fi
-  # (the whole step runs on the GPU (runtime/train_gpu.c): the mid-size model took ~7 ms a step on one H200)
+  T=256; [ $model = mid ] && T=2048
+  "$FB" tune "$rd/${model}_ep.lua" --shapes $T,$((T / N)) --time 40 --jobs 16 > "$dir/tune_$model.log" 2>&1 \
+    || { echo "  tune ${model}_ep FAILED"; tail -5 "$dir/tune_$model.log"; fail=1; }
+  tail -1 "$dir/tune_$model.log" | sed "s/^/  tune ${model}_ep: /"
+done
+for model in tiny mid; do
   for n in 1 $N; do
     [ $n = 1 ] || [ $N -gt 1 ] || continue
-    "$FB" train recipes/tiny.lua --device gpu --gpus $n $args --seed 7 --print-every 50 --verbose --cache "$FOURBIT_CACHE" \
+    # (the whole step runs on the GPU (runtime/train_gpu.c): the mid-size model took ~7 ms a step on one H200)
+    "$FB" train "$rd/${model}_ep.lua" --device gpu --gpus $n --steps 300 --seed 7 --print-every 50 --verbose --cache "$FOURBIT_CACHE" \
       --log "$dir/train_${model}_g$n.csv" > "$dir/train_${model}_g$n.out" 2>&1 || { echo "  train $model --gpus $n FAILED"; tail -5 "$dir/train_${model}_g$n.out"; fail=1; }
-    grep -E "^kernels|payload" "$dir/train_${model}_g$n.out" | tail -2 | sed "s/^/  $model g$n: /"
+    grep -E "^kernels|^train step kernels|^  rank [0-9]+ kernels|^  every rank|payload" "$dir/train_${model}_g$n.out" | tail -12 | sed "s/^ */  $model g$n: /"
+    if [ $n -gt 1 ]; then # every rank's cache lookups: the same winners (digest of kernel, variant and cubin hash)
+      grep -qE "^  every rank \($n\) loaded the same kernels from the cache \([1-9][0-9]* tuned winners" "$dir/train_${model}_g$n.out" \
+        || { echo "  $model --gpus $n: the ranks did not load the same tuned winners"; fail=1; }
+    fi
   done
   if [ $N -gt 1 ]; then cmp_logs "$model, 1 GPU vs $N" "$dir/train_${model}_g1.csv" "$dir/train_${model}_g$N.csv" || fail=1; fi
 done
