@@ -3,7 +3,7 @@
  * fb_mxfp8_quantize(FB_MX_COLWISE)); 1 = an NVFP4 matrix, dequantized in FP32 first (requantize-
  * transpose, as fb_requant_nvfp4_to_mxfp8t); 2 = an MXFP8 row-wise matrix (fb_requant_mxfp8_to_mxfp8t).
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
- * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group).
+ * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group), FB_COL_PAIRS and FB_RQ2 (register path forms).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
  * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (column, 32-row block)
@@ -30,6 +30,11 @@
 #define FB_COL_PAIRS 1
 #endif
 #define PITCH (FB_COLS + 4)
+/* register path, second form (FB_RQ2 1, the default; see below): fewer instructions an element, the same results bit
+ * for bit. 0: the register path measured on the H200 at dev4a (9c238b6). The ring path (BF16 sources) ignores it. */
+#ifndef FB_RQ2
+#define FB_RQ2 1
+#endif
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
 static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long row) {
@@ -354,6 +359,278 @@ extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   }
   cp_wait<0>();
 }
+#elif FB_RQ2 /* FB_RING: the register path, second form (NVFP4, MXFP8 and FP32 sources) */
+/* The register path below with fewer instructions an element, the same results bit for bit:
+ * - Philox: for counters below 2^32 (the counter's high word zero: outputs below 2^36 elements, every matrix at S1)
+ *   the first three rounds partly depend on (step, seed, stream) alone; those parts are computed once a thread
+ *   (rq2_pre), and a block's two draws (counters c, c + 1) take 34 instructions each instead of 40 plus the key
+ *   schedule. Larger counters take fb_philox4x32_10 itself.
+ * - E8M0: the rounded-up exponent of a finite amax as one add and shift (fbf_e8m0_up's rule; the rare huge or
+ *   non-finite amax takes fbf_e8m0_up itself).
+ * - The column items (column, 32-row block, output offset, store address) are set up once a band, and a band that
+ *   is whole tiles inside the matrix loads without per-chunk bounds tests. */
+struct rq2_pre {
+  unsigned k0_0, k0_3, d1, e0, e2, f2, k0[6], k1[6]; /* k0[i], k1[i]: the keys of round 4 + i */
+};
+static __device__ __forceinline__ void rq2_mulhilo(unsigned a, unsigned m, unsigned &hi, unsigned &lo) {
+  const unsigned long long x = (unsigned long long)a * m;
+  hi = (unsigned)(x >> 32), lo = (unsigned)x;
+}
+static __device__ __forceinline__ rq2_pre rq2_prepare(const fb_kp_mem &p) {
+  rq2_pre q;
+  const unsigned K0 = p.seed, K1 = p.stream;
+  unsigned a2, a3, b0, b1, chi, c3, h, l;
+  /* round 0 with counter (step, clo, 0, 0): c2 = hi(M0 step) ^ k1, c3 = lo(M0 step); c0 = clo ^ k0, c1 = 0 */
+  rq2_mulhilo(p.step, FB_PHILOX_M0, h, l);
+  a2 = h ^ K1, a3 = l;
+  /* round 1: the M1 product is of c2 = a2 alone: c0 = hi ^ 0 ^ k0(1), c1 = lo; c2 = hi(M0 c0) ^ a3 ^ k1(1) */
+  rq2_mulhilo(a2, FB_PHILOX_M1, h, l);
+  b0 = h ^ (K0 + FB_PHILOX_W0), b1 = l;
+  q.d1 = a3 ^ (K1 + FB_PHILOX_W1);
+  /* round 2: the M0 product is of c0 = b0 alone: c2 = hi(M0 b0) ^ c3 ^ k1(2), c3 = lo(M0 b0); c0 = hi(M1 c2) ^ b1 ^ k0(2) */
+  rq2_mulhilo(b0, FB_PHILOX_M0, chi, c3);
+  q.e0 = b1 ^ (K0 + 2u * FB_PHILOX_W0);
+  q.e2 = chi ^ (K1 + 2u * FB_PHILOX_W1);
+  /* round 3: c3 = lo(M0 b0) is known: c2 = hi(M0 c0) ^ c3 ^ k1(3) */
+  q.f2 = c3 ^ (K1 + 3u * FB_PHILOX_W1);
+  q.k0_0 = K0, q.k0_3 = K0 + 3u * FB_PHILOX_W0;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) q.k0[i] = K0 + (unsigned)(4 + i) * FB_PHILOX_W0, q.k1[i] = K1 + (unsigned)(4 + i) * FB_PHILOX_W1;
+#if defined(__CUDA_ARCH__)
+  /* kept in registers across the loops: without this the compiler recomputes them from seed and stream for every
+   * block (an add or a multiply each) */
+  unsigned *u = reinterpret_cast<unsigned *>(&q);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof q / 4); ++i) asm volatile("" : "+r"(u[i]));
+#endif
+  return q;
+}
+/* fb_philox4x32_10 of counter (step, clo, 0, 0), key (seed, stream), through the precomputed q */
+static __device__ __forceinline__ void rq2_philox(const rq2_pre &q, unsigned clo, unsigned out[4]) {
+  unsigned c0, c1, c2, c3, h0, l0, h1, l1;
+  /* round 1 (after round 0: c0 = clo ^ k0) */
+  rq2_mulhilo(clo ^ q.k0_0, FB_PHILOX_M0, h0, l0);
+  c2 = h0 ^ q.d1, c3 = l0; /* c0 = b0, c1 = b1: in q.e0 / q.e2 */
+  /* round 2 */
+  rq2_mulhilo(c2, FB_PHILOX_M1, h1, l1);
+  c0 = h1 ^ q.e0, c1 = l1, c2 = c3 ^ q.e2; /* c3 = lo(M0 b0): in q.f2 */
+  /* round 3 */
+  rq2_mulhilo(c0, FB_PHILOX_M0, h0, l0);
+  rq2_mulhilo(c2, FB_PHILOX_M1, h1, l1);
+  c0 = h1 ^ c1 ^ q.k0_3, c1 = l1, c2 = h0 ^ q.f2, c3 = l0;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) {
+    rq2_mulhilo(c0, FB_PHILOX_M0, h0, l0);
+    rq2_mulhilo(c2, FB_PHILOX_M1, h1, l1);
+    c0 = h1 ^ c1 ^ q.k0[i], c1 = l1, c2 = h0 ^ c3 ^ q.k1[i], c3 = l0;
+  }
+  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+/* col_block's codes and scale, with the precomputed Philox rounds and the cheap E8M0 */
+static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const rq2_pre &q, const float v[32],
+                                                      unsigned long long o, unsigned w[8]) {
+#if FB_SR
+  unsigned r[8];
+  const unsigned long long c = o >> 4; /* even: o is a multiple of 32 */
+  if ((unsigned)(c >> 32) == 0u) {
+    rq2_philox(q, (unsigned)c, r);
+    rq2_philox(q, (unsigned)c | 1u, r + 4);
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned long long ch = c + (unsigned)h;
+      fb_u32 ctr[4] = {p.step, (fb_u32)ch, (fb_u32)(ch >> 32), 0u}, key[2] = {p.seed, p.stream};
+      fb_philox4x32_10(ctr, key, r + 4 * h);
+    }
+  }
+#else
+  (void)q, (void)o;
+#endif
+  float m[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) m[j] = fbf_absmax_nan(fabsf(v[j]), v[j + 16]);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m[j] = fbf_absmax_nan(m[j], m[j + 8]);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m[j] = fbf_absmax_nan(m[j], m[j + 4]);
+  m[0] = fbf_absmax_nan(m[0], m[2]), m[1] = fbf_absmax_nan(m[1], m[3]);
+  m[0] = fbf_absmax_nan(m[0], m[1]);
+  const float a = m[0] * (1.0f / 448.0f);
+  /* fbf_e8m0_up(a) for |a| below 2^30 (bits below 0x4E800000): the exponent plus one where the mantissa is not
+   * zero is (bits + 0x7FFFFF) >> 23; subnormals up to 0x400000 (and zero) give 0. Above, the rule itself. */
+  const unsigned ab = fbf_f2u(a) & 0x7FFFFFFFu;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  unsigned e = fbf_e8m0_up(a); /* one instruction there */
+#else
+  unsigned e = (ab + 0x7FFFFFu) >> 23;
+  if (ab - 1u < 0x400000u) e = 0u;
+#endif
+#if FB_SR
+  if (e <= FBF_SRZ_EMAX) {
+    const float s = fbf_srz_scale(e);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = fbf_e4m3x4_srz(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3], s, r[k]);
+  } else { /* NaN, Inf or huge amax */
+    e = fbf_e8m0_up(a);
+    const float inv = fbf_pow2(127 - (int)e);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      w[k] = fbf_e4m3x2_sr(v[4 * k] * inv, v[4 * k + 1] * inv, r[k] & 255u, (r[k] >> 8) & 255u) |
+             fbf_e4m3x2_sr(v[4 * k + 2] * inv, v[4 * k + 3] * inv, (r[k] >> 16) & 255u, r[k] >> 24) << 16;
+  }
+#else
+  if (ab >= 0x4E800000u) e = fbf_e8m0_up(a);
+  const float inv = fbf_pow2(127 - (int)e);
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    w[k] = fbf_e4m3x2_rn(v[4 * k] * inv, v[4 * k + 1] * inv) | fbf_e4m3x2_rn(v[4 * k + 2] * inv, v[4 * k + 3] * inv) << 16;
+#endif
+  return e;
+}
+
+#define NIT ((NITEMS + NWARPS - 1) / NWARPS)
+#define NIC2 (FB_RB * FB_COLS / FB_THREADS) /* column items a thread (variants keep FB_RB * FB_COLS >= FB_THREADS) */
+#if NIC2 * FB_THREADS != FB_RB * FB_COLS
+#error "mx_col FB_RQ2: FB_THREADS must divide the tile's column items"
+#endif
+extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
+  __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
+  float *tile = reinterpret_cast<float *>(tile4);
+  __shared__ float sdec[2][TR]; /* NVFP4 sources: this tile's rows and the next one's */
+  __shared__ uint4 sc4[FB_COLS * 2];
+  unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
+  const long long SB = 1024;
+  const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rq2_pre q = rq2_prepare(p);
+  /* load items (as the register path's): row and column in the tile, element offset in the source, tile offset */
+  int it_rr[NIT], it_cc[NIT];
+  unsigned it_off[NIT], it_t[NIT];
+#pragma unroll
+  for (int it = 0; it < NIT; ++it) {
+    const int wi = warp + it * NWARPS;
+    it_rr[it] = (wi % (TR / LR)) * LR + lane % LR, it_cc[it] = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
+    it_off[it] = (unsigned)it_rr[it] * (unsigned)p.cols + (unsigned)it_cc[it];
+    it_t[it] = (unsigned)(it_rr[it] * PITCH + it_cc[it]);
+  }
+  /* column items: k = threadIdx.x + n * FB_THREADS is column cc = k % FB_COLS, 32-row block rb = k / FB_COLS of a tile
+   * (a warp's items share rb: FB_COLS % 32 == 0) */
+  int ic_cc[NIC2], ic_rb[NIC2];
+  unsigned ic_t[NIC2]; /* the item's first value in the tile */
+#pragma unroll
+  for (int n = 0; n < NIC2; ++n) {
+    const int k = (int)threadIdx.x + n * FB_THREADS;
+    ic_cc[n] = k % FB_COLS, ic_rb[n] = k / FB_COLS;
+    ic_t[n] = (unsigned)(32 * ic_rb[n] * PITCH + ic_cc[n]);
+#if defined(__CUDA_ARCH__)
+    asm volatile("" : "+r"(ic_t[n]));
+#endif
+  }
+  const bool odd = threadIdx.x & 1;
+  for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
+    const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
+    /* the band is whole tiles inside the matrix (every band at S1): no bounds per chunk or item */
+    const bool whole = (b1 - b0) % TR == 0 && c0 + FB_COLS <= p.cols;
+    raw_chunk pre[NIT];
+    __syncthreads(); /* the previous band's scale stores have read sc and sdec */
+#if FB_SRC == 1
+    for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[0][k] = b0 + k < p.rows ? row_sdec(p, b0 + k) : 0.0f;
+#endif
+#pragma unroll
+    for (int it = 0; it < NIT; ++it) {
+      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+      if (whole || (b0 + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, b0 * p.cols + c0, it_off[it], pre[it]);
+    }
+    /* per item, for tile 0 of the band: the output element index of its first code, where its lane's stores A go
+     * (B: one output row further), whether its column is inside the matrix */
+    unsigned long long ic_o[NIC2];
+    unsigned char *ic_st[NIC2];
+    bool ic_in[NIC2];
+#pragma unroll
+    for (int n = 0; n < NIC2; ++n) {
+      ic_in[n] = c0 + ic_cc[n] < p.cols;
+      ic_o[n] = (unsigned long long)((c0 + ic_cc[n]) * p.rows + b0 + 32 * ic_rb[n]);
+      ic_st[n] = reinterpret_cast<unsigned char *>(p.out) + ic_o[n] + (odd ? 16 - p.rows : 0);
+    }
+    int buf = 0, i = 0;
+    for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1, ++i) {
+      __syncthreads(); /* the previous tile's columns are done; sdec[buf] is written */
+#pragma unroll
+      for (int it = 0; it < NIT; ++it) {
+        if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+        const int rr = it_rr[it], cc = it_cc[it];
+        if (whole || (r0 + rr < p.rows && c0 + cc < p.cols)) {
+          float v[CHUNK];
+          deq_raw(pre[it], FB_SRC == 1 ? sdec[buf][rr] : 1.0f, v);
+          float4 *d = reinterpret_cast<float4 *>(tile + it_t[it]);
+#pragma unroll
+          for (int j = 0; j < CHUNK / 4; ++j) d[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+        }
+      }
+      const long long rn = r0 + TR; /* the next tile of the band */
+#if FB_SRC == 1
+      if (rn < b1)
+        for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[buf ^ 1][k] = rn + k < p.rows ? row_sdec(p, rn + k) : 0.0f;
+#endif
+      __syncthreads();
+      if (rn < b1) {
+#pragma unroll
+        for (int it = 0; it < NIT; ++it) {
+          if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+          if (whole || (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
+        }
+      }
+      /* column phase: as the register path's (lane pairs trade half their codes: whole-sector stores) */
+#pragma unroll
+      for (int n = 0; n < NIC2; ++n) {
+        if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
+        const float *cp = tile + ic_t[n];
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
+        unsigned w[8];
+        const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
+        const unsigned e = col_block2(p, q, v, o, w);
+        unsigned x[4], sa[4], sb[4];
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) {
+          x[qq] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[qq] : w[4 + qq], 1);
+          sa[qq] = odd ? x[qq] : w[qq], sb[qq] = odd ? w[4 + qq] : x[qq];
+        }
+        if (whole || ic_in[n]) {
+          uint4 *a = reinterpret_cast<uint4 *>(ic_st[n] + (long long)i * TR);
+          a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
+          *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
+          scj[i * FB_RB + ic_rb[n]][ic_cc[n]] = (unsigned char)e;
+        }
+      }
+    }
+    __syncthreads();
+    /* the band's scales, gathered by column as the register path's */
+    const int nsb = (int)((b1 - b0) >> 5);
+    if (nsb == 32 && p.rows % 512 == 0) {
+      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+        const int cc = k >> 1, j0 = (k & 1) * 16;
+        const long long col = c0 + cc;
+        unsigned qv[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
+                           fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
+        if (col < p.cols)
+          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
+              make_uint4(qv[0], qv[1], qv[2], qv[3]);
+      }
+    } else {
+      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+        int cc = k / nsb, j = k % nsb;
+        long long col = c0 + cc;
+        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
+      }
+    }
+  }
+}
+#undef NIT
 #else /* FB_RING: the register path (NVFP4, MXFP8 and FP32 sources) */
 extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
