@@ -36,7 +36,7 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     return 1;
   case FB_OP_QUANT:
     if (q->rht) { *why = "a Hadamard transform before quantizing (wgrad RHT): no template yet"; return 0; }
-    if (q->format == FB_FMT_NVFP4 && !k->col) { *c = (choice){"quant_nvfp4.cuh", {"rows", "threads", NULL}}; return 1; }
+    if (q->format == FB_FMT_NVFP4 && !k->col) { *c = (choice){"quant_nvfp4.cuh", {"rows", "threads", "stage", NULL}}; return 1; }
     if (q->format == FB_FMT_NVFP4) { *why = "NVFP4 down the columns (transposed): no template yet"; return 0; }
     if (q->format == FB_FMT_MXFP8 && q->e5m2) { *why = "MXFP8 with E5M2 elements: no template yet"; return 0; }
     if (q->format == FB_FMT_MXFP8 && !k->col) { *c = (choice){"quant_mxfp8.cuh", {"threads", NULL}}; return 1; }
@@ -168,11 +168,12 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
 /* Hardware and template limits of one variant; NULL when legal. */
 static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, const fb_variant *v) {
   if (!strcmp(c->tmpl, "gemm_sm90.cuh")) return gemm_illegal(k, v);
-  int rows = 0, cols = 0, threads = 0;
+  int rows = 0, cols = 0, threads = 0, stage = 0;
   for (int i = 0; i < v->nparams; ++i) {
     if (!strcmp(v->param[i], "rows")) rows = v->value[i];
     if (!strcmp(v->param[i], "cols")) cols = v->value[i];
     if (!strcmp(v->param[i], "threads")) threads = v->value[i];
+    if (!strcmp(v->param[i], "stage")) stage = v->value[i];
   }
   if (!strcmp(c->tmpl, "mx_col.cuh")) {
     if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
@@ -181,6 +182,12 @@ static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, con
     if (rows * cols / 32 < threads || rows / 32 * cols < threads) return "mx_col: fewer tile items than threads leaves threads idle";
   }
   if (!strcmp(c->tmpl, "quant_nvfp4.cuh") && rows * 32 < threads) return "quant_nvfp4: fewer rows than warps leaves warps idle";
+  if (!strcmp(c->tmpl, "quant_nvfp4.cuh") && stage) { /* rows kept in shared memory: the per-token 4/6 BF16 RN path only */
+    const fb_qspec *q = &k->q;
+    if (!q->four_over_six || q->outer != FB_GRAN_TOKEN || k->in_f32 || q->rounding == FB_ROUND_SR || q->two_d)
+      return "quant_nvfp4: stage applies to the per-token Four Over Six path (BF16 in, RN) only";
+    if (stage * 1024 * (threads / 32) > 48 * 1024) return "quant_nvfp4: the staged rows exceed 48 KiB of static shared memory";
+  }
   if (!strcmp(c->tmpl, "swiglu.cuh") && rows * (cols / 8) < threads) return "swiglu: fewer 8-column vectors in the tile than threads";
   return NULL;
 }
@@ -198,7 +205,9 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
     idx[np] = -1;
     for (int j = 0; j < fam->nparams; ++j)
       if (!strcmp(fam->param[j], c.params[np])) idx[np] = j;
-    if (idx[np] < 0) return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, c.params[np]);
+    /* stage is optional (0: none), so that families made before it (or by hand) still give the variants they gave */
+    if (idx[np] < 0 && strcmp(c.params[np], "stage"))
+      return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, c.params[np]);
   }
   fb_variant *vs = calloc((size_t)fam->nvariants, sizeof *vs);
   if (!vs) return FB_ERR(FB_ENOMEM, "variants");
@@ -210,7 +219,7 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
     snprintf(v.tmpl, sizeof v.tmpl, "%s", c.tmpl);
     for (int j = 0; j < np; ++j) {
       snprintf(v.param[j], sizeof v.param[j], "%s", c.params[j]);
-      v.value[j] = fam->values[(size_t)i * fam->nparams + idx[j]];
+      v.value[j] = idx[j] < 0 ? 0 : fam->values[(size_t)i * fam->nparams + idx[j]];
     }
     int dup = 0;
     for (int j = 0; j < m && !dup; ++j) dup = !memcmp(vs[j].value, v.value, sizeof v.value);
@@ -229,8 +238,9 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
                       v.value[2], v.value[3], v.value[4], v.value[5]);
       if (np > 6) snprintf(v.name + len, sizeof v.name - (size_t)len, "_b%d", v.value[6]);
     } else
-      for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
-        len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
+      for (int j = 0; j < np && len < (int)sizeof v.name; ++j) /* stage 0 (none) leaves no tag: the names before it */
+        if (strcmp(v.param[j], "stage") || v.value[j])
+          len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
     vs[m++] = v;
   }
   *out = vs, *n = m;
@@ -300,6 +310,7 @@ fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char
     for (; v->param[i][j] && j + 1 < sizeof up; ++j) up[j] = (char)(v->param[i][j] >= 'a' && v->param[i][j] <= 'z' ? v->param[i][j] - 32 : v->param[i][j]);
     up[j] = 0;
     if (!strcmp(up, "ROWS") && !strcmp(v->tmpl, "mx_col.cuh")) fb_str_printf(&d, "FB_RB %d\n", v->value[i] / 32);
+    else if (!strcmp(up, "STAGE") && !v->value[i]) continue; /* the template's default: the source text before it */
     else fb_str_printf(&d, "FB_%s %d\n", up, v->value[i]);
   }
   if (d.oom) { free(d.buf); return FB_ERR(FB_ENOMEM, "gen"); }
@@ -314,7 +325,8 @@ fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char
   fb_str o = {0};
   fb_str_printf(&o, "/* generated by fourbit gen from %s (plan sha256 %s) — do not edit\n", origin ? origin : "-", plan_sha ? plan_sha : "-");
   fb_str_printf(&o, "** template: templates/%s  kernel: %s\n** params:", v->tmpl, v->name);
-  for (int i = 0; i < v->nparams; ++i) fb_str_printf(&o, " %s=%d", v->param[i], v->value[i]);
+  for (int i = 0; i < v->nparams; ++i)
+    if (strcmp(v->param[i], "stage") || v->value[i]) fb_str_printf(&o, " %s=%d", v->param[i], v->value[i]);
   fb_str_printf(&o, " */\n#define FB_KERNEL %s\n", v->name);
   for (int i = 0; i < nl; ++i) fb_str_printf(&o, "#define %s\n", lines[i]);
   fb_str_printf(&o, "\n");

@@ -41,7 +41,9 @@ return recipe {
       end,
     },
     -- rows: rows per CTA (row-wise quantizers) or tile height (column-wise); cols: tile width
-    quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 } },
+    -- stage: KiB of shared memory per warp that keep a row between the passes of the per-token 4/6 quantizer
+    -- (0: none, pass 2 reads the row again through L1/L2); 8 holds 256 of the 320 blocks of a 5120-wide row, 10 all
+    quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 }, stage = { 0, 4, 8, 10 } },
     requant = { rows = { 32, 64 }, cols = { 32, 64, 128 } },
   },
 }

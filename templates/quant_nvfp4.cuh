@@ -5,10 +5,18 @@
  * Writes p.out (codes, rows*cols/2 bytes), p.scales (E4M3, rows*cols/16), p.s_dec (token: [row];
  * tensor/group: [g], by the CTA that holds the group's first row).
  * Layout: a warp per row (token outer: pass 1 the row amax, pass 2 the blocks, re-read from cache); a
- * lane per block of 16. 2D: a lane per 16x16 tile column-block, tiles aligned to each group's start. */
+ * lane per block of 16. 2D: a lane per 16x16 tile column-block, tiles aligned to each group's start.
+ * FB_STAGE (tune value stage; 0 when the generator leaves it out): KiB of shared memory per warp that keep the first
+ * FB_STAGE * 32 blocks of the row from pass 1 for pass 2 (the per-token 4/6 BF16 RN path), so that pass 2 reads them
+ * from shared memory instead of again through L1/L2 (ncu at S1: 52% more L2 reads than the input, 13% of it read twice
+ * from DRAM, pass 2's loads the largest stall). */
 #include "fb_formats.h"
 #include "fb_kparams.h"
 #include "fb_philox.h"
+
+#ifndef FB_STAGE
+#define FB_STAGE 0
+#endif
 
 #if FB_IN_F32
 #define FB_VEC 4
@@ -323,6 +331,12 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     }
   }
 #else
+#if NV46_FAST && FB_OUTER == 1 && FB_STAGE
+  /* the warp's staged blocks: [0][b] their first 16 bytes, [1][b] their last (consecutive lanes, consecutive 16 bytes:
+   * no bank conflicts); each lane writes and reads only its own blocks (b = lane mod 32), so no barrier is needed */
+  __shared__ uint4 nv_st[FB_THREADS / 32][2][FB_STAGE * 32];
+  uint4 *const st0 = &nv_st[warp][0][lane], *const st1 = &nv_st[warp][1][lane]; /* block b at [b - lane] */
+#endif
   for (int rr = warp; rr < FB_ROWS; rr += FB_THREADS / 32) {
     long long row = (long long)blockIdx.x * FB_ROWS + rr;
     if (row >= p.rows) break;
@@ -337,6 +351,9 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       for (long long b = lane; b < nb; b += 32) {
         nv_raw r;
         load16_raw(p, row * p.cols + b * 16, r);
+#if FB_STAGE
+        if (b < FB_STAGE * 32) st0[b - lane] = r.q[0], st1[b - lane] = r.q[1];
+#endif
         m = nv_bmax2<0>(m, nv_bmax2<0>(nv_bmax2<0>(r.q[0].x, r.q[0].y), nv_bmax2<0>(r.q[0].z, r.q[0].w)));
         m = nv_bmax2<0>(m, nv_bmax2<0>(nv_bmax2<0>(r.q[1].x, r.q[1].y), nv_bmax2<0>(r.q[1].z, r.q[1].w)));
       }
@@ -367,6 +384,12 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
         const long long b = bw + lane;
         const bool live = b < nb;
         nv_raw cur;
+#if FB_STAGE
+        if (bw < FB_STAGE * 32) { /* warp-uniform: the staged count is a multiple of 32 */
+          if (live) cur.q[0] = st0[bw], cur.q[1] = st1[bw];
+          else cur.q[0] = cur.q[1] = make_uint4(0u, 0u, 0u, 0u);
+        } else
+#endif
         if (live) load16_raw(p, row * p.cols + b * 16, cur);
         else cur.q[0] = cur.q[1] = make_uint4(0u, 0u, 0u, 0u);
         unpack16(cur, v);

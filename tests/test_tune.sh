@@ -36,16 +36,17 @@ grep -qE "^quant_mxfp8_sr_row_sm90a +256 +[0-9.]+ +[0-9.]+ +[0-9.]+x +t(128|256)
 "$FB" tune recipes/tiny.lua --only quant_mxfp8_sr_row --cache "$W/c" --jobs 2 --strategy halving > "$W/s2" 2>&1 && grep -q "compiled 0, 2 from the cache" "$W/s2" \
   && ok || { bad "second sweep compiled again"; cat "$W/s2"; }
 
-# the faulting-variant hook: quant_nvfp4_4o6_tok_row has 6 variants; the two of 32 rows fault and kill their workers
+# the faulting-variant hook: quant_nvfp4_4o6_tok_row has 18 variants (rows x threads, and the shared-memory stages
+# that fit: 0, 4, 8, 10 KiB a warp at 128 threads, 0 and 4 at 256); the six of 32 rows fault and kill their workers
 F=quant_nvfp4_4o6_tok_row_sm90a_r32
 FOURBIT_TUNE_FAULT=$F "$FB" tune recipes/tiny.lua --only quant_nvfp4_4o6_tok_row --cache "$W/c" --jobs 2 > "$W/f1" 2>&1; rc=$?
 [ $rc -eq 0 ] && ok || { bad "the faulting sweep: exit $rc"; tail -20 "$W/f1"; }
-[ "$(grep -c "FOURBIT_TUNE_FAULT: launching $F" "$W/f1")" = 2 ] && ok || bad "the hook did not fire twice"
+[ "$(grep -c "FOURBIT_TUNE_FAULT: launching $F" "$W/f1")" = 6 ] && ok || bad "the hook did not fire six times"
 grep -qE "${F}_t128: fault: " "$W/f1" && grep -qE "${F}_t256: fault: " "$W/f1" && ok || { bad "faults not reported"; cat "$W/f1"; }
-grep -qE "^quant_nvfp4_4o6_tok_row_sm90a +256 .* r(8|16)_t(128|256) +r(8|16)_t(128|256) .* 6 +2$" "$W/f1" && grep -qE "the worker was replaced [2-9] times" "$W/f1" \
+grep -qE "^quant_nvfp4_4o6_tok_row_sm90a +256 .* r(8|16)_t(128|256)(_s[0-9]+)? +r(8|16)_t(128|256)(_s[0-9]+)? .* 18 +6$" "$W/f1" && grep -qE "the worker was replaced [2-9] times" "$W/f1" \
   && ok || { bad "the sweep did not finish around the faults"; tail -8 "$W/f1"; }
-"$FB" cache show quant_nvfp4_4o6_tok_row --cache "$W/c" > "$W/fs" && [ "$(grep -cE "${F}_t(128|256) +256 fault" "$W/fs")" = 2 ] \
-  && [ "$(grep -cE "_sm90a_r(8|16)_t(128|256) +256 ok" "$W/fs")" -ge 2 ] && ok || { bad "fault trials"; cat "$W/fs"; }
+"$FB" cache show quant_nvfp4_4o6_tok_row --cache "$W/c" > "$W/fs" && [ "$(grep -cE "${F}_t(128|256)(_s[0-9]+)? +256 fault" "$W/fs")" = 6 ] \
+  && [ "$(grep -cE "_sm90a_r(8|16)_t(128|256)(_s[0-9]+)? +256 ok" "$W/fs")" -ge 2 ] && ok || { bad "fault trials"; cat "$W/fs"; }
 # the next sweep does not retry them
 FOURBIT_TUNE_FAULT=$F "$FB" tune recipes/tiny.lua --only quant_nvfp4_4o6_tok_row --cache "$W/c" --jobs 2 > "$W/f2" 2>&1; rc=$?
 [ $rc -eq 0 ] && ! grep -q "FOURBIT_TUNE_FAULT: launching" "$W/f2" && grep -qE "the worker was replaced 0 times" "$W/f2" \
