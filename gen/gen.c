@@ -23,7 +23,7 @@ static const fb_embedded_file *embedded(const char *name) {
 /* A template and the tune parameters it reads. */
 typedef struct {
   const char *tmpl;
-  const char *params[FB_TUNE_MAXPARAMS]; /* NULL-terminated */
+  const char *params[FB_TUNE_MAXPARAMS + 1]; /* NULL-terminated */
 } choice;
 
 static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
@@ -64,7 +64,7 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
     if (k->src.format == FB_FMT_NVFP4 && k->act.two_d) { *why = "16x16 NVFP4 A operands: no template yet"; return 0; }
     if (k->src.format == FB_FMT_MXFP8 && (k->src.e5m2 || k->act.e5m2)) { *why = "E5M2 MXFP8 operands: no template yet"; return 0; }
     if (k->src.format != FB_FMT_BF16)
-      *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", NULL}};
+      *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe", NULL}};
     else
       *c = (choice){"gemm_sm90.cuh", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", NULL}};
     return 1;
@@ -129,7 +129,7 @@ static int gemm_kind(const fb_kernel_spec *k) {
 
 /* Limits of gemm_sm90.cuh (shared memory, registers, TMA boxes, what is written); NULL when legal. */
 static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
-  int tm = 0, tn = 0, tk = 0, st = 0, cl = 1, co = 1, wb = 1;
+  int tm = 0, tn = 0, tk = 0, st = 0, cl = 1, co = 1, wb = 1, pipe = 0;
   for (int i = 0; i < v->nparams; ++i) {
     const char *n = v->param[i];
     int x = v->value[i];
@@ -140,6 +140,7 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
     else if (!strcmp(n, "cluster")) cl = x;
     else if (!strcmp(n, "consumers")) co = x;
     else if (!strcmp(n, "weights_bf16")) wb = x;
+    else if (!strcmp(n, "pipe")) pipe = x;
   }
   int kind = gemm_kind(k);
   if (cl != 1) return "gemm: clusters (TMA multicast) are not written yet: cluster = 1 only";
@@ -153,10 +154,17 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
     return "gemm: MXFP8 on FP8 wgmma misses the 1e-5 tolerance (Hopper sums a k32 product with about 14 bits: 4.6e-5 "
            "measured on the H200): weights_bf16 = true (A decoded to exact BF16, B an exact BF16 copy) only";
   if (kind == 2) kind = 3;
+  if (pipe != 0 && pipe != 1 && pipe != 2) return "gemm: pipe takes 0 (off), 1 (whole k-blocks) or 2 (half k-blocks)";
   if (st < 2) return "gemm: at least 2 stages";
   int mw = tm / co / 64;
   /* consumer registers: accumulators (and MXFP8's temporaries), NVFP4's decoded A fragments and scales, the rest */
   int regs = kind == 2 ? mw * tn + 48 : mw * tn / 2 + (kind == 1 || kind == 3 ? mw * 48 + 8 : 0) + 40;
+  /* pipe 1: a second slot of 8 decoded A fragments (32) and the decode's temporaries beside both (ptxas 13.0: 128 x 128
+     with two consumers fits, 128 x 192 spills) */
+  if (pipe == 1) regs += mw * 48;
+  /* ptxas 13.0 beside the SwiGLU epilogues (MXFP8 only): pipe 2 spills at tile_n >= 192, pipe 1 serializes the wgmmas */
+  if (pipe && kind == 3 && (tn >= 192 || pipe == 1) && (k->op == FB_OP_GEMM_FWD13 || k->op == FB_OP_GEMM_DGRAD2))
+    return "gemm: a pipelined MXFP8 main loop beside a SwiGLU epilogue: pipe 2 at tile_n 128 only (ptxas 13.0 spills or serializes)";
   if (regs > (co == 2 ? 232 : 240)) return "gemm: the accumulators need more registers than a consumer warpgroup has";
   long a = kind == 0 ? (long)tm * tk * 2 : kind == 1 ? (long)tm * tk / 2 : (long)tm * tk; /* kind 3: E4M3 bytes */
   long b = kind == 2 ? (long)tn * tk : (long)tn * tk * 2, sf = kind == 2 ? (long)(tm + tn) * (tk / 32) * 4 : 0;
@@ -206,6 +214,7 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
     for (int j = 0; j < fam->nparams; ++j)
       if (!strcmp(fam->param[j], c.params[np])) idx[np] = j;
     /* stage is optional (0: none), so that families made before it (or by hand) still give the variants they gave */
+    if (idx[np] < 0 && !strcmp(c.params[np], "pipe")) continue; /* pipe is optional too (0: the plain main loop) */
     if (idx[np] < 0 && strcmp(c.params[np], "stage"))
       return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, c.params[np]);
   }
@@ -236,7 +245,8 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
     if (!strcmp(c.tmpl, "gemm_sm90.cuh")) {
       len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_m%dn%dk%d_s%d_c%d_w%d", v.value[0], v.value[1],
                       v.value[2], v.value[3], v.value[4], v.value[5]);
-      if (np > 6) snprintf(v.name + len, sizeof v.name - (size_t)len, "_b%d", v.value[6]);
+      if (np > 6) len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_b%d", v.value[6]);
+      if (np > 7 && v.value[7]) snprintf(v.name + len, sizeof v.name - (size_t)len, "_p%d", v.value[7]); /* pipe 0: no tag */
     } else
       for (int j = 0; j < np && len < (int)sizeof v.name; ++j) /* stage 0 (none) leaves no tag: the names before it */
         if (strcmp(v.param[j], "stage") || v.value[j])
@@ -311,6 +321,7 @@ fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char
     up[j] = 0;
     if (!strcmp(up, "ROWS") && !strcmp(v->tmpl, "mx_col.cuh")) fb_str_printf(&d, "FB_RB %d\n", v->value[i] / 32);
     else if (!strcmp(up, "STAGE") && !v->value[i]) continue; /* the template's default: the source text before it */
+    else if (!strcmp(up, "PIPE") && !v->value[i]) continue;  /* the same (FB_PIPE 0) */
     else fb_str_printf(&d, "FB_%s %d\n", up, v->value[i]);
   }
   if (d.oom) { free(d.buf); return FB_ERR(FB_ENOMEM, "gen"); }

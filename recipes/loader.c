@@ -915,8 +915,8 @@ typedef struct {
 } family_def;
 
 static const family_def FAMILIES[] = {
-    {"gemm", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16"},
-     {{128}, {128, 256}, {64, 128}, {3, 4, 5}, {1, 2}, {1, 2}, {-1, 1}}},
+    {"gemm", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe"},
+     {{128}, {128, 256}, {64, 128}, {3, 4, 5}, {1, 2}, {1, 2}, {-1, 1}, {-1}}}, /* pipe: 0 */
     {"amax", {"rows", "threads"}, {{1, 4}, {256, 512}}},
     {"quant", {"rows", "cols", "threads", "stage"}, {{16, 32}, {256, 512}, {128, 256}, {-1}}}, /* stage: 0 */
     {"requant", {"rows", "cols", "threads"}, {{32, 64}, {32, 64}, {128, 256}}},
@@ -939,6 +939,7 @@ static const char *param_check(const char *p, long long x) {
   if (!strcmp(p, "cluster")) return x == 1 || x == 2 || x == 4 ? NULL : "cluster takes 1, 2 or 4";
   if (!strcmp(p, "consumers")) return x == 1 || x == 2 ? NULL : "consumers takes 1 or 2 warpgroups";
   if (!strcmp(p, "weights_bf16")) return x == 0 || x == 1 ? NULL : "weights_bf16 takes true or false";
+  if (!strcmp(p, "pipe")) return x >= 0 && x <= 2 ? NULL : "pipe takes 0 (off), 1 or 2 (groups per k-block)";
   if (!strcmp(p, "rows")) return is_pow2(x) && x <= 1024 ? NULL : "rows takes powers of two up to 1024";
   if (!strcmp(p, "cols")) return is_pow2(x) && x >= 16 && x <= 8192 ? NULL : "cols takes powers of two in 16..8192";
   if (!strcmp(p, "threads")) return x >= 32 && x <= 1024 && x % 32 == 0 ? NULL : "threads takes multiples of 32 up to 1024";

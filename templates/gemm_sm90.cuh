@@ -32,7 +32,14 @@
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
  * writes acc * (S_dec(A) * S_dec(B)).
  * Tune parameters: FB_TILE_M, FB_TILE_N, FB_TILE_K, FB_STAGES, FB_CONSUMERS (fb_gemm_config() on the host
- * checks them; gen.c prunes what does not fit).
+ * checks them; gen.c prunes what does not fit), and for FB_KIND 1 and 3 FB_PIPE (0 when not defined):
+ *   0  per k-block: ldmatrix + decode of all 8 k16 A fragments, 8 wgmma, commit, wait 0, release the stage, so a
+ *      warpgroup's decode never overlaps its own wgmmas (only the other consumer warpgroup's);
+ *   N  (1 or 2) the 8 k16 steps of a k-block in N commit groups, software-pipelined over two fragment slots: the
+ *      fragments of group g + 1 are decoded while group g runs (wait_group 1 keeps one group in flight), and a stage
+ *      is released once the first group of the next k-block has retired its last group. N = 1: two whole k-block
+ *      slots (32 more registers per m64 sub-tile); N = 2: half k-blocks, as many fragment registers as 0.
+ *   The wgmmas and their order on every accumulator are those of 0, so the result is bit-identical.
  * Launch: 128 * (1 + FB_CONSUMERS) threads, one CTA per SM (persistent), dynamic shared memory as
  * fb_gemm_smem_bytes() says. Rows of a tile past its expert's end are computed from whatever the TMA loads
  * there (the next expert's rows or zeros past the tensor) and never stored. */
@@ -42,6 +49,9 @@
 #endif
 #ifndef FB_EPI_CHEAP
 #define FB_EPI_CHEAP 0
+#endif
+#ifndef FB_PIPE
+#define FB_PIPE 0
 #endif
 
 #if FB_KIND == 2 && defined(FB_WEIGHTS_BF16)
@@ -254,6 +264,96 @@ static __device__ __forceinline__ void fbg_sf_pair(u32 two, u32 &m0, u32 &m1) {
 }
 #endif
 
+#if FB_KIND == 1 || FB_KIND == 3
+#if FB_KIND == 1
+typedef uint2 fbg_sfw; /* a row's 8 E4M3 block scales of a k-block */
+#else
+typedef u32 fbg_sfw; /* a row's 4 E8M0 scales of a k-block */
+#endif
+/* A's fragments of the k16 steps k0 .. k0 + NF - 1 of the stage at sa, decoded to BF16 in registers: af[mw][j] is step
+   k0 + j of m64 sub-tile mw of consumer c. sfc: the scales of the k-block of this thread's rows r0, r0 + 8. k0 must be
+   a constant once the caller's loops are unrolled (it selects registers). */
+template <int NF>
+static __device__ __forceinline__ void fbg_decode_a(u32 sa, const fbg_sfw (&sfc)[MW][2], u32 (&af)[MW][NF][4], int k0, int c,
+                                                    int warp, int lane, int q) {
+#if FB_KIND == 1
+  /* NVFP4: each ldmatrix.x4 = 2 groups of 32 codes (4 k16 steps) x 2 row halves */
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+    for (int gp = k0 / 4; gp < (k0 + NF) / 4; ++gp) {
+      int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), g = gp * 2 + (lane >> 4);
+      u32 addr = sa + R * 64 + ((g ^ ((R >> 1) & 3)) << 4);
+      u32 x0, x1, x2, x3;
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                   : "r"(addr)
+                   : "memory");
+      u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [group within the pair][row half] */
+#pragma unroll
+      for (int gg = 0; gg < 2; ++gg) {
+        int grp = gp * 2 + gg; /* group in the k-block: scale byte 2 * grp + q / 2 of the row's 8 */
+        u32 w0 = grp < 2 ? sfc[mw][0].x : sfc[mw][0].y, w1 = grp < 2 ? sfc[mw][1].x : sfc[mw][1].y;
+        u32 sh = 8 * (2 * (grp & 1) + (q >> 1));
+        u32 m0, m1;
+        fbg_sf_pair(((w0 >> sh) & 0xFF) | (((w1 >> sh) & 0xFF) << 8), m0, m1);
+        u32 d0[4], d1[4];
+        fbg_decode8(xs[gg][0], m0, d0);
+        fbg_decode8(xs[gg][1], m1, d1);
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          af[mw][2 * grp + st - k0][0] = d0[2 * st];
+          af[mw][2 * grp + st - k0][1] = d1[2 * st];
+          af[mw][2 * grp + st - k0][2] = d0[2 * st + 1];
+          af[mw][2 * grp + st - k0][3] = d1[2 * st + 1];
+        }
+      }
+    }
+#else
+  /* MXFP8: each ldmatrix.x4 = 2 chunks of 16 codes (2 k16 steps) x 2 row halves */
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+    for (int cp = k0 / 2; cp < (k0 + NF) / 2; ++cp) {
+      int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), ch = cp * 2 + (lane >> 4);
+      u32 addr = sa + R * 128 + ((ch ^ (R & 7)) << 4);
+      u32 x0, x1, x2, x3;
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                   : "r"(addr)
+                   : "memory");
+      u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [chunk within the pair][row half] */
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) {
+        const int k = cp * 2 + cc, sh = 8 * (k >> 1); /* chunk k of 16 codes lies in MX block k / 2 */
+        u32 m0 = fbg_e8m0_bf16x2((sfc[mw][0] >> sh) & 0xFF), m1 = fbg_e8m0_bf16x2((sfc[mw][1] >> sh) & 0xFF);
+        u32 l0, h0, l1, h1;
+        fbg_decode4_e4m3(xs[cc][0], m0, l0, h0);
+        fbg_decode4_e4m3(xs[cc][1], m1, l1, h1);
+        af[mw][k - k0][0] = l0, af[mw][k - k0][1] = l1, af[mw][k - k0][2] = h0, af[mw][k - k0][3] = h1;
+      }
+    }
+#endif
+}
+/* The wgmmas of k16 steps k0 .. k0 + NF - 1 from the fragments af, B of the stage at sb, as one commit group */
+template <int NF>
+static __device__ __forceinline__ void fbg_mma_rs(float (&acc)[MW][BN / 2], const u32 (&af)[MW][NF][4], u32 sb, int k0) {
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+  fbg_wg_fence();
+#pragma unroll
+  for (int j = 0; j < NF; ++j) {
+    const int k = k0 + j;
+    u64 db = fbg_desc_sw128(sb + (k / 4) * BN * 128) + 2 * (k % 4);
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw) WGMMA_RS_BF16(acc[mw], af[mw][j][0], af[mw][j][1], af[mw][j][2], af[mw][j][3], db, 1);
+  }
+  fbg_wg_commit();
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const __grid_constant__ fb_kp_gemm p) {
   extern __shared__ unsigned char fbg_raw[];
   const u32 raw = fbg_smem(fbg_raw);
@@ -428,26 +528,68 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       for (int h = 0; h < 2; ++h)
         sfn[mw][h] = nk > 0 && arow[mw][h] < alim ? *(const u32 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw32 + kb0) : 0x7F7F7F7Fu;
 #endif
-    for (int kb = 0; kb < nk; ++kb) {
 #if FB_KIND == 3
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          sfc[mw][h] = sfn[mw][h];
-          if (kb + 1 < nk && arow[mw][h] < alim)
-            sfn[mw][h] = *(const u32 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw32 + kb0 + (kb + 1) * (BK / 32));
-        }
+    /* the scales of k-block kb_ become current, those of kb_ + 1 are loaded */
+#define FBG_SF_ROTATE(kb_)                                                                                              \
+  do {                                                                                                                 \
+    _Pragma("unroll") for (int mw = 0; mw < MW; ++mw) _Pragma("unroll") for (int h = 0; h < 2; ++h) {                  \
+      sfc[mw][h] = sfn[mw][h];                                                                                         \
+      if ((kb_) + 1 < nk && arow[mw][h] < alim)                                                                        \
+        sfn[mw][h] = *(const u32 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw32 + kb0 + ((kb_) + 1) * (BK / 32)); \
+    }                                                                                                                  \
+  } while (0)
+#elif FB_KIND == 1
+#define FBG_SF_ROTATE(kb_)                                                                                              \
+  do {                                                                                                                 \
+    _Pragma("unroll") for (int mw = 0; mw < MW; ++mw) _Pragma("unroll") for (int h = 0; h < 2; ++h) {                  \
+      sfc[mw][h] = sfn[mw][h];                                                                                         \
+      if ((kb_) + 1 < nk && arow[mw][h] < p.rows)                                                                      \
+        sfn[mw][h] = *(const uint2 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw16 + ((kb_) + 1) * (BK / 16));   \
+    }                                                                                                                  \
+  } while (0)
 #endif
-#if FB_KIND == 1
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          sfc[mw][h] = sfn[mw][h];
-          if (kb + 1 < nk && arow[mw][h] < p.rows)
-            sfn[mw][h] = *(const uint2 *)((const unsigned char *)p.a_sf + arow[mw][h] * kw16 + (kb + 1) * (BK / 16));
-        }
+#if (FB_KIND == 1 || FB_KIND == 3) && FB_PIPE
+    /* FB_PIPE groups per k-block, PF k16 steps each; group g's fragments in slot g & 1. Each group is issued, then
+       wait_group 1 retires the one before it (so its slot may be written again) while this one runs, then the next
+       group's fragments are decoded. The first group of k-block kb retiring the last of kb - 1 releases kb - 1's stage. */
+#define PF (8 / FB_PIPE)
+    static_assert(FB_PIPE == 1 || FB_PIPE == 2, "FB_PIPE: 0, 1 or 2");
+    u32 afb[2][MW][PF][4];
+    int sp = 0; /* the stage of the previous k-block */
+#define FBG_KBLOCK(kb_, u_)                                                                                             \
+  do {                                                                                                                 \
+    FBG_SF_ROTATE(kb_);                                                                                                \
+    fbg_bar_wait(FULL(s), ph);                                                                                         \
+    _Pragma("unroll") for (int h = 0; h < FB_PIPE; ++h) {                                                              \
+      u32(&af)[MW][PF][4] = afb[((u_) * FB_PIPE + h) & 1];                                                             \
+      fbg_decode_a<PF>(SA(s), sfc, af, h * PF, c, warp, lane, q);                                                      \
+      fbg_mma_rs<PF>(acc, af, SB(s), h * PF);                                                                          \
+      fbg_wg_wait<1>();                                                                                                \
+      if (h == 0 && (kb_) > 0 && lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(sp));                                    \
+    }                                                                                                                  \
+    sp = s;                                                                                                            \
+    if (++s == NST) s = 0, ph ^= 1;                                                                                    \
+  } while (0)
+#if FB_PIPE == 1
+    /* two k-blocks a trip, no branch out between them (where the loop may leave between them, ptxas serializes the
+       wgmmas: C7513); an odd nk's last k-block after the loop, slot 0 */
+    int kb = 0;
+    for (; kb + 2 <= nk; kb += 2) {
+      FBG_KBLOCK(kb, 0);
+      FBG_KBLOCK(kb + 1, 1);
+    }
+    if (kb < nk) FBG_KBLOCK(kb, 0);
+#else
+    for (int kb = 0; kb < nk; ++kb) FBG_KBLOCK(kb, 0);
+#endif
+#undef FBG_KBLOCK
+    fbg_wg_wait<0>();
+    if (nk > 0 && lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(sp));
+#undef PF
+#else
+    for (int kb = 0; kb < nk; ++kb) {
+#if FB_KIND == 1 || FB_KIND == 3
+      FBG_SF_ROTATE(kb);
 #endif
       fbg_bar_wait(FULL(s), ph);
 #if FB_KIND == 0
@@ -469,79 +611,11 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       fbg_wg_wait<0>();
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
 #elif FB_KIND == 1 || FB_KIND == 3
-      /* A fragments of the 8 k16 steps, decoded to BF16 in registers */
+      /* A fragments of the 8 k16 steps, decoded to BF16 in registers; the 8 k16 steps from registers; then the stage
+         goes back to the producer */
       u32 af[MW][8][4];
-#if FB_KIND == 1
-      /* NVFP4: each ldmatrix.x4 = 2 groups of 32 codes x 2 row halves */
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-        for (int gp = 0; gp < 2; ++gp) {
-          int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), g = gp * 2 + (lane >> 4);
-          u32 addr = SA(s) + R * 64 + ((g ^ ((R >> 1) & 3)) << 4);
-          u32 x0, x1, x2, x3;
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                       : "r"(addr)
-                       : "memory");
-          u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [group within the pair][row half] */
-#pragma unroll
-          for (int gg = 0; gg < 2; ++gg) {
-            int grp = gp * 2 + gg; /* group in the k-block: scale byte 2 * grp + q / 2 of the row's 8 */
-            u32 w0 = grp < 2 ? sfc[mw][0].x : sfc[mw][0].y, w1 = grp < 2 ? sfc[mw][1].x : sfc[mw][1].y;
-            u32 sh = 8 * (2 * (grp & 1) + (q >> 1));
-            u32 m0, m1;
-            fbg_sf_pair(((w0 >> sh) & 0xFF) | (((w1 >> sh) & 0xFF) << 8), m0, m1);
-            u32 d0[4], d1[4];
-            fbg_decode8(xs[gg][0], m0, d0);
-            fbg_decode8(xs[gg][1], m1, d1);
-#pragma unroll
-            for (int st = 0; st < 2; ++st) {
-              af[mw][2 * grp + st][0] = d0[2 * st];
-              af[mw][2 * grp + st][1] = d1[2 * st];
-              af[mw][2 * grp + st][2] = d0[2 * st + 1];
-              af[mw][2 * grp + st][3] = d1[2 * st + 1];
-            }
-          }
-        }
-#else
-      /* MXFP8: each ldmatrix.x4 = 2 chunks of 16 codes x 2 row halves */
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-        for (int cp = 0; cp < 4; ++cp) {
-          int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), ch = cp * 2 + (lane >> 4);
-          u32 addr = SA(s) + R * 128 + ((ch ^ (R & 7)) << 4);
-          u32 x0, x1, x2, x3;
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                       : "r"(addr)
-                       : "memory");
-          u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [chunk within the pair][row half] */
-#pragma unroll
-          for (int cc = 0; cc < 2; ++cc) {
-            const int k = cp * 2 + cc, sh = 8 * (k >> 1); /* chunk k of 16 codes lies in MX block k / 2 */
-            u32 m0 = fbg_e8m0_bf16x2((sfc[mw][0] >> sh) & 0xFF), m1 = fbg_e8m0_bf16x2((sfc[mw][1] >> sh) & 0xFF);
-            u32 l0, h0, l1, h1;
-            fbg_decode4_e4m3(xs[cc][0], m0, l0, h0);
-            fbg_decode4_e4m3(xs[cc][1], m1, l1, h1);
-            af[mw][k][0] = l0, af[mw][k][1] = l1, af[mw][k][2] = h0, af[mw][k][3] = h1;
-          }
-        }
-#endif
-      /* the 8 k16 steps from registers; then the stage goes back to the producer */
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
-      fbg_wg_fence();
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        u64 db = fbg_desc_sw128(SB(s) + (k / 4) * BN * 128) + 2 * (k % 4);
-#pragma unroll
-        for (int mw = 0; mw < MW; ++mw) WGMMA_RS_BF16(acc[mw], af[mw][k][0], af[mw][k][1], af[mw][k][2], af[mw][k][3], db, 1);
-      }
-      fbg_wg_commit();
-#pragma unroll
-      for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+      fbg_decode_a<8>(SA(s), sfc, af, 0, c, warp, lane, q);
+      fbg_mma_rs<8>(acc, af, SB(s), 0);
       fbg_wg_wait<0>();
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
 #else
@@ -581,6 +655,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #endif
       if (++s == NST) s = 0, ph ^= 1;
     }
+#endif
 
     if (FB_DEBUG && blockIdx.x == 0 && (tid % 128) == 0) printf("consumer %d acc %g %g %g\n", c, acc[0][0], acc[0][1], acc[0][2]);
     /* ---------------- epilogue: straight from the accumulators ---------------- */

@@ -8,11 +8,15 @@
  *                               (QGMMA for FP8) and UTMALDG (else it says so: HGMMA not checked)
  *   test_gemm --only SUBSTR     only kernels whose name contains SUBSTR (and the FP32 companion of a selected SwiGLU /
  *                               S2F6 case: its bit-exact check compares with that run)
+ *   test_gemm --bench PEERFILE  also time every gemm_t_* variant that passed on the benchmark's shapes (--write-shapes FILE
+ *                               writes them for tests/gpu/bench_gemm_peer.py, which writes PEERFILE)
  * Cases: the test's own specs (gemm_t_*), then every GEMM the GPU expert layer runs for recipes/nvidia_nvfp4.lua and
  * recipes/bf16.lua under its own names (gemm_{fwd,dgrad}_nvfp4_tenxnvfp4_ten_*, gemm_*_bf16xbf16_*; checked, not timed).
  * Pass: FP32 outputs within a relative Frobenius error of 1e-5 of the reference (only the FP32 summation order
  * differs); BF16 outputs within one BF16 ulp of the reference everywhere (the rounding of the FP32 result, plus
- * that order), every output element written. Exit 0 only if all pass; 77 (SKIPPED) without a GPU. */
+ * that order), every output element written; a pipelined main loop (variant tag _p1 / _p2, FB_PIPE) with the companion's
+ * tiles: its FP32 output bit-identical to the plain (pipe 0) one's on the same problem. Exit 0 only if all pass; 77
+ * (SKIPPED) without a GPU. */
 #include "fb_cuda.h"
 #include "fb_gemm_host.h"
 #include "fourbit.h"
@@ -37,29 +41,33 @@ typedef struct {
   const char *name;
   int kind, mode, out_bf16, tensor_outer, epi; /* epi: 0 plain, 1 SwiGLU, 2 SwiGLU backward, 3 RHT-32 + S2F6 */
   int nv;
-  int v[6][7]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16 */
+  int v[8][8]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16, pipe (NVFP4 and MXFP8 x BF16 copy) */
 } gcase;
 
 static const gcase cases[] = {
     {"gemm_t_bf16_rows_f32", 0, 0, 0, 0, 0, 5, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}, {256, 128, 64, 3, 1, 2, 1}, {64, 256, 64, 4, 1, 1, 1}, {128, 192, 64, 4, 1, 2, 1}}},
     {"gemm_t_bf16_rows_bf16", 0, 0, 1, 0, 0, 1, {{128, 256, 64, 4, 1, 2, 1}}},
     {"gemm_t_bf16_wgrad_f32", 0, 1, 0, 0, 0, 2, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_nvfp4_rows_f32", 1, 0, 0, 0, 0, 4, {{64, 128, 128, 4, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}, {128, 128, 128, 5, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}}},
-    {"gemm_t_nvfp4_rows_bf16", 1, 0, 1, 0, 0, 1, {{128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_t_nvfp4tensor_rows_f32", 1, 0, 0, 1, 0, 1, {{128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_t_mxfp8_rows_f32", 3, 0, 0, 0, 0, 4, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}, {128, 192, 128, 2, 1, 2, 1}}},
-    {"gemm_t_mxfp8_rows_bf16", 3, 0, 1, 0, 0, 1, {{128, 256, 128, 2, 1, 2, 1}}},
-    {"gemm_t_mxfp8_wgrad_f32", 3, 1, 0, 0, 0, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}}},
+    /* the software-pipelined main loops (pipe 1, 2: gemm_sm90.cuh FB_PIPE) come after the plain one (pipe 0) of the same
+       tiles: the 128 x 256 FP32 ones must equal it bit for bit (the same wgmmas in the same order) */
+    {"gemm_t_nvfp4_rows_f32", 1, 0, 0, 0, 0, 8, {{64, 128, 128, 4, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}, {128, 128, 128, 5, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1},
+                                                 {128, 256, 128, 3, 1, 2, 1, 2}, {128, 128, 128, 5, 1, 2, 1, 1}, {128, 128, 128, 5, 1, 2, 1, 2}, {64, 256, 128, 3, 1, 1, 1, 2}}},
+    {"gemm_t_nvfp4_rows_bf16", 1, 0, 1, 0, 0, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
+    {"gemm_t_nvfp4tensor_rows_f32", 1, 0, 0, 1, 0, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
+    {"gemm_t_mxfp8_rows_f32", 3, 0, 0, 0, 0, 7, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}, {128, 192, 128, 2, 1, 2, 1},
+                                                 {128, 256, 128, 2, 1, 2, 1, 2}, {128, 128, 128, 4, 1, 2, 1, 1}, {128, 192, 128, 2, 1, 2, 1, 2}}},
+    {"gemm_t_mxfp8_rows_bf16", 3, 0, 1, 0, 0, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 256, 128, 2, 1, 2, 1, 2}}},
+    {"gemm_t_mxfp8_wgrad_f32", 3, 1, 0, 0, 0, 4, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {128, 256, 128, 2, 1, 2, 1, 2}, {128, 128, 128, 4, 1, 2, 1, 1}}},
     /* w13 fwd with the SwiGLU epilogue (BF16 A); the FP32 variant of the same tiles above is its companion */
     {"gemm_t_bf16_swiglu", 0, 0, 1, 0, 1, 1, {{128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_nvfp4_swiglu", 1, 0, 1, 0, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_t_mxfp8_swiglu", 3, 0, 1, 0, 1, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    {"gemm_t_nvfp4_swiglu", 1, 0, 1, 0, 1, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
+    {"gemm_t_mxfp8_swiglu", 3, 0, 1, 0, 1, 1, {{128, 256, 128, 2, 1, 2, 1}}}, /* pipe: pruned at 256 (spills) */
     /* w2 dgrad with the SwiGLU-backward epilogue (dH from dA and H) */
     {"gemm_t_bf16_swiglubwd", 0, 0, 1, 0, 2, 1, {{128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_mxfp8_swiglubwd", 3, 0, 1, 0, 2, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    {"gemm_t_mxfp8_swiglubwd", 3, 0, 1, 0, 2, 1, {{128, 256, 128, 2, 1, 2, 1}}}, /* pipe: pruned at 256 (spills) */
     /* w2 fwd with the combine payload (RHT-32 + S2F6) */
-    {"gemm_t_nvfp4_s2f6", 1, 0, 0, 0, 3, 1, {{128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_t_mxfp8_s2f6", 3, 0, 0, 0, 3, 1, {{128, 256, 128, 2, 1, 2, 1}}},
+    {"gemm_t_nvfp4_s2f6", 1, 0, 0, 0, 3, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
+    {"gemm_t_mxfp8_s2f6", 3, 0, 0, 0, 3, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 256, 128, 2, 1, 2, 1, 2}}},
     {"gemm_t_bf16_s2f6", 0, 0, 0, 0, 3, 1, {{128, 256, 64, 4, 1, 2, 1}}},
     /* FP8 wgmma with per-32 promotion: not a legal variant (the generator prunes it: Hopper's FP8 accumulation misses
        the tolerance); built by hand here to keep measuring how far off it is and how fast */
@@ -73,7 +81,7 @@ static const gcase cases[] = {
        copy (16x16 weight blocks copy as 1x16 ones: the GEMM sees the same BF16 values either way). */
     {"gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_swiglu", 1, 0, 1, 1, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
     {"gemm_fwd_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 2, {{64, 128, 128, 3, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}}},
-    {"gemm_dgrad_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 1, {{128, 192, 128, 3, 1, 2, 1}}},
+    {"gemm_dgrad_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 2, {{128, 192, 128, 3, 1, 2, 1}, {128, 192, 128, 3, 1, 2, 1, 2}}},
     {"gemm_fwd_bf16xbf16_bf16_swiglu", 0, 0, 1, 0, 1, 1, {{128, 256, 64, 3, 1, 2, 1}}},
     {"gemm_fwd_bf16xbf16_bf16", 0, 0, 1, 0, 0, 1, {{64, 128, 64, 3, 1, 1, 1}}},
     {"gemm_dgrad_bf16xbf16_bf16", 0, 0, 1, 0, 0, 1, {{128, 192, 64, 3, 1, 2, 1}}},
@@ -131,7 +139,7 @@ typedef struct {
   char err[8192];
 } unit;
 
-static unit units[64];
+static unit units[128];
 static int nunits, next_unit;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -213,10 +221,10 @@ static int regs_of(const char *log) {
 /* case g's spec (*k) and variants (*vs, malloc'd; returns how many) */
 static int case_variants(const gcase *g, fb_kernel_spec *k, fb_variant **vs) {
   *k = spec_of(g);
-  fb_tune_family fam = {.nparams = 7, .nvariants = g->nv};
+  fb_tune_family fam = {.nparams = 8, .nvariants = g->nv};
   snprintf(fam.family, sizeof fam.family, "gemm");
-  static const char *pn[7] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16"};
-  for (int j = 0; j < 7; ++j) snprintf(fam.param[j], sizeof fam.param[j], "%s", pn[j]);
+  static const char *pn[8] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe"};
+  for (int j = 0; j < 8; ++j) snprintf(fam.param[j], sizeof fam.param[j], "%s", pn[j]);
   fam.values = (int *)g->v;
   int nv, pruned;
   char why[256];
@@ -245,6 +253,13 @@ static int is_companion(const gcase *g, const fb_variant *v) {
     if (!strcmp(v->param[i], "consumers")) co = v->value[i];
   }
   return g->kind != 2 && !g->epi && !g->mode && !g->out_bf16 && tm == 128 && tn == 256 && co == 2;
+}
+
+/* the variant's pipe (gemm_sm90.cuh FB_PIPE; 0 when it has none) */
+static int pipe_of(const fb_variant *v) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], "pipe")) return v->value[i];
+  return 0;
 }
 
 /* ---- data ---- */
@@ -357,6 +372,7 @@ int main(int argc, char **argv) {
       int comp = need_comp[g->kind][g->tensor_outer] && is_companion(g, &vs[j]);
       if (only && !strstr(vs[j].name, only) && !comp) continue;
       if (only && comp && !strstr(vs[j].name, only)) printf("test_gemm: --only %s: with %s, the FP32 companion of its SwiGLU / S2F6 checks\n", only, vs[j].name);
+      if (nunits == (int)(sizeof units / sizeof units[0])) DIE("test_gemm: more than %d kernels: raise units[]", nunits);
       unit *u = &units[nunits++];
       u->g = g, u->k = k, u->v = vs[j];
       CK(fb_gen_source(&k, &vs[j], "tests/gpu/test_gemm.c", "-", &u->src));
@@ -371,7 +387,7 @@ int main(int argc, char **argv) {
     free(vs);
   }
   int first_bcopy = nunits;
-  if (!only || strstr("bcopy", only) || strstr(only, "bcopy")) nunits += bcopy_units(units + nunits, 64 - nunits);
+  if (!only || strstr("bcopy", only) || strstr(only, "bcopy")) nunits += bcopy_units(units + nunits, 128 - nunits);
   int nt = 16;
   pthread_t th[16];
   for (int i = 0; i < nt; ++i) pthread_create(&th[i], NULL, compile_worker, NULL);
@@ -427,18 +443,37 @@ int main(int argc, char **argv) {
           free(gemm_companion); /* another problem's data: no companion until this one's FP32 run */
           gemm_companion = NULL;
           if (kind == 1 && to) printf("  (per-tensor problem, %s: S_dec(A) = %.6g, S_dec(B) = %.6g)\n", gemm_dist_name[dist], P.a_sdec, P.b_sdec);
+          float *plain = NULL; /* the FP32 output of the pipe 0 variant with the companion's tiles, on this problem */
+          const char *plain_name = NULL;
           for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
             if (u->st != FB_OK || u->g->kind != kind || u->g->mode != mode || u->g->tensor_outer != to) continue;
             fb_kernel kern;
             CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
             int f = gemm_run(&u->k, &u->v, &kern, &P, info.sm_count, stdout, 0);
+            if (is_companion(u->g, &u->v) && gemm_companion) { /* gemm_run kept this variant's FP32 output */
+              const size_t nb = P.out_elems * sizeof(float);
+              if (!pipe_of(&u->v)) {
+                free(plain);
+                plain = malloc(nb), plain_name = u->v.name;
+                if (!plain) DIE("test_gemm: out of memory");
+                memcpy(plain, gemm_companion, nb);
+              } else if (plain) { /* the pipelined main loop: the same wgmmas in the same order, so the same bits */
+                const uint32_t *x = (const uint32_t *)gemm_companion, *y = (const uint32_t *)plain;
+                long differ = 0;
+                for (size_t e = 0; e < P.out_elems; ++e) differ += x[e] != y[e];
+                printf("  %-58s %-9s bit-identical to %s: %s (%ld of %zu words differ)\n", u->v.name, gemm_dist_name[dist], plain_name,
+                       differ ? "FAIL" : "ok", differ, P.out_elems);
+                f |= differ != 0;
+              }
+            }
             u->failed |= f;
             if (u->g->kind == 2) { if (f) printf("    (FP8 wgmma with promotion: not a legal variant; measured, not counted)\n"); }
             else fails += f;
             ++runs;
             fb_kernel_unload(&kern);
           }
+          free(plain);
           gemm_free_problem(&P);
         }
       }
