@@ -46,7 +46,7 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
   case FB_OP_REQUANT:
     if (q->format != FB_FMT_MXFP8 || q->e5m2 || q->rht) { *why = "requantization to anything but plain E4M3 MXFP8: no template yet"; return 0; }
     if (k->src.format == FB_FMT_NVFP4 && k->src.two_d) { *why = "requantization of 16x16 NVFP4: no template yet"; return 0; }
-    *c = (choice){"mx_col.cuh", {"rows", "cols", "threads", NULL}};
+    *c = (choice){"mx_col.cuh", {"rows", "cols", "threads", "slots", NULL}};
     return 1;
   case FB_OP_S2F6_Q:
   case FB_OP_S2F6_DQ:
@@ -155,6 +155,7 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
            "measured on the H200): weights_bf16 = true (A decoded to exact BF16, B an exact BF16 copy) only";
   if (kind == 2) kind = 3;
   if (pipe != 0 && pipe != 1 && pipe != 2) return "gemm: pipe takes 0 (off), 1 (whole k-blocks) or 2 (half k-blocks)";
+  if (pipe && kind == 0) return "gemm: pipe is for NVFP4 / MXFP8 (A decoded in registers); the BF16 GEMM has no decode to overlap";
   if (st < 2) return "gemm: at least 2 stages";
   int mw = tm / co / 64;
   /* consumer registers: accumulators (and MXFP8's temporaries), NVFP4's decoded A fragments and scales, the rest */
@@ -176,12 +177,21 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
 /* Hardware and template limits of one variant; NULL when legal. */
 static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, const fb_variant *v) {
   if (!strcmp(c->tmpl, "gemm_sm90.cuh")) return gemm_illegal(k, v);
-  int rows = 0, cols = 0, threads = 0, stage = 0;
+  int rows = 0, cols = 0, threads = 0, stage = 0, slots = 0;
   for (int i = 0; i < v->nparams; ++i) {
+    if (!strcmp(v->param[i], "slots")) slots = v->value[i];
     if (!strcmp(v->param[i], "rows")) rows = v->value[i];
     if (!strcmp(v->param[i], "cols")) cols = v->value[i];
     if (!strcmp(v->param[i], "threads")) threads = v->value[i];
     if (!strcmp(v->param[i], "stage")) stage = v->value[i];
+  }
+  if (!strcmp(c->tmpl, "mx_col.cuh") && slots) { /* the raw ring (mx_col.cuh FB_SLOTS): NVFP4 sources only */
+    if (k->op != FB_OP_REQUANT || k->src.format != FB_FMT_NVFP4) return "mx_col: slots (the raw ring) apply to NVFP4 sources only";
+    if (slots < 2) return "mx_col: the raw ring takes at least 2 slots";
+    if (cols < 64) return "mx_col: the raw ring takes cols >= 64 (scale rows of at least 4 bytes for cp.async)";
+    size_t slot = (size_t)rows * cols / 2 + (size_t)rows * (cols / 16) + (k->src.outer == FB_GRAN_TOKEN ? (size_t)rows * 4 : 0);
+    size_t sh = (size_t)rows * (cols + 4) * 4 + (size_t)cols * 32 + (size_t)slots * slot + (k->src.outer == FB_GRAN_EXPERT ? 4096 : 0);
+    if (sh > 48 * 1024) return "mx_col: the tile and the raw ring exceed 48 KiB of static shared memory";
   }
   if (!strcmp(c->tmpl, "mx_col.cuh")) {
     if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
@@ -215,7 +225,7 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
       if (!strcmp(fam->param[j], c.params[np])) idx[np] = j;
     /* stage is optional (0: none), so that families made before it (or by hand) still give the variants they gave */
     if (idx[np] < 0 && !strcmp(c.params[np], "pipe")) continue; /* pipe is optional too (0: the plain main loop) */
-    if (idx[np] < 0 && strcmp(c.params[np], "stage"))
+    if (idx[np] < 0 && strcmp(c.params[np], "stage") && strcmp(c.params[np], "slots")) /* slots too (0: no raw ring) */
       return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, c.params[np]);
   }
   fb_variant *vs = calloc((size_t)fam->nvariants, sizeof *vs);
@@ -249,7 +259,7 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
       if (np > 7 && v.value[7]) snprintf(v.name + len, sizeof v.name - (size_t)len, "_p%d", v.value[7]); /* pipe 0: no tag */
     } else
       for (int j = 0; j < np && len < (int)sizeof v.name; ++j) /* stage 0 (none) leaves no tag: the names before it */
-        if (strcmp(v.param[j], "stage") || v.value[j])
+        if ((strcmp(v.param[j], "stage") && strcmp(v.param[j], "slots")) || v.value[j]) /* slots 0: the same */
           len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
     vs[m++] = v;
   }
@@ -322,6 +332,7 @@ fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char
     if (!strcmp(up, "ROWS") && !strcmp(v->tmpl, "mx_col.cuh")) fb_str_printf(&d, "FB_RB %d\n", v->value[i] / 32);
     else if (!strcmp(up, "STAGE") && !v->value[i]) continue; /* the template's default: the source text before it */
     else if (!strcmp(up, "PIPE") && !v->value[i]) continue;  /* the same (FB_PIPE 0) */
+    else if (!strcmp(up, "SLOTS") && !v->value[i]) continue; /* the same (FB_SLOTS 0) */
     else fb_str_printf(&d, "FB_%s %d\n", up, v->value[i]);
   }
   if (d.oom) { free(d.buf); return FB_ERR(FB_ENOMEM, "gen"); }
@@ -337,7 +348,7 @@ fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char
   fb_str_printf(&o, "/* generated by fourbit gen from %s (plan sha256 %s) — do not edit\n", origin ? origin : "-", plan_sha ? plan_sha : "-");
   fb_str_printf(&o, "** template: templates/%s  kernel: %s\n** params:", v->tmpl, v->name);
   for (int i = 0; i < v->nparams; ++i)
-    if (strcmp(v->param[i], "stage") || v->value[i]) fb_str_printf(&o, " %s=%d", v->param[i], v->value[i]);
+    if ((strcmp(v->param[i], "stage") && strcmp(v->param[i], "slots")) || v->value[i]) fb_str_printf(&o, " %s=%d", v->param[i], v->value[i]);
   fb_str_printf(&o, " */\n#define FB_KERNEL %s\n", v->name);
   for (int i = 0; i < nl; ++i) fb_str_printf(&o, "#define %s\n", lines[i]);
   fb_str_printf(&o, "\n");

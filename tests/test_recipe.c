@@ -129,20 +129,22 @@ static void test_tune_keep(void **state) {
         for (int d = 0; d < 4; ++d)
           for (int cl = 1; cl <= 2; ++cl)
             for (int co = 1; co <= 2; ++co)
-              for (int wb = 0; wb <= 1; ++wb) {
-                if (tm[a] * tn[b] * st[d] > 256 * 256 * 5) continue;
-                const int *v = &g->values[(size_t)n * g->nparams];
-                assert_int_equal(v[0], tm[a]);
-                assert_int_equal(v[1], tn[b]);
-                assert_int_equal(v[2], tk[c]);
-                assert_int_equal(v[3], st[d]);
-                assert_int_equal(v[4], cl);
-                assert_int_equal(v[5], co);
-                assert_int_equal(v[6], wb);
-                ++n;
-              }
+              for (int wb = 0; wb <= 1; ++wb)
+                for (int pp = 0; pp <= 2; pp += 2) { /* pipe {0, 2} */
+                  if (tm[a] * tn[b] * st[d] > 256 * 256 * 5) continue;
+                  const int *v = &g->values[(size_t)n * g->nparams];
+                  assert_int_equal(v[0], tm[a]);
+                  assert_int_equal(v[1], tn[b]);
+                  assert_int_equal(v[2], tk[c]);
+                  assert_int_equal(v[3], st[d]);
+                  assert_int_equal(v[4], cl);
+                  assert_int_equal(v[5], co);
+                  assert_int_equal(v[6], wb);
+                  assert_int_equal(v[7], pp);
+                  ++n;
+                }
   assert_int_equal(g->nvariants, n);
-  printf("  inkling2_small gemm: %d of 576 variants kept by keep()\n", n);
+  printf("  inkling2_small gemm: %d of 1152 variants kept by keep()\n", n);
   /* families the recipe leaves out take the defaults */
   for (int i = 0; i < r->nfamilies; ++i) assert_true(r->families[i].nvariants > 0);
   fb_recipe_free(r);
