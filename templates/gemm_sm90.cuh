@@ -170,6 +170,13 @@ static __device__ __forceinline__ void fbg_st_pairs(unsigned short *row, int jb,
   const int col = (q & 1) ? 8 * (jb + 1) + 2 * (q - 1) : 8 * jb + 2 * q;
   if (live) *(uint2 *)(row + col) = v;
 }
+/* ldmatrix.x4 of four 8x8 b16 matrices: x[0][0], x[0][1], x[1][0], x[1][1] = matrices 0, 1, 2, 3 */
+static __device__ __forceinline__ void fbg_ldsm_x4(u32 addr, u32 (&x)[2][2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(x[0][0]), "=r"(x[0][1]), "=r"(x[1][0]), "=r"(x[1][1])
+               : "r"(addr)
+               : "memory");
+}
 static __device__ __forceinline__ u32 fbg_pack_bf16(float lo, float hi) {
   u32 d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
@@ -284,12 +291,8 @@ static __device__ __forceinline__ void fbg_decode_a(u32 sa, const fbg_sfw (&sfc)
     for (int gp = k0 / 4; gp < (k0 + NF) / 4; ++gp) {
       int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), g = gp * 2 + (lane >> 4);
       u32 addr = sa + R * 64 + ((g ^ ((R >> 1) & 3)) << 4);
-      u32 x0, x1, x2, x3;
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                   : "r"(addr)
-                   : "memory");
-      u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [group within the pair][row half] */
+      u32 xs[2][2]; /* [group within the pair][row half] */
+      fbg_ldsm_x4(addr, xs);
 #pragma unroll
       for (int gg = 0; gg < 2; ++gg) {
         int grp = gp * 2 + gg; /* group in the k-block: scale byte 2 * grp + q / 2 of the row's 8 */
@@ -317,12 +320,8 @@ static __device__ __forceinline__ void fbg_decode_a(u32 sa, const fbg_sfw (&sfc)
     for (int cp = k0 / 2; cp < (k0 + NF) / 2; ++cp) {
       int R = c * WM + mw * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), ch = cp * 2 + (lane >> 4);
       u32 addr = sa + R * 128 + ((ch ^ (R & 7)) << 4);
-      u32 x0, x1, x2, x3;
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                   : "r"(addr)
-                   : "memory");
-      u32 xs[2][2] = {{x0, x1}, {x2, x3}}; /* [chunk within the pair][row half] */
+      u32 xs[2][2]; /* [chunk within the pair][row half] */
+      fbg_ldsm_x4(addr, xs);
 #pragma unroll
       for (int cc = 0; cc < 2; ++cc) {
         const int k = cp * 2 + cc, sh = 8 * (k >> 1); /* chunk k of 16 codes lies in MX block k / 2 */
