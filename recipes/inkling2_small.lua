@@ -47,6 +47,8 @@ return recipe {
     -- stage: KiB of shared memory per warp that keep a row between the passes of the per-token 4/6 quantizer
     -- (0: none, pass 2 reads the row again through L1/L2); 8 holds 256 of the 320 blocks of a 5120-wide row, 10 all
     quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 }, stage = { 0, 4, 8, 10 } },
-    requant = { rows = { 32, 64 }, cols = { 32, 64, 128 } },
+    -- slots: the raw ring of NVFP4 sources (mx_col.cuh FB_SLOTS: raw tiles cp.async'd that many tiles ahead; 0: the
+    -- register path); the generator prunes it on other sources, below 64 columns and past 48 KiB of shared memory
+    requant = { rows = { 32, 64 }, cols = { 32, 64, 128 }, slots = { 0, 2, 4, 8 } },
   },
 }

@@ -3,7 +3,8 @@
  * fb_mxfp8_quantize(FB_MX_COLWISE)); 1 = an NVFP4 matrix, dequantized in FP32 first (requantize-
  * transpose, as fb_requant_nvfp4_to_mxfp8t); 2 = an MXFP8 row-wise matrix (fb_requant_mxfp8_to_mxfp8t).
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
- * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group), FB_COL_PAIRS and FB_RQ2 (register path forms).
+ * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group), FB_COL_PAIRS and FB_RQ2 (register path forms),
+ * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
  * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (column, 32-row block)
@@ -34,6 +35,13 @@
  * for bit. 0: the register path measured on the H200 at dev4a (9c238b6). The ring path (BF16 sources) ignores it. */
 #ifndef FB_RQ2
 #define FB_RQ2 1
+#endif
+/* the raw ring of NVFP4 sources (FB_SLOTS slots; see below); 0, the default: the register path */
+#ifndef FB_SLOTS
+#define FB_SLOTS 0
+#endif
+#if FB_SLOTS && (!FB_RQ2 || FB_SRC != 1)
+#error "mx_col FB_SLOTS: NVFP4 sources on the FB_RQ2 path only"
 #endif
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
@@ -493,6 +501,252 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
 #if NIC2 * FB_THREADS != FB_RB * FB_COLS
 #error "mx_col FB_RQ2: FB_THREADS must divide the tile's column items"
 #endif
+#if FB_SLOTS
+/* FB_SLOTS (tune value slots, NVFP4 sources only; 0, the default: the register path below): the raw ring. A tile's
+ * raw NVFP4 source (E2M1 codes, the E4M3 block scales and, for per-token outer scales, the rows' S_dec) is copied by
+ * cp.async into a ring of FB_SLOTS shared-memory slots, FB_SLOTS tiles ahead of the tile being quantized, so that a
+ * CTA keeps FB_SLOTS * 9/16 * TR * FB_COLS bytes of loads in flight without holding them in registers. Each tile is
+ * then dequantized from its slot into the FP32 tile with the same deq_raw as the register path (the same values bit
+ * for bit: e2m1 * sf exact in f16, times S_dec once in FP32), and the column phase is the register path's. Slot
+ * layout: the codes, TR rows of FB_COLS / 2 bytes, each row's 16-byte chunks XOR-swizzled by row (so that the
+ * decode's 8-byte reads, 8 rows x 2 chunks a half-warp, hit distinct banks); the scales, TR rows of FB_COLS / 16
+ * bytes; per-token S_dec, TR floats. Bands that are whole tiles inside an aligned matrix copy with cp.async (16-byte
+ * code chunks, 8- or 4-byte scale rows, 4-byte S_dec); others copy bytes with plain loads, bounds-tested. */
+#if FB_SRC != 1
+#error "mx_col FB_SLOTS: NVFP4 sources only"
+#endif
+#if FB_COLS < 64 || FB_SLOTS < 2
+#error "mx_col FB_SLOTS: FB_COLS >= 64 and FB_SLOTS >= 2"
+#endif
+#define NCR (FB_COLS / 32)          /* 16-byte code chunks of a tile row */
+#define SPR (FB_COLS / 16)          /* scale bytes of a tile row: 4 or 8 (or more: whole 16-byte multiples) */
+#define CODEB (TR * FB_COLS / 2)
+#define SCB (TR * SPR)
+#define SDB (FB_SRC_OUTER == 1 ? TR * 4 : 0)
+#define SLOTB (CODEB + SCB + SDB)
+#define SWZ(r) (((r) / (8 / NCR > 0 ? 8 / NCR : 1)) % NCR) /* chunk swizzle of tile row r */
+static __device__ __forceinline__ void rr_cp(void *dst, const void *src, int n) {
+#if defined(__CUDA_ARCH__)
+  unsigned d;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(d) : "l"(dst));
+  if (n == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+  else if (n == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+#else
+  memcpy(dst, src, (size_t)n); /* the emulator: the copy lands at once, which the wait below allows */
+#endif
+}
+static __device__ __forceinline__ void rr_commit(void) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int n> static __device__ __forceinline__ void rr_wait(void) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
+#endif
+}
+/* a tile's slot filled byte by byte with plain loads, bounds-tested (ragged or unaligned matrices; out of line: the
+ * registers of the hot loop) */
+static __device__ __noinline__ void rr_issue_slow(const unsigned char *in, const unsigned char *ss, const float *sdp,
+                                                  long long rows, long long cols, unsigned char *sl, long long r0, long long c0) {
+  (void)sdp; /* the fields of p by value: p itself passed by reference would be copied to local memory */
+  for (int k = threadIdx.x; k < CODEB; k += FB_THREADS) {
+    const int r = k / (FB_COLS / 2), j = k % (FB_COLS / 2);
+    if (r0 + r < rows && c0 + 2 * j < cols)
+      sl[r * (FB_COLS / 2) + 16 * ((j / 16) ^ SWZ(r)) + j % 16] = in[(((r0 + r) * cols + c0) >> 1) + j];
+  }
+  for (int k = threadIdx.x; k < SCB; k += FB_THREADS) {
+    const int r = k / SPR, j = k % SPR;
+    if (r0 + r < rows && c0 + 16 * j < cols) sl[CODEB + k] = ss[(((r0 + r) * cols + c0) >> 4) + j];
+  }
+#if FB_SRC_OUTER == 1
+  for (int k = threadIdx.x; k < TR; k += FB_THREADS)
+    if (r0 + k < rows) reinterpret_cast<float *>(sl + CODEB + SCB)[k] = sdp[r0 + k]; /* row_sdec's per-token value */
+#endif
+}
+#undef FB_LAUNCH_BOUNDS
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS, 1)
+#else
+/* 20 warps an SM, as the register path (ptxas 13.0 spilled 120-130 bytes under a 24-warp bound); the ring keeps
+ * FB_SLOTS tiles of loads in flight a CTA instead of one */
+#define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS, 640 / FB_THREADS)
+#endif
+extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
+  __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
+  float *tile = reinterpret_cast<float *>(tile4);
+  __shared__ uint4 ring4[FB_SLOTS * SLOTB / 16];
+  unsigned char *ring = reinterpret_cast<unsigned char *>(ring4);
+  __shared__ uint4 sc4[FB_COLS * 2];
+  unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
+#if FB_SRC_OUTER == 2
+  __shared__ float sdx[1024];
+#endif
+  const long long SB = 1024;
+  const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rq2_pre q = rq2_prepare(p);
+#if FB_SRC_OUTER == 0
+  const float sd0 = row_sdec(p, 0);
+#endif
+  /* cp.async needs aligned sources: 16-byte code rows, scale rows of SPR bytes */
+  const bool aligned = ((unsigned long long)p.in & 15u) == 0 && p.cols % 32 == 0 &&
+                       ((unsigned long long)p.src_scales % SPR) == 0 && (p.cols / 16) % SPR == 0 &&
+                       ((unsigned long long)p.src_s_dec & 3u) == 0;
+  /* load items (as the register path's): row and column in the tile, where its codes and scale lie in a slot, tile offset */
+  int it_rr[NIT], it_cc[NIT];
+  unsigned it_b[NIT], it_t[NIT];
+#pragma unroll
+  for (int it = 0; it < NIT; ++it) {
+    const int wi = warp + it * NWARPS;
+    it_rr[it] = (wi % (TR / LR)) * LR + lane % LR, it_cc[it] = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
+    it_b[it] = (unsigned)(it_rr[it] * (FB_COLS / 2) + 16 * ((it_cc[it] / 32) ^ SWZ(it_rr[it])) + ((it_cc[it] / 16) & 1) * 8);
+    it_t[it] = (unsigned)(it_rr[it] * PITCH + it_cc[it]);
+  }
+  int ic_cc[NIC2], ic_rb[NIC2];
+  unsigned ic_t[NIC2];
+#pragma unroll
+  for (int n = 0; n < NIC2; ++n) {
+    const int k = (int)threadIdx.x + n * FB_THREADS;
+    ic_cc[n] = k % FB_COLS, ic_rb[n] = k / FB_COLS;
+    ic_t[n] = (unsigned)(32 * ic_rb[n] * PITCH + ic_cc[n]);
+#if defined(__CUDA_ARCH__)
+    asm volatile("" : "+r"(ic_t[n]));
+#endif
+  }
+  const bool odd = threadIdx.x & 1;
+  for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
+    const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
+    const int nt = (int)((b1 - b0 + TR - 1) / TR);
+    const bool whole = (b1 - b0) % TR == 0 && c0 + FB_COLS <= p.cols;
+    const bool fast = whole && aligned;
+    /* tile i of the band into slot s; one commit group per tile, empty past the band, so that "all but the newest
+     * FB_SLOTS - 1 groups" is always tile i at its turn */
+    auto issue = [&](int i, int s) {
+      if (i < nt) {
+        const long long r0 = b0 + (long long)i * TR;
+        unsigned char *sl = ring + s * SLOTB;
+        if (fast) {
+          const unsigned char *gc = reinterpret_cast<const unsigned char *>(p.in) + ((r0 * p.cols + c0) >> 1);
+          const unsigned char *gs = reinterpret_cast<const unsigned char *>(p.src_scales) + ((r0 * p.cols + c0) >> 4);
+          const unsigned rowc = (unsigned)p.cols >> 1, rows_ = (unsigned)p.cols >> 4; /* source row pitches, bytes */
+#pragma unroll
+          for (int k = threadIdx.x; k < TR * NCR; k += FB_THREADS) {
+            const int r = k / NCR, ch = k % NCR;
+            rr_cp(sl + r * (FB_COLS / 2) + 16 * (ch ^ SWZ(r)), gc + (unsigned)r * rowc + 16u * (unsigned)ch, 16);
+          }
+#pragma unroll
+          for (int k = threadIdx.x; k < TR * (SPR / (SPR > 16 ? 16 : SPR)); k += FB_THREADS) {
+            const int w = SPR > 16 ? 16 : SPR, r = k / (SPR / w), j = k % (SPR / w);
+            rr_cp(sl + CODEB + r * SPR + j * w, gs + (unsigned)r * rows_ + (unsigned)(j * w), w);
+          }
+#if FB_SRC_OUTER == 1
+#pragma unroll
+          for (int k = threadIdx.x; k < TR; k += FB_THREADS)
+            rr_cp(sl + CODEB + SCB + 4 * k, reinterpret_cast<const float *>(p.src_s_dec) + r0 + k, 4);
+#endif
+        } else /* bytes, bounds-tested (ragged or unaligned matrices), out of line */
+          rr_issue_slow(reinterpret_cast<const unsigned char *>(p.in), reinterpret_cast<const unsigned char *>(p.src_scales),
+                        reinterpret_cast<const float *>(p.src_s_dec), p.rows, p.cols, sl, r0, c0);
+      }
+      rr_commit();
+    };
+    __syncthreads(); /* the previous band has read the ring, the tile and its scales */
+#pragma unroll 1
+    for (int i = 0; i < FB_SLOTS; ++i) issue(i, i);
+#if FB_SRC_OUTER == 2
+    /* per-expert S_dec of the band's rows: row_sdec's search, once a band, while the first tiles load */
+    for (int k = threadIdx.x; k < (int)(b1 - b0); k += FB_THREADS) sdx[k] = row_sdec(p, b0 + k);
+#endif
+    unsigned long long ic_o[NIC2];
+    unsigned char *ic_st[NIC2];
+    bool ic_in[NIC2];
+#pragma unroll
+    for (int n = 0; n < NIC2; ++n) {
+      ic_in[n] = c0 + ic_cc[n] < p.cols;
+      ic_o[n] = (unsigned long long)((c0 + ic_cc[n]) * p.rows + b0 + 32 * ic_rb[n]);
+      ic_st[n] = reinterpret_cast<unsigned char *>(p.out) + ic_o[n] + (odd ? 16 - p.rows : 0);
+    }
+    for (int i = 0, s = 0; i < nt; ++i, s = s == FB_SLOTS - 1 ? 0 : s + 1) {
+      const long long r0 = b0 + (long long)i * TR;
+      rr_wait<FB_SLOTS - 1>(); /* this thread's copies of tile i have landed */
+      __syncthreads();         /* everyone's have; the previous tile's columns are done */
+      const unsigned char *sl = ring + s * SLOTB;
+#pragma unroll
+      for (int it = 0; it < NIT; ++it) {
+        if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+        const int rr = it_rr[it], cc = it_cc[it];
+        if (whole || (r0 + rr < p.rows && c0 + cc < p.cols)) {
+          raw_chunk r;
+          r.c = *reinterpret_cast<const uint2 *>(sl + it_b[it]);
+          r.s = sl[CODEB + rr * SPR + cc / 16];
+#if FB_SRC_OUTER == 0
+          const float sd = sd0;
+#elif FB_SRC_OUTER == 1
+          const float sd = reinterpret_cast<const float *>(sl + CODEB + SCB)[rr];
+#else
+          const float sd = sdx[r0 - b0 + rr];
+#endif
+          float v[CHUNK];
+          deq_raw(r, sd, v);
+          float4 *d = reinterpret_cast<float4 *>(tile + it_t[it]);
+#pragma unroll
+          for (int j = 0; j < CHUNK / 4; ++j) d[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+        }
+      }
+      __syncthreads(); /* the tile is written; slot s has been read */
+      issue(i + FB_SLOTS, s);
+#pragma unroll
+      for (int n = 0; n < NIC2; ++n) {
+        if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
+        const float *cp = tile + ic_t[n];
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
+        unsigned w[8];
+        const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
+        const unsigned e = col_block2(p, q, v, o, w);
+        unsigned x[4], sa[4], sb[4];
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) {
+          x[qq] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[qq] : w[4 + qq], 1);
+          sa[qq] = odd ? x[qq] : w[qq], sb[qq] = odd ? w[4 + qq] : x[qq];
+        }
+        if (whole || ic_in[n]) {
+          uint4 *a = reinterpret_cast<uint4 *>(ic_st[n] + (long long)i * TR);
+          a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
+          *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
+          scj[i * FB_RB + ic_rb[n]][ic_cc[n]] = (unsigned char)e;
+        }
+      }
+    }
+    __syncthreads();
+    const int nsb = (int)((b1 - b0) >> 5);
+    if (nsb == 32 && p.rows % 512 == 0) {
+      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+        const int cc = k >> 1, j0 = (k & 1) * 16;
+        const long long col = c0 + cc;
+        unsigned qv[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
+                           fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
+        if (col < p.cols)
+          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
+              make_uint4(qv[0], qv[1], qv[2], qv[3]);
+      }
+    } else {
+      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+        int cc = k / nsb, j = k % nsb;
+        long long col = c0 + cc;
+        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
+      }
+    }
+  }
+  rr_wait<0>();
+}
+#else /* FB_SLOTS */
 extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
   float *tile = reinterpret_cast<float *>(tile4);
@@ -630,6 +884,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
     }
   }
 }
+#endif /* FB_SLOTS */
 #undef NIT
 #else /* FB_RING: the register path (NVFP4, MXFP8 and FP32 sources) */
 extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {

@@ -17,7 +17,7 @@
  * timed. Timing as above (time_moe: the same events, warm-ups and median), with the permutation's four
  * launches (p.pass = 0..3) inside one pair of events, and the router's small inputs (12.6 MB of logits)
  * rotated over 8 sets so that each launch reads them from HBM, not from L2.
- * usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR] */
+ * usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR] [--all]  (--all: every timed variant's time too) */
 #include "harness.h"
 
 #include <math.h>
@@ -392,11 +392,13 @@ static float moe_time(const unit *u, const fb_kernel *kern, const moe_ctx *c, co
 
 int main(int argc, char **argv) {
   const char *peer_file = NULL, *csv_file = NULL, *only = NULL;
+  int all_variants = 0; /* --all: print each timed variant (the best alone otherwise) */
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_file = argv[++i];
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_file = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i]; /* rows whose spec name holds this */
-    else { fprintf(stderr, "usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR]\n"); return 2; }
+    else if (!strcmp(argv[i], "--all")) all_variants = 1;
+    else { fprintf(stderr, "usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR] [--all]\n"); return 2; }
   }
   if (fb_cuda_use_device(0) != FB_OK) {
     printf("bench: SKIPPED (not passed): %s\n", fb_errmsg());
@@ -591,6 +593,8 @@ int main(int argc, char **argv) {
       CK(fb_launch_dims(&u->t->k, &u->v, p.rows, p.cols, p.ngroups, &gx, &gy, &nt));
       float ms = time_kernel(&kern, gx, gy, nt, &p);
       CU(fb_cu.CtxSynchronize());
+      if (all_variants)
+        printf("  %-50s %-44s %8.3f %8.0f\n", "(variant)", u->v.name + strlen(u->t->k.name), ms, rows[i].bytes / (ms * 1e-3) / 1e9);
       if (ms < best) best = ms, bu = j;
       fb_kernel_unload(&kern);
     }
