@@ -3,7 +3,7 @@
  * fb_mxfp8_quantize(FB_MX_COLWISE)); 1 = an NVFP4 matrix, dequantized in FP32 first (requantize-
  * transpose, as fb_requant_nvfp4_to_mxfp8t); 2 = an MXFP8 row-wise matrix (fb_requant_mxfp8_to_mxfp8t).
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
- * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group), FB_COL_PAIRS and FB_RQ2 (register path forms),
+ * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group),
  * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
@@ -24,24 +24,13 @@
 #include "fb_philox.h"
 
 #define TR (32 * FB_RB)
-/* register path (NVFP4, MXFP8, FP32 sources): lane pairs trade half their codes so that each 16-byte store writes whole
- * sectors, and the band's scales are kept by block row (conflict-free byte stores). 0: the path measured before
- * (2026-11-29), one column's two half-sector stores a lane. */
-#ifndef FB_COL_PAIRS
-#define FB_COL_PAIRS 1
-#endif
 #define PITCH (FB_COLS + 4)
-/* register path, second form (FB_RQ2 1, the default; see below): fewer instructions an element, the same results bit
- * for bit. 0: the register path measured on the H200 at dev4a (9c238b6). The ring path (BF16 sources) ignores it. */
-#ifndef FB_RQ2
-#define FB_RQ2 1
-#endif
 /* the raw ring of NVFP4 sources (FB_SLOTS slots; see below); 0, the default: the register path */
 #ifndef FB_SLOTS
 #define FB_SLOTS 0
 #endif
-#if FB_SLOTS && (!FB_RQ2 || FB_SRC != 1)
-#error "mx_col FB_SLOTS: NVFP4 sources on the FB_RQ2 path only"
+#if FB_SLOTS && FB_SRC != 1
+#error "mx_col FB_SLOTS: NVFP4 sources only"
 #endif
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
@@ -181,12 +170,10 @@ static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const f
  * keeps the code that was measured on the H200. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
 #define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS, 1)
-#elif FB_COL_PAIRS
+#else
 /* 24 warps an SM, the occupancy of the measured path: with the one-argument bound ptxas kept 80 registers and spilled
  * 16 bytes in the out-of-line SR pair of r64_c64_t128 (tok) */
 #define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS, 640 / FB_THREADS)
-#else
-#define FB_LAUNCH_BOUNDS __launch_bounds__(FB_THREADS)
 #endif
 
 /* load phase geometry: a warp covers LR rows x LC chunks */
@@ -349,7 +336,9 @@ extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       }
     }
     __syncthreads();
-    /* the band's scales, as in the register path below */
+    /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32, written as
+     * one whole sector rather than bytes scattered over sectors that other CTAs fill; sc holds them by column, so that
+     * a whole band of a matrix whose rows are a multiple of 512 stores sc4 as is, two aligned 16-byte stores a column */
     const int nsb = (int)((b1 - b0) >> 5);
     if (nsb == 32 && p.rows % 512 == 0) {
       for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
@@ -367,8 +356,9 @@ extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   }
   cp_wait<0>();
 }
-#elif FB_RQ2 /* FB_RING: the register path, second form (NVFP4, MXFP8 and FP32 sources) */
-/* The register path below with fewer instructions an element, the same results bit for bit:
+#else /* FB_RING: the register path (NVFP4, MXFP8 and FP32 sources) */
+/* The register path. Its first form (measured on the H200 at dev4a, 9c238b6) is gone; this one gives the same codes
+ * and scales bit for bit with fewer instructions an element:
  * - Philox: for counters below 2^32 (the counter's high word zero: outputs below 2^36 elements, every matrix at S1)
  *   the first three rounds partly depend on (step, seed, stream) alone; those parts are computed once a thread
  *   (rq2_pre), and a block's two draws (counters c, c + 1) take 34 instructions each instead of 40 plus the key
@@ -499,10 +489,10 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
 #define NIT ((NITEMS + NWARPS - 1) / NWARPS)
 #define NIC2 (FB_RB * FB_COLS / FB_THREADS) /* column items a thread (variants keep FB_RB * FB_COLS >= FB_THREADS) */
 #if NIC2 * FB_THREADS != FB_RB * FB_COLS
-#error "mx_col FB_RQ2: FB_THREADS must divide the tile's column items"
+#error "mx_col register path: FB_THREADS must divide the tile's column items"
 #endif
 #if FB_SLOTS
-/* FB_SLOTS (tune value slots, NVFP4 sources only; 0, the default: the register path below): the raw ring. A tile's
+/* FB_SLOTS (tune value slots, NVFP4 sources only; 0, the default: the kernel after this one): the raw ring. A tile's
  * raw NVFP4 source (E2M1 codes, the E4M3 block scales and, for per-token outer scales, the rows' S_dec) is copied by
  * cp.async into a ring of FB_SLOTS shared-memory slots, FB_SLOTS tiles ahead of the tile being quantized, so that a
  * CTA keeps FB_SLOTS * 9/16 * TR * FB_COLS bytes of loads in flight without holding them in registers. Each tile is
@@ -512,9 +502,6 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
  * decode's 8-byte reads, 8 rows x 2 chunks a half-warp, hit distinct banks); the scales, TR rows of FB_COLS / 16
  * bytes; per-token S_dec, TR floats. Bands that are whole tiles inside an aligned matrix copy with cp.async (16-byte
  * code chunks, 8- or 4-byte scale rows, 4-byte S_dec); others copy bytes with plain loads, bounds-tested. */
-#if FB_SRC != 1
-#error "mx_col FB_SLOTS: NVFP4 sources only"
-#endif
 #if FB_COLS < 64 || FB_SLOTS < 2
 #error "mx_col FB_SLOTS: FB_COLS >= 64 and FB_SLOTS >= 2"
 #endif
@@ -834,7 +821,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
           if (whole || (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
         }
       }
-      /* column phase: as the register path's (lane pairs trade half their codes: whole-sector stores) */
+      /* column phase: item = (column, 32-row block); lane pairs trade half their codes (whole-sector stores) */
 #pragma unroll
       for (int n = 0; n < NIC2; ++n) {
         if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
@@ -860,7 +847,6 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       }
     }
     __syncthreads();
-    /* the band's scales, gathered by column as the register path's */
     const int nsb = (int)((b1 - b0) >> 5);
     if (nsb == 32 && p.rows % 512 == 0) {
       for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
@@ -886,161 +872,4 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
 }
 #endif /* FB_SLOTS */
 #undef NIT
-#else /* FB_RING: the register path (NVFP4, MXFP8 and FP32 sources) */
-extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
-  __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
-  float(*tile)[PITCH] = reinterpret_cast<float(*)[PITCH]>(tile4);
-  __shared__ float sdec[2][TR]; /* NVFP4 sources: this tile's rows and the next one's */
-  /* a CTA owns a band of FB_COLS columns and SB = 1024 rows (tiles of TR rows, one after another), so that
-   * it writes each output row's 32 scale bytes of the band as one whole sector at the end, rather than
-   * bytes scattered over sectors that other CTAs fill (partial-sector writes cost a read of the sector) */
-  __shared__ uint4 sc4[FB_COLS * 2];
-  unsigned char(*sc)[32] = reinterpret_cast<unsigned char(*)[32]>(sc4);
-  unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
-  (void)sc, (void)scj;
-  const long long SB = 1024;
-  const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  (void)lane;
-  /* this thread's load items, once: row and column in the tile, and the element offset (32-bit: rows * cols < 2^32
-   * within a tile of at most 64 rows) */
-#define NIT ((NITEMS + NWARPS - 1) / NWARPS)
-  int it_rr[NIT], it_cc[NIT];
-  unsigned it_off[NIT];
-#pragma unroll
-  for (int it = 0; it < NIT; ++it) {
-    const int wi = warp + it * NWARPS;
-    it_rr[it] = (wi % (TR / LR)) * LR + lane % LR, it_cc[it] = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
-    it_off[it] = (unsigned)it_rr[it] * (unsigned)p.cols + (unsigned)it_cc[it];
-  }
-  for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
-    const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
-    /* software pipeline over the band's tiles: tile r0's raw chunks arrived during tile r0 - TR's column phase; they are
-     * dequantized into the tile, then tile r0 + TR's loads are issued, then r0's columns are quantized. Values outside
-     * the matrix are not loaded: their 32-row blocks and columns are never quantized. */
-    raw_chunk pre[NIT];
-    __syncthreads(); /* the previous band's scale stores have read sc and sdec */
-#if FB_SRC == 1
-    for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[0][k] = b0 + k < p.rows ? row_sdec(p, b0 + k) : 0.0f;
-#endif
-#pragma unroll
-    for (int it = 0; it < NIT; ++it) {
-      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
-      if (b0 + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols) load_raw(p, b0 * p.cols + c0, it_off[it], pre[it]);
-    }
-    int buf = 0;
-  for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1) {
-    __syncthreads(); /* the previous tile's columns are done; sdec[buf] is written */
-#pragma unroll
-    for (int it = 0; it < NIT; ++it) {
-      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
-      const int rr = it_rr[it], cc = it_cc[it];
-      if (r0 + rr < p.rows && c0 + cc < p.cols) {
-        float v[CHUNK];
-        deq_raw(pre[it], FB_SRC == 1 ? sdec[buf][rr] : 1.0f, v);
-#pragma unroll
-        for (int j = 0; j < CHUNK; j += 4) *reinterpret_cast<float4 *>(&tile[rr][cc + j]) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
-      }
-    }
-    const long long rn = r0 + TR; /* the next tile of the band */
-#if FB_SRC == 1
-    if (rn < b1)
-      for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[buf ^ 1][k] = rn + k < p.rows ? row_sdec(p, rn + k) : 0.0f;
-#endif
-    __syncthreads();
-    if (rn < b1) {
-#pragma unroll
-      for (int it = 0; it < NIT; ++it) {
-        if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
-        if (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
-      }
-    }
-    /* column phase: item = (column, 32-row block); a warp reads 32 consecutive floats of a row at a time (no bank
-     * conflicts), and a thread holds one column's 32 values (half the registers of a column pair) */
-    for (int k = threadIdx.x; k < FB_RB * FB_COLS; k += FB_THREADS) {
-      const int cc = k % FB_COLS, rb = k / FB_COLS;
-      const long long col = c0 + cc, row = r0 + 32 * rb;
-#if FB_COL_PAIRS
-      /* a warp's 32 items share rb (FB_COLS % 32 == 0): the row test is warp-uniform, and lanes of columns outside the
-       * matrix (a ragged last tile) compute on stale values and store nothing, so that the whole warp takes the
-       * shuffles */
-      if (row >= p.rows) continue;
-#else
-      if (col >= p.cols || row >= p.rows) continue;
-#endif
-      float v[32];
-#pragma unroll
-      for (int j = 0; j < 32; ++j) v[j] = tile[32 * rb + j][cc];
-      unsigned w[8];
-      const long long o = col * p.rows + row; /* output element index, row-major in the transposed layout */
-      const unsigned e = col_block(p, v, o, w);
-#if FB_COL_PAIRS
-      /* lanes 2i, 2i + 1 (columns cc, cc + 1, both inside the matrix or both outside as cols % 16 == 0) trade half
-       * their codes, as the ring path's do: store A writes column cc's 32 bytes, store B column cc + 1's, each a whole
-       * sector from two lanes (16 full sectors an instruction instead of 32 half ones) */
-      const bool odd = threadIdx.x & 1; /* the lane's parity; read here, not kept live across col_block's calls */
-      unsigned x[4], sa[4], sb[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        x[q] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[q] : w[4 + q], 1);
-        sa[q] = odd ? x[q] : w[q], sb[q] = odd ? w[4 + q] : x[q];
-      }
-      if (col < p.cols) {
-        uint4 *a = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o + (odd ? 16 - p.rows : 0));
-        a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
-        *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
-        scj[(row - b0) >> 5][cc] = (unsigned char)e;
-      }
-#else
-      uint4 *dst = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out) + o);
-      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-      sc[cc][(row - b0) >> 5] = (unsigned char)e;
-#endif
-    }
-  }
-    __syncthreads();
-    /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32; a whole
-     * band of a matrix whose rows are a multiple of 512 writes them as two aligned 16-byte stores */
-    const int nsb = (int)((b1 - b0) >> 5);
-#if FB_COL_PAIRS
-    /* scj holds the band's scales by 32-row block, then column (the column phase's byte stores: one word per four
-     * lanes, no bank conflicts); each column's bytes are gathered here */
-    if (nsb == 32 && p.rows % 512 == 0) {
-      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
-        const int cc = k >> 1, j0 = (k & 1) * 16;
-        const long long col = c0 + cc;
-        unsigned q[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          q[i] = fbf_prmt(fbf_prmt(scj[j0 + 4 * i][cc], scj[j0 + 4 * i + 1][cc], 0x0040u),
-                          fbf_prmt(scj[j0 + 4 * i + 2][cc], scj[j0 + 4 * i + 3][cc], 0x0040u), 0x5410u);
-        if (col < p.cols)
-          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
-              make_uint4(q[0], q[1], q[2], q[3]);
-      }
-    } else {
-      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
-        int cc = k / nsb, j = k % nsb;
-        long long col = c0 + cc;
-        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
-      }
-    }
-#else
-    if (nsb == 32 && p.rows % 512 == 0) {
-      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
-        const long long col = c0 + (k >> 1);
-        if (col < p.cols)
-          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] = sc4[k];
-      }
-    } else {
-      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
-        int cc = k / nsb, j = k % nsb;
-        long long col = c0 + cc;
-        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = sc[cc][j];
-      }
-    }
-#endif
-  }
-}
 #endif /* FB_RING */
