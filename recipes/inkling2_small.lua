@@ -36,7 +36,7 @@ return recipe {
       tile_m = { 64, 128, 256 }, tile_n = { 128, 192, 256 }, tile_k = { 64, 128 },
       stages = { 3, 4, 5, 6 }, cluster = { 1, 2 }, consumers = { 1, 2 }, weights_bf16 = { false, true },
       -- pipe 2: the next half k-block's A decoded while the previous one's wgmmas run (NVFP4 / MXFP8 x BF16 copy);
-      -- on the H200 +4..7% with BF16 outputs and SwiGLU epilogues, -5..12% with FP32 outputs: the tuner picks
+      -- on the H200 it gains with NVFP4 BF16 outputs and epilogues (+1..9%) and loses elsewhere (up to -14%): the tuner picks
       pipe = { 0, 2 },
       -- the generator prunes what does not fit (shared memory, registers) or is not written yet, and says why
       keep = function(v)
