@@ -385,6 +385,8 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
      expert layer (the comparison tests/test_ep_gpu.sh makes) */
   const char *host_step = getenv("FOURBIT_TRAIN_HOST");
   int resident = gpu && !(host_step && *host_step && strcmp(host_step, "0"));
+  fb_train_gpu_stats ts; /* the resident step's own kernels (none without it) */
+  memset(&ts, 0, sizeof ts);
   if (resident) {
     fb_train_gpu_opts to = {.recipe = r, .experts = ge, .cache = gl.cache, .lookup = c->cache ? lookup_kernel : NULL,
                             .lookup_user = &gl, .log = stdout, .verbose = 0};
@@ -395,15 +397,12 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
       rc = s == FB_EINVAL ? 2 : 1;
       goto out;
     }
-    fb_train_gpu_stats ts = fb_train_gpu_stats_get(t);
+    ts = fb_train_gpu_stats_get(t);
     if (lead)
       printf("train step kernels: %d (%d from the cache, %d compiled with NVRTC in %.1f s) in %.1f s; dense GEMMs: cuBLAS\n",
              ts.kernels, ts.from_cache, ts.compiled, ts.compile_ms / 1e3, now_s() - t1);
   }
   if (gpu && nranks > 1 && c->cache) {
-    fb_train_gpu_stats ts;
-    memset(&ts, 0, sizeof ts);
-    if (resident) ts = fb_train_gpu_stats_get(t);
     int agree;
     s = report_rank_kernels(c, &gl, ge, &ts, &agree);
     if (s != FB_OK) {
