@@ -46,7 +46,7 @@ static int choose(const fb_kernel_spec *k, choice *c, const char **why) {
   case FB_OP_REQUANT:
     if (q->format != FB_FMT_MXFP8 || q->e5m2 || q->rht) { *why = "requantization to anything but plain E4M3 MXFP8: no template yet"; return 0; }
     if (k->src.format == FB_FMT_NVFP4 && k->src.two_d) { *why = "requantization of 16x16 NVFP4: no template yet"; return 0; }
-    *c = (choice){"mx_col.cuh", {"rows", "cols", "threads", "slots", NULL}};
+    *c = (choice){"mx_col.cuh", {"rows", "cols", "threads", "slots", "half", NULL}};
     return 1;
   case FB_OP_S2F6_Q:
   case FB_OP_S2F6_DQ:
@@ -177,9 +177,10 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
 /* Hardware and template limits of one variant; NULL when legal. */
 static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, const fb_variant *v) {
   if (!strcmp(c->tmpl, "gemm_sm90.cuh")) return gemm_illegal(k, v);
-  int rows = 0, cols = 0, threads = 0, stage = 0, slots = 0;
+  int rows = 0, cols = 0, threads = 0, stage = 0, slots = 0, half = 0;
   for (int i = 0; i < v->nparams; ++i) {
     if (!strcmp(v->param[i], "slots")) slots = v->value[i];
+    if (!strcmp(v->param[i], "half")) half = v->value[i];
     if (!strcmp(v->param[i], "rows")) rows = v->value[i];
     if (!strcmp(v->param[i], "cols")) cols = v->value[i];
     if (!strcmp(v->param[i], "threads")) threads = v->value[i];
@@ -195,10 +196,21 @@ static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, con
     /* ptxas 13.0 (sm_90a, 5 CTAs of 128 threads: 96 registers) spilled 24 bytes at 64 x 128 */
     if (rows * cols >= 64 * 128 && threads == 128) return "mx_col: the raw ring of a 64 x 128 tile on 128 threads spills registers";
   }
+  if (!strcmp(c->tmpl, "mx_col.cuh") && half) { /* the f16 tile (mx_col.cuh FB_HALF): NVFP4 sources only */
+    if (k->op != FB_OP_REQUANT || k->src.format != FB_FMT_NVFP4) return "mx_col: half (the f16 tile) applies to NVFP4 sources only";
+    if (half != 1) return "mx_col: half is 0 (the FP32 tile) or 1 (the f16 tile)";
+    if (slots) return "mx_col: half (the f16 tile) does not take the raw ring (slots)";
+    if (cols % 64) return "mx_col: half (the f16 tile) takes cols that are a multiple of 64 (a warp's 32 column pairs in a row)";
+    if (rows / 32 * (cols / 2) % threads) return "mx_col: half (the f16 tile): the threads must divide the tile's column pairs";
+    if (rows / 32 * (cols / 2) < threads) return "mx_col: half (the f16 tile): fewer column pairs than threads leaves threads idle";
+    /* ptxas 13.0 (sm_90a, 5 CTAs of 128 threads: 96 registers) spilled 164 bytes at 128 x 128 on 128 threads */
+    if (rows * cols > 64 * threads) return "mx_col: half (the f16 tile): more than 64 elements a thread spills registers";
+  }
   if (!strcmp(c->tmpl, "mx_col.cuh")) {
     if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
     if (cols % 32) return "mx_col: cols must be a multiple of 32 (a 32-column span per load)";
-    if ((size_t)rows * (cols + 1) * 4 + (size_t)cols * 32 > 48 * 1024) return "mx_col: the tile exceeds 48 KiB of static shared memory";
+    if ((half ? (size_t)rows * (cols / 2 + 4) * 4 : (size_t)rows * (cols + 1) * 4) + (size_t)cols * 32 > 48 * 1024)
+      return "mx_col: the tile exceeds 48 KiB of static shared memory";
     if (rows * cols / 32 < threads || rows / 32 * cols < threads) return "mx_col: fewer tile items than threads leaves threads idle";
   }
   if (!strcmp(c->tmpl, "quant_nvfp4.cuh") && rows * 32 < threads) return "quant_nvfp4: fewer rows than warps leaves warps idle";
@@ -212,11 +224,11 @@ static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, con
   return NULL;
 }
 
-/* Tune parameters whose 0 means "off" (quant stage, requant slots, gemm pipe): a family may leave them out (then 0), and
+/* Tune parameters whose 0 means "off" (quant stage, requant slots and half, gemm pipe): a family may leave them out (then 0), and
  * at 0 they add no name tag, no #define and no header entry, so the kernels of families made before them keep their
  * names and source text. */
 static int zero_is_off(const char *param) {
-  return !strcmp(param, "stage") || !strcmp(param, "slots") || !strcmp(param, "pipe");
+  return !strcmp(param, "stage") || !strcmp(param, "slots") || !strcmp(param, "pipe") || !strcmp(param, "half");
 }
 
 fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb_variant **out, int *n, int *pruned,

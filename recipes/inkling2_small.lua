@@ -49,6 +49,8 @@ return recipe {
     quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 }, stage = { 0, 4, 8, 10 } },
     -- slots: the raw ring of NVFP4 sources (mx_col.cuh FB_SLOTS: raw tiles cp.async'd that many tiles ahead; 0: the
     -- register path); the generator prunes it on other sources, below 64 columns and past 48 KiB of shared memory
-    requant = { rows = { 32, 64 }, cols = { 32, 64, 128 }, slots = { 0, 2, 4, 8 } },
+    -- half: the f16 tile of NVFP4 sources (mx_col.cuh FB_HALF: exact products e2m1 * sf, S_dec applied down the
+    -- columns; 0: the FP32 tile); the generator prunes it on other sources, with slots and below 64 columns
+    requant = { rows = { 32, 64, 128 }, cols = { 32, 64, 128 }, slots = { 0, 2, 4, 8 }, half = { 0, 1 } },
   },
 }

@@ -919,7 +919,7 @@ static const family_def FAMILIES[] = {
      {{128}, {128, 256}, {64, 128}, {3, 4, 5}, {1, 2}, {1, 2}, {-1, 1}, {-1}}}, /* pipe: 0 */
     {"amax", {"rows", "threads"}, {{1, 4}, {256, 512}}},
     {"quant", {"rows", "cols", "threads", "stage"}, {{16, 32}, {256, 512}, {128, 256}, {-1}}}, /* stage: 0 */
-    {"requant", {"rows", "cols", "threads", "slots"}, {{32, 64}, {32, 64}, {128, 256}, {-1}}}, /* slots: 0 */
+    {"requant", {"rows", "cols", "threads", "slots", "half"}, {{32, 64}, {32, 64}, {128, 256}, {-1}, {-1}}}, /* slots, half: 0 */
     {"combine", {"rows", "threads"}, {{1, 4}, {128, 256}}},
     {"router", {"threads"}, {{128, 256}}},
     {"permute", {"threads", "vec"}, {{128, 256}, {4, 8}}},
@@ -945,6 +945,7 @@ static const char *param_check(const char *p, long long x) {
   if (!strcmp(p, "threads")) return x >= 32 && x <= 1024 && x % 32 == 0 ? NULL : "threads takes multiples of 32 up to 1024";
   if (!strcmp(p, "vec")) return is_pow2(x) && x <= 16 ? NULL : "vec takes 1, 2, 4, 8 or 16";
   if (!strcmp(p, "slots")) return x == 0 || (x >= 2 && x <= 16) ? NULL : "slots takes 0 (none) or 2..16 (raw ring slots)";
+  if (!strcmp(p, "half")) return x == 0 || x == 1 ? NULL : "half takes 0 (the FP32 tile) or 1 (the f16 tile of NVFP4 sources)";
   if (!strcmp(p, "stage")) return x >= 0 && x <= 48 ? NULL : "stage takes 0..48 (KiB of shared memory per warp; 0: none)";
   return "unknown parameter";
 }

@@ -4,7 +4,7 @@
  * transpose, as fb_requant_nvfp4_to_mxfp8t); 2 = an MXFP8 row-wise matrix (fb_requant_mxfp8_to_mxfp8t).
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
  * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group),
- * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path).
+ * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path), FB_HALF (NVFP4 sources: 1 the f16 tile).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
  * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (column, 32-row block)
@@ -31,6 +31,10 @@
 #endif
 #if FB_SLOTS && FB_SRC != 1
 #error "mx_col FB_SLOTS: NVFP4 sources only"
+#endif
+/* the f16 tile of NVFP4 sources (see FB_HALF below); 0, the default: the FP32 tile */
+#ifndef FB_HALF
+#define FB_HALF 0
 #endif
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
@@ -491,7 +495,402 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
 #if NIC2 * FB_THREADS != FB_RB * FB_COLS
 #error "mx_col register path: FB_THREADS must divide the tile's column items"
 #endif
-#if FB_SLOTS
+#if FB_HALF
+/* FB_HALF (tune value half, NVFP4 sources; 0, the default: the FP32 tile of the paths below): the tile holds the
+ * sources' exact f16 products p = e2m1 * sf (the same pairs fbf_nvfp4_deq8 makes), not the FP32 values p * S_dec, and
+ * a thread takes two columns of a 32-row block (one 32-bit word a row: half the tile, half the column reads). The
+ * load phase then skips the widening and the S_dec product, and the column phase does them where they are needed:
+ * - amax: where the block's 32 rows share one S_dec (per-tensor and per-expert sources, and any block whose rows
+ *   agree), max |p| over the pairs (max.NaN.xorsign.abs.f16x2, both columns at once) times S_dec gives the
+ *   reference's max |p * S_dec| exactly (the FP32 product rounds monotonically); otherwise the FP32 values p * S_dec
+ *   row by row, as the reference makes them.
+ * - SR: for a column whose every non-zero value x * inv is an E4M3 normal (>= 2^-6; found from the tile's smallest
+ *   block scale and the block's smallest S_dec, so no element is tested), the add-and-mask of fbf_srz_one works on
+ *   x * inv itself (bits 12..19 are the 8 discarded bits there), so that the 2^-120 and 2^120 rescaling drop out; a
+ *   shared S_dec folds into inv (p * (S_dec * inv), one product, equal to (p * S_dec) * inv when both are normal:
+ *   checked). Other columns take the exact paths of col_block2 (fbf_e4m3x4_srz, or the general SR).
+ * Word layout of a tile row: each 8 columns' 16 products as the four f16 pairs fbf_nvfp4_deq8 makes, columns
+ * (0, 2), (4, 6), (1, 3), (5, 7); so a thread's two columns are 2 apart, and the even and odd lanes of a pair hold
+ * columns 4 apart, which the lane-pair stores use. */
+#if FB_SRC != 1 || FB_SLOTS
+#error "mx_col FB_HALF: NVFP4 sources, without the raw ring"
+#endif
+#if FB_COLS % 64 != 0
+#error "mx_col FB_HALF: FB_COLS a multiple of 64 (a warp's 32 column pairs in one tile row)"
+#endif
+#define HP (FB_COLS / 2 + 4) /* 32-bit words of a tile row (16 bytes of padding: the load phase's stores hit all banks) */
+#define NIH (FB_RB * (FB_COLS / 2) / FB_THREADS) /* column-pair items a thread */
+#if NIH * FB_THREADS != FB_RB * (FB_COLS / 2)
+#error "mx_col FB_HALF: FB_THREADS must divide the tile's column-pair items"
+#endif
+/* max.NaN.xorsign.abs.f16x2: per half the larger magnitude (NaN if either is NaN); the callers use magnitudes only */
+static __device__ __forceinline__ unsigned rh_max2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__)
+  unsigned r;
+  asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  unsigned r = 0;
+  for (int h = 0; h < 2; ++h) {
+    unsigned x = (a >> (16 * h)) & 0xFFFFu, y = (b >> (16 * h)) & 0xFFFFu, mx = x & 0x7FFFu, my = y & 0x7FFFu, m;
+    if (mx > 0x7C00u || my > 0x7C00u) m = 0x7FFFu;
+    else m = (mx > my ? mx : my) | ((x ^ y) & 0x8000u);
+    r |= m << (16 * h);
+  }
+  return r;
+#endif
+}
+/* the f16 products of one 16-element chunk, as 8 words in the tile's row layout; k: the smallest key of a non-zero
+ * block scale seen so far ((code & 0x7F) - 1, unsigned: a zero scale is the largest key) */
+static __device__ __forceinline__ void rh_deq(const raw_chunk &r, unsigned h[8], unsigned &k) {
+  const unsigned sfh2 = fbf_nvfp4_sfh2(r.s), kk = (r.s & 0x7Fu) - 1u;
+  k = kk < k ? kk : k;
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const unsigned w = g ? r.c.y : r.c.x;
+    const unsigned ev = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u); /* nibbles 0 2 4 6 as E4M3 bytes */
+    const unsigned od = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);        /* nibbles 1 3 5 7 */
+    h[4 * g] = fbf_hmul2(fbf_e4m3x2_to_h2(ev), sfh2), h[4 * g + 1] = fbf_hmul2(fbf_e4m3x2_to_h2(ev >> 16), sfh2);
+    h[4 * g + 2] = fbf_hmul2(fbf_e4m3x2_to_h2(od), sfh2), h[4 * g + 3] = fbf_hmul2(fbf_e4m3x2_to_h2(od >> 16), sfh2);
+  }
+}
+template <int C> static __device__ __forceinline__ float rh_f(unsigned h) { return C ? fbf_h2_hi(h) : fbf_h2_lo(h); }
+/* E8M0 of amax / 448 as col_block2 finds it */
+static __device__ __forceinline__ unsigned rh_e8m0(float amax) {
+  const float a = amax * (1.0f / 448.0f);
+  const unsigned ab = fbf_f2u(a) & 0x7FFFFFFFu;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  return fbf_e8m0_up(a);
+#else
+  if (ab >= 0x4E800000u) return fbf_e8m0_up(a);
+  const unsigned e = (ab + 0x7FFFFFu) >> 23;
+  return ab - 1u < 0x400000u ? 0u : e;
+#endif
+}
+/* Column C (0: the low halves, 1: the high ones) of a thread's 32 pairs h: its 32 codes w (row order) given its
+ * scale e, its first output element o, S_dec (sdu: the block's shared S_dec, or 0 when its rows' differ: then sdr,
+ * the rows' own), and xmin: a lower bound of every non-zero |p * S_dec| of the block (0: none known) */
+template <int C>
+static __device__ __forceinline__ void rh_col(const fb_kp_mem &p, const rq2_pre &q, const unsigned h[32], unsigned e,
+                                              unsigned long long o, float sdu, const float4 *sdr, float xmin,
+                                              unsigned w[8]) {
+#if FB_SR
+  unsigned r[8];
+  const unsigned long long c = o >> 4;
+  if ((unsigned)(c >> 32) == 0u) {
+    rq2_philox(q, (unsigned)c, r);
+    rq2_philox(q, (unsigned)c | 1u, r + 4);
+  } else {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const unsigned long long ch = c + (unsigned)hh;
+      fb_u32 ctr[4] = {p.step, (fb_u32)ch, (fb_u32)(ch >> 32), 0u}, key[2] = {p.seed, p.stream};
+      fb_philox4x32_10(ctr, key, r + 4 * hh);
+    }
+  }
+  const float inv = fbf_pow2(127 - (int)(e > 254u ? 254u : e));
+  /* the normal fast path: every non-zero x * inv >= 2^-6 (xmin * inv is exact there, inv a power of two) */
+  const bool norm = e <= FBF_SRZ_EMAX && xmin >= 1.17549435e-38f && xmin * inv >= 0.015625f;
+  const float si = sdu * inv; /* exact when normal: S_dec scaled by a power of two */
+  if (norm && sdu > 0.0f && si >= 1.17549435e-38f && si < 3.0e38f) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      unsigned z[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned x = fbf_f2u(rh_f<C>(h[4 * k + j]) * si);
+        z[j] = (x + (fbf_prmt(r[k], 0u, 0x4404u | ((unsigned)j << 4)) << 4)) & 0xFFF00000u;
+      }
+      w[k] = fbf_e4m3x2_rn(fbf_u2f(z[0]), fbf_u2f(z[1])) | fbf_e4m3x2_rn(fbf_u2f(z[2]), fbf_u2f(z[3])) << 16;
+    }
+  } else if (norm) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float4 s4 = sdr[k];
+      const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+      unsigned z[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned x = fbf_f2u((rh_f<C>(h[4 * k + j]) * s[j]) * inv);
+        z[j] = (x + (fbf_prmt(r[k], 0u, 0x4404u | ((unsigned)j << 4)) << 4)) & 0xFFF00000u;
+      }
+      w[k] = fbf_e4m3x2_rn(fbf_u2f(z[0]), fbf_u2f(z[1])) | fbf_e4m3x2_rn(fbf_u2f(z[2]), fbf_u2f(z[3])) << 16;
+    }
+  } else if (e <= FBF_SRZ_EMAX) { /* col_block2's branch-free SR on the exact values */
+    const float sz = fbf_srz_scale(e);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float4 s4 = sdr[k];
+      const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+      float x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = rh_f<C>(h[4 * k + j]) * (sdu > 0.0f ? sdu : s[j]);
+      w[k] = fbf_e4m3x4_srz(x[0], x[1], x[2], x[3], sz, r[k]);
+    }
+  } else { /* NaN, Inf or huge amax (e is final: rh_e8m0 took the rule itself there) */
+    const float iv = fbf_pow2(127 - (int)e);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float4 s4 = sdr[k];
+      const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+      float x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = rh_f<C>(h[4 * k + j]) * (sdu > 0.0f ? sdu : s[j]) * iv;
+      w[k] = fbf_e4m3x2_sr(x[0], x[1], r[k] & 255u, (r[k] >> 8) & 255u) |
+             fbf_e4m3x2_sr(x[2], x[3], (r[k] >> 16) & 255u, r[k] >> 24) << 16;
+    }
+  }
+#else
+  (void)p, (void)q, (void)o, (void)xmin;
+  const float iv = fbf_pow2(127 - (int)e);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float4 s4 = sdr[k];
+    const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+    float x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = rh_f<C>(h[4 * k + j]) * (sdu > 0.0f ? sdu : s[j]) * iv;
+    w[k] = fbf_e4m3x2_rn(x[0], x[1]) | fbf_e4m3x2_rn(x[2], x[3]) << 16;
+  }
+#endif
+}
+extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+  __shared__ uint4 tile4[TR * HP / 4];
+  unsigned *tileh = reinterpret_cast<unsigned *>(tile4);
+  __shared__ float4 sdec4[2][TR / 4]; /* this tile's rows' S_dec and the next one's */
+  __shared__ unsigned sst[2][FB_RB][2]; /* per 32-row block: the smallest and the largest S_dec (bits) */
+  __shared__ uint4 shs4[2][TR / 4];     /* per row: H = f16(S_dec * 2^(3 - E)) as a pair, E the block's largest exponent */
+  __shared__ unsigned skey[NWARPS];     /* per warp: the smallest block-scale key of the tile */
+  __shared__ uint4 sc4[FB_COLS * 2];
+  unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
+  const long long SB = 1024;
+  const long long bands_r = (p.rows + SB - 1) / SB, tiles_c = (p.cols + FB_COLS - 1) / FB_COLS;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rq2_pre q = rq2_prepare(p);
+  int it_rr[NIT], it_cc[NIT];
+  unsigned it_off[NIT], it_t[NIT];
+#pragma unroll
+  for (int it = 0; it < NIT; ++it) {
+    const int wi = warp + it * NWARPS;
+    it_rr[it] = (wi % (TR / LR)) * LR + lane % LR, it_cc[it] = ((wi / (TR / LR)) * LC + lane / LR) * CHUNK;
+    it_off[it] = (unsigned)it_rr[it] * (unsigned)p.cols + (unsigned)it_cc[it];
+    it_t[it] = (unsigned)(it_rr[it] * HP + it_cc[it] / 2);
+  }
+  /* column-pair items: k = threadIdx.x + n * FB_THREADS is word kw = k % (FB_COLS / 2) of the rows of 32-row block
+   * rb = k / (FB_COLS / 2); its columns ccA = 8 (kw / 4) + (kw & 2 ? 1 : 0) + (kw & 1 ? 4 : 0) and ccA + 2 */
+  int ic_cc[NIH], ic_rb[NIH];
+  unsigned ic_t[NIH];
+#pragma unroll
+  for (int n = 0; n < NIH; ++n) {
+    const int k = (int)threadIdx.x + n * FB_THREADS, kw = k % (FB_COLS / 2);
+    ic_cc[n] = 8 * (kw >> 2) + ((kw & 2) ? 1 : 0) + ((kw & 1) ? 4 : 0), ic_rb[n] = k / (FB_COLS / 2);
+    ic_t[n] = (unsigned)(32 * ic_rb[n] * HP + kw);
+#if defined(__CUDA_ARCH__)
+    asm volatile("" : "+r"(ic_t[n]));
+#endif
+  }
+  const bool odd = threadIdx.x & 1;
+  /* S_dec of the rows of the tile at r0 into sdec4[b], and each 32-row block's smallest and largest (a warp a block) */
+  auto fill_sdec = [&](long long r0, int b) {
+    float *sd = reinterpret_cast<float *>(sdec4[b]);
+    for (int k = threadIdx.x; k < TR; k += FB_THREADS) {
+      const float s = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
+      sd[k] = s;
+      const unsigned mn = __reduce_min_sync(0xFFFFFFFFu, fbf_f2u(s)), mx = __reduce_max_sync(0xFFFFFFFFu, fbf_f2u(s));
+      if ((k & 31) == 0) sst[b][k >> 5][0] = mn, sst[b][k >> 5][1] = mx;
+      /* the bound pass's f16 S_dec: the block's largest lands in [8, 16) (products of |p| <= 2688 stay below 65504);
+       * 0 where the largest is not a normal float with a scale in range (the block then takes the exact pass) */
+      const float sc = mx - 0x01800000u < 0x7E000000u ? fbf_pow2(130 - (int)(mx >> 23)) : 0.0f;
+      const unsigned hs = fbf_f2h_rn_sw(s * sc);
+      reinterpret_cast<unsigned *>(shs4[b])[k] = hs | hs << 16;
+    }
+  };
+  for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
+    const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
+    const bool whole = (b1 - b0) % TR == 0 && c0 + FB_COLS <= p.cols;
+    raw_chunk pre[NIT];
+    __syncthreads(); /* the previous band's scale stores have read sc and sdec4 */
+    fill_sdec(b0, 0);
+#pragma unroll
+    for (int it = 0; it < NIT; ++it) {
+      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+      if (whole || (b0 + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, b0 * p.cols + c0, it_off[it], pre[it]);
+    }
+    unsigned long long ic_o[NIH];
+    unsigned char *ic_st[NIH];
+    bool ic_in[NIH];
+#pragma unroll
+    for (int n = 0; n < NIH; ++n) {
+      ic_in[n] = c0 + ic_cc[n] < p.cols;
+      ic_o[n] = (unsigned long long)((c0 + ic_cc[n]) * p.rows + b0 + 32 * ic_rb[n]);
+      /* the even lane of a pair: its own column's first 16 bytes (store A); the odd lane: the even lane's column
+       * (4 to its left), bytes 16..31 */
+      ic_st[n] = reinterpret_cast<unsigned char *>(p.out) + ic_o[n] + (odd ? 16 - 4 * p.rows : 0);
+    }
+    int buf = 0, i = 0;
+    for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1, ++i) {
+      __syncthreads(); /* the previous tile's columns are done; sdec4[buf] is written */
+      unsigned kmin = 0xFFFFFFFFu;
+#pragma unroll
+      for (int it = 0; it < NIT; ++it) {
+        if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+        const int rr = it_rr[it], cc = it_cc[it];
+        if (whole || (r0 + rr < p.rows && c0 + cc < p.cols)) {
+          unsigned h[8];
+          rh_deq(pre[it], h, kmin);
+          uint4 *d = reinterpret_cast<uint4 *>(tileh + it_t[it]);
+          d[0] = make_uint4(h[0], h[1], h[2], h[3]), d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+      }
+      kmin = __reduce_min_sync(0xFFFFFFFFu, kmin);
+      if (lane == 0) skey[warp] = kmin;
+      const long long rn = r0 + TR;
+      if (rn < b1) fill_sdec(rn, buf ^ 1);
+      __syncthreads();
+      if (rn < b1) {
+#pragma unroll
+        for (int it = 0; it < NIT; ++it) {
+          if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+          if (whole || (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
+        }
+      }
+      /* the tile's smallest non-zero block scale (none: every product is zero), as the smallest non-zero |p| */
+      unsigned kt = skey[0];
+#pragma unroll
+      for (int wv = 1; wv < NWARPS; ++wv) kt = skey[wv] < kt ? skey[wv] : kt;
+      const float pmin = kt >= 0x7Eu ? 0.0f : 0.5f * fbf_e4m3_dec_cvt(kt + 1u); /* 0x7F (NaN): no bound */
+      const bool pnone = kt == 0xFFFFFFFFu;
+#pragma unroll
+      for (int n = 0; n < NIH; ++n) {
+        if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
+        const unsigned *cp = tileh + ic_t[n];
+        unsigned h[32];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) h[j] = cp[j * HP];
+        const float4 *sdr = sdec4[buf] + 8 * ic_rb[n];
+        const unsigned smn = sst[buf][ic_rb[n]][0], smx = sst[buf][ic_rb[n]][1];
+        const float sdmin = fbf_u2f(smn);
+        /* a shared S_dec: positive and finite (others go the row-by-row way, as the reference) */
+        const float sdu = smn == smx && sdmin > 0.0f && sdmin < 3.0e38f ? sdmin : 0.0f;
+        float a0, a1;
+        int eb0 = -1, eb1 = -1; /* the scales the bound pass found (-1: none) */
+        if (sdu > 0.0f) {
+          unsigned m[16];
+#pragma unroll
+          for (int j = 0; j < 16; ++j) m[j] = rh_max2(h[j], h[j + 16]);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) m[j] = rh_max2(m[j], m[j + 8]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) m[j] = rh_max2(m[j], m[j + 4]);
+          m[0] = rh_max2(rh_max2(m[0], m[2]), rh_max2(m[1], m[3]));
+          a0 = fabsf(fbf_h2_lo(m[0])) * sdu, a1 = fabsf(fbf_h2_hi(m[0])) * sdu;
+        } else if (smx - 0x01800000u < 0x7E000000u && sdmin > 0.0f &&
+                   sdmin * fbf_pow2(130 - (int)(smx >> 23)) >= 6.103515625e-05f) {
+          /* rows with their own S_dec: bounds first. u = f16(p * H) with H = f16(S_dec * 2^(3-E)) in [2^-14, 16) is
+           * p * S_dec * 2^(3-E) within a factor (1 +- 2^-11)^2 wherever u is a normal f16, so the largest |u|, U,
+           * scaled back, brackets the exact amax within (1 +- 2^-9) when U >= 2^-13 (the largest exact product is
+           * then a normal f16 too); a column whose two ends give the same E8M0 has that scale (E8M0 of the amax is
+           * monotonic), the others (a bracket across a power of two: rare) take the exact amax */
+          const uint4 *hr = shs4[buf] + 8 * ic_rb[n];
+          unsigned mm[2] = {0u, 0u};
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const uint4 h4 = hr[k];
+            const unsigned hh[4] = {h4.x, h4.y, h4.z, h4.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) mm[j & 1] = rh_max2(mm[j & 1], fbf_hmul2(h[4 * k + j], hh[j]));
+          }
+          const unsigned um = rh_max2(mm[0], mm[1]);
+          const float ps = fbf_pow2((int)(smx >> 23) - 130), u0 = fabsf(fbf_h2_lo(um)), u1 = fabsf(fbf_h2_hi(um));
+          const float l0 = u0 * ps * 0.998046875f, g0 = u0 * ps * 1.001953125f;
+          const float l1 = u1 * ps * 0.998046875f, g1 = u1 * ps * 1.001953125f;
+          const unsigned e0l = rh_e8m0(l0), e1l = rh_e8m0(l1);
+          const bool ok0 = u0 >= 1.220703125e-04f && l0 >= 1e-30f && e0l == rh_e8m0(g0);
+          const bool ok1 = u1 >= 1.220703125e-04f && l1 >= 1e-30f && e1l == rh_e8m0(g1);
+          a0 = a1 = 0.0f;
+          if (!ok0 || !ok1) {
+            float m0[2] = {0.0f, 0.0f}, m1[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const float4 s4 = sdr[k];
+              const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                m0[j & 1] = fbf_absmax_nan(m0[j & 1], fbf_h2_lo(h[4 * k + j]) * s[j]);
+                m1[j & 1] = fbf_absmax_nan(m1[j & 1], fbf_h2_hi(h[4 * k + j]) * s[j]);
+              }
+            }
+            a0 = fbf_absmax_nan(m0[0], m0[1]), a1 = fbf_absmax_nan(m1[0], m1[1]);
+          }
+          eb0 = ok0 ? (int)e0l : -1, eb1 = ok1 ? (int)e1l : -1;
+        } else {
+          float m0[2] = {0.0f, 0.0f}, m1[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const float4 s4 = sdr[k];
+            const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              m0[j & 1] = fbf_absmax_nan(m0[j & 1], fbf_h2_lo(h[4 * k + j]) * s[j]);
+              m1[j & 1] = fbf_absmax_nan(m1[j & 1], fbf_h2_hi(h[4 * k + j]) * s[j]);
+            }
+          }
+          a0 = fbf_absmax_nan(m0[0], m0[1]), a1 = fbf_absmax_nan(m1[0], m1[1]);
+        }
+        const unsigned e0 = eb0 >= 0 ? (unsigned)eb0 : rh_e8m0(a0), e1 = eb1 >= 0 ? (unsigned)eb1 : rh_e8m0(a1);
+        /* every non-zero |p * S_dec| of the block is at least xmin (RN is monotonic); 0: no bound, no fast path */
+        const float xmin = pnone ? 3.0e38f : (sdmin > 0.0f && smx < 0x7F800000u ? pmin * sdmin : 0.0f);
+        const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
+        /* lane pairs: store A writes the even lane's column (ccA, then ccA + 2), store B the odd lane's, each as one
+         * whole sector: the even lane the first 16 bytes, the odd lane the last 16 */
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          unsigned w[8];
+          if (c == 0) rh_col<0>(p, q, h, e0, o, sdu, sdr, xmin, w);
+          else rh_col<1>(p, q, h, e1, o + 2ull * (unsigned long long)p.rows, sdu, sdr, xmin, w);
+          unsigned y[4], sa[4], sb[4];
+#pragma unroll
+          for (int qq = 0; qq < 4; ++qq) {
+            y[qq] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[qq] : w[4 + qq], 1);
+            sa[qq] = odd ? y[qq] : w[qq], sb[qq] = odd ? w[4 + qq] : y[qq];
+          }
+          if (whole || ic_in[n]) {
+            unsigned char *a = ic_st[n] + (long long)i * TR + 2ll * c * p.rows;
+            *reinterpret_cast<uint4 *>(a) = make_uint4(sa[0], sa[1], sa[2], sa[3]);
+            *reinterpret_cast<uint4 *>(a + 4 * p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
+          }
+        }
+        if (whole || ic_in[n]) {
+          scj[i * FB_RB + ic_rb[n]][ic_cc[n]] = (unsigned char)e0;
+          scj[i * FB_RB + ic_rb[n]][ic_cc[n] + 2] = (unsigned char)e1;
+        }
+      }
+    }
+    __syncthreads();
+    const int nsb = (int)((b1 - b0) >> 5);
+    if (nsb == 32 && p.rows % 512 == 0) {
+      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+        const int cc = k >> 1, j0 = (k & 1) * 16;
+        const long long col = c0 + cc;
+        unsigned qv[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
+                           fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
+        if (col < p.cols)
+          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
+              make_uint4(qv[0], qv[1], qv[2], qv[3]);
+      }
+    } else {
+      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+        int cc = k / nsb, j = k % nsb;
+        long long col = c0 + cc;
+        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
+      }
+    }
+  }
+}
+#elif FB_SLOTS
 /* FB_SLOTS (tune value slots, NVFP4 sources only; 0, the default: the kernel after this one): the raw ring. A tile's
  * raw NVFP4 source (E2M1 codes, the E4M3 block scales and, for per-token outer scales, the rows' S_dec) is copied by
  * cp.async into a ring of FB_SLOTS shared-memory slots, FB_SLOTS tiles ahead of the tile being quantized, so that a

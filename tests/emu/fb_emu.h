@@ -113,6 +113,14 @@ static inline unsigned __reduce_max_sync(unsigned m, unsigned v) {
     if ((m >> i & 1u) && (unsigned)a[i] > r) r = (unsigned)a[i];
   return r;
 }
+static inline unsigned __reduce_min_sync(unsigned m, unsigned v) {
+  unsigned long long a[32];
+  fbemu_table->exchange(m, v, a);
+  unsigned r = 0xFFFFFFFFu;
+  for (int i = 0; i < 32; ++i)
+    if ((m >> i & 1u) && (unsigned)a[i] < r) r = (unsigned)a[i];
+  return r;
+}
 static inline void __syncwarp(unsigned m = 0xFFFFFFFFu) {
   unsigned long long a[32];
   fbemu_table->exchange(m, 0, a);

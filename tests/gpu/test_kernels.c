@@ -6,7 +6,7 @@
  *                               what compute-sanitizer runs)
  *   test_kernels --only SUBSTR  only specs whose name contains SUBSTR
  * Exit status 0 only if every element of every run matched. Needs a GPU (libcuda.so.1); without one it
- * says SKIPPED and exits 77. Variants come from recipes/tiny.lua's tune families. */
+ * says SKIPPED and exits 77. Variants come from recipes/tiny.lua's tune families (the requantizers': inkling2_small's). */
 #include "harness.h"
 
 #include <pthread.h>
@@ -26,15 +26,18 @@ int main(int argc, char **argv) {
     printf("test_kernels: SKIPPED (not passed): %s\n", fb_errmsg());
     return 77;
   }
-  fb_recipe *r = NULL;
+  fb_recipe *r = NULL, *rq = NULL;
   CK(fb_recipe_load("recipes/tiny.lua", &r));
+  /* the requantizers' variants are inkling2_small's (a superset of the defaults: its raw-ring and f16-tile forms) */
+  CK(fb_recipe_load("recipes/inkling2_small.lua", &rq));
   build_specs();
   units = calloc(4096, sizeof *units);
   for (int s = 0; s < nspecs; ++s) {
     if (only && !strstr(specs[s].k.name, only) && strcmp(specs[s].family, "amax")) continue;
     const fb_tune_family *fam = NULL;
-    for (int f = 0; f < r->nfamilies; ++f)
-      if (!strcmp(r->families[f].family, specs[s].family)) fam = &r->families[f];
+    const fb_recipe *fr = strcmp(specs[s].family, "requant") ? r : rq;
+    for (int f = 0; f < fr->nfamilies; ++f)
+      if (!strcmp(fr->families[f].family, specs[s].family)) fam = &fr->families[f];
     fb_variant *vs;
     int nv;
     CK(fb_gen_variants(&specs[s].k, fam, &vs, &nv, NULL, NULL, 0));
@@ -105,5 +108,6 @@ int main(int argc, char **argv) {
   printf("test_kernels: %s (%ld wrong elements, %d compile failures)\n", total_wrong || fails ? "FAILED" : "passed",
          total_wrong, fails);
   fb_recipe_free(r);
+  fb_recipe_free(rq);
   return total_wrong || fails ? 1 : 0;
 }
