@@ -792,13 +792,19 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
            * then a normal f16 too); a column whose two ends give the same E8M0 has that scale (E8M0 of the amax is
            * monotonic), the others (a bracket across a power of two: rare) take the exact amax */
           const uint4 *hr = shs4[buf] + 8 * ic_rb[n];
-          unsigned mm[2] = {0u, 0u};
+          /* the chains start at the first two products, not at 0: NVRTC 13.0 (sm_90a) compiled
+           * max.NaN.xorsign.abs.f16x2(0, u) to a ReLU of u (HFMA2.RELU), which drops a negative u's magnitude
+           * (seen on the H200: blocks whose largest |u| was a negative first row got a scale 2^2 too small) */
+          unsigned mm[2];
 #pragma unroll
           for (int k = 0; k < 8; ++k) {
             const uint4 h4 = hr[k];
             const unsigned hh[4] = {h4.x, h4.y, h4.z, h4.w};
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mm[j & 1] = rh_max2(mm[j & 1], fbf_hmul2(h[4 * k + j], hh[j]));
+            for (int j = 0; j < 4; ++j) {
+              const unsigned u = fbf_hmul2(h[4 * k + j], hh[j]);
+              mm[j & 1] = k == 0 && j < 2 ? u : rh_max2(mm[j & 1], u);
+            }
           }
           const unsigned um = rh_max2(mm[0], mm[1]);
           const float ps = fbf_pow2((int)(smx >> 23) - 130), u0 = fabsf(fbf_h2_lo(um)), u1 = fabsf(fbf_h2_hi(um));
