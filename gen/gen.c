@@ -196,7 +196,7 @@ static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, con
     /* ptxas 13.0 (sm_90a, 5 CTAs of 128 threads: 96 registers) spilled 24 bytes at 64 x 128 */
     if (rows * cols >= 64 * 128 && threads == 128) return "mx_col: the raw ring of a 64 x 128 tile on 128 threads spills registers";
   }
-  if (!strcmp(c->tmpl, "mx_col.cuh") && half) { /* the f16 tiles (mx_col.cuh FB_HALF, two of them): NVFP4 sources only */
+  if (!strcmp(c->tmpl, "mx_col.cuh") && half) { /* the f16 tile (mx_col.cuh FB_HALF): NVFP4 sources only */
     if (k->op != FB_OP_REQUANT || k->src.format != FB_FMT_NVFP4) return "mx_col: half (the f16 tile) applies to NVFP4 sources only";
     if (half != 1) return "mx_col: half is 0 (the FP32 tile) or 1 (the f16 tile)";
     if (slots) return "mx_col: half (the f16 tile) does not take the raw ring (slots)";
@@ -209,7 +209,7 @@ static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, con
   if (!strcmp(c->tmpl, "mx_col.cuh")) {
     if (rows % 32) return "mx_col: rows must be a multiple of 32 (one MX block down a column)";
     if (cols % 32) return "mx_col: cols must be a multiple of 32 (a 32-column span per load)";
-    if ((half ? (size_t)rows * (cols / 2 + 4) * 8 : (size_t)rows * (cols + 1) * 4) + (size_t)cols * 32 > 48 * 1024)
+    if ((half ? (size_t)rows * (cols / 2 + 4) * 4 : (size_t)rows * (cols + 1) * 4) + (size_t)cols * 32 > 48 * 1024)
       return "mx_col: the tile exceeds 48 KiB of static shared memory";
     if (rows * cols / 32 < threads || rows / 32 * cols < threads) return "mx_col: fewer tile items than threads leaves threads idle";
   }

@@ -655,13 +655,12 @@ static __device__ __forceinline__ void rh_col(const fb_kp_mem &p, const rq2_pre 
 #endif
 }
 extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
-  /* two of everything a tile needs: tile i + 1 is dequantized while tile i's columns are quantized, one barrier a
-   * tile (parity of the tile's index in the band) */
-  __shared__ uint4 tile4[2][TR * HP / 4];
+  __shared__ uint4 tile4[TR * HP / 4];
+  unsigned *tileh = reinterpret_cast<unsigned *>(tile4);
   __shared__ float4 sdec4[2][TR / 4]; /* this tile's rows' S_dec and the next one's */
   __shared__ unsigned sst[2][FB_RB][2]; /* per 32-row block: the smallest and the largest S_dec (bits) */
   __shared__ uint4 shs4[2][TR / 4];     /* per row: H = f16(S_dec * 2^(3 - E)) as a pair, E the block's largest exponent */
-  __shared__ unsigned skey[2][NWARPS];  /* per warp: the smallest block-scale key of the tile */
+  __shared__ unsigned skey[NWARPS];     /* per warp: the smallest block-scale key of the tile */
   __shared__ uint4 sc4[FB_COLS * 2];
   unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
   const long long SB = 1024;
@@ -710,11 +709,28 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
     const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
     const bool whole = (b1 - b0) % TR == 0 && c0 + FB_COLS <= p.cols;
     raw_chunk pre[NIT];
-    __syncthreads(); /* the previous band's scale stores have read sc */
-    /* tile i's products into tile4[b] and its smallest block-scale key into skey[b] (from pre) */
-    auto deq_tile = [&](long long r0, int b) {
+    __syncthreads(); /* the previous band's scale stores have read sc and sdec4 */
+    fill_sdec(b0, 0);
+#pragma unroll
+    for (int it = 0; it < NIT; ++it) {
+      if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+      if (whole || (b0 + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, b0 * p.cols + c0, it_off[it], pre[it]);
+    }
+    unsigned long long ic_o[NIH];
+    unsigned char *ic_st[NIH];
+    bool ic_in[NIH];
+#pragma unroll
+    for (int n = 0; n < NIH; ++n) {
+      ic_in[n] = c0 + ic_cc[n] < p.cols;
+      ic_o[n] = (unsigned long long)((c0 + ic_cc[n]) * p.rows + b0 + 32 * ic_rb[n]);
+      /* the even lane of a pair: its own column's first 16 bytes (store A); the odd lane: the even lane's column
+       * (4 to its left), bytes 16..31 */
+      ic_st[n] = reinterpret_cast<unsigned char *>(p.out) + ic_o[n] + (odd ? 16 - 4 * p.rows : 0);
+    }
+    int buf = 0, i = 0;
+    for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1, ++i) {
+      __syncthreads(); /* the previous tile's columns are done; sdec4[buf] is written */
       unsigned kmin = 0xFFFFFFFFu;
-      unsigned *tileh = reinterpret_cast<unsigned *>(tile4[b]);
 #pragma unroll
       for (int it = 0; it < NIT; ++it) {
         if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
@@ -727,45 +743,21 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
         }
       }
       kmin = __reduce_min_sync(0xFFFFFFFFu, kmin);
-      if (lane == 0) skey[b][warp] = kmin;
-    };
-    auto load_tile = [&](long long r0) {
-#pragma unroll
-      for (int it = 0; it < NIT; ++it) {
-        if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
-        if (whole || (r0 + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, r0 * p.cols + c0, it_off[it], pre[it]);
-      }
-    };
-    fill_sdec(b0, 0);
-    load_tile(b0);
-    deq_tile(b0, 0);
-    if (b0 + TR < b1) load_tile(b0 + TR);
-    unsigned long long ic_o[NIH];
-    unsigned char *ic_st[NIH];
-    bool ic_in[NIH];
-#pragma unroll
-    for (int n = 0; n < NIH; ++n) {
-      ic_in[n] = c0 + ic_cc[n] < p.cols;
-      ic_o[n] = (unsigned long long)((c0 + ic_cc[n]) * p.rows + b0 + 32 * ic_rb[n]);
-      /* the even lane of a pair: its own column's first 16 bytes (store A); the odd lane: the even lane's column
-       * (4 to its left), bytes 16..31 */
-      ic_st[n] = reinterpret_cast<unsigned char *>(p.out) + ic_o[n] + (odd ? 16 - 4 * p.rows : 0);
-    }
-    __syncthreads(); /* tile 0 and its S_dec are written */
-    int buf = 0, i = 0;
-    for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1, ++i) {
-      /* the next tile: dequantized from the registers loaded a tile ago, its S_dec, and the loads of the one after */
+      if (lane == 0) skey[warp] = kmin;
       const long long rn = r0 + TR;
+      if (rn < b1) fill_sdec(rn, buf ^ 1);
+      __syncthreads();
       if (rn < b1) {
-        deq_tile(rn, buf ^ 1);
-        fill_sdec(rn, buf ^ 1);
-        if (rn + TR < b1) load_tile(rn + TR);
-      }
-      const unsigned *tileh = reinterpret_cast<const unsigned *>(tile4[buf]);
-      /* the tile's smallest non-zero block scale (none: every product is zero), as the smallest non-zero |p| */
-      unsigned kt = skey[buf][0];
 #pragma unroll
-      for (int wv = 1; wv < NWARPS; ++wv) kt = skey[buf][wv] < kt ? skey[buf][wv] : kt;
+        for (int it = 0; it < NIT; ++it) {
+          if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
+          if (whole || (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
+        }
+      }
+      /* the tile's smallest non-zero block scale (none: every product is zero), as the smallest non-zero |p| */
+      unsigned kt = skey[0];
+#pragma unroll
+      for (int wv = 1; wv < NWARPS; ++wv) kt = skey[wv] < kt ? skey[wv] : kt;
       const float pmin = kt >= 0x7Eu ? 0.0f : 0.5f * fbf_e4m3_dec_cvt(kt + 1u); /* 0x7F (NaN): no bound */
       const bool pnone = kt == 0xFFFFFFFFu;
 #pragma unroll
@@ -879,8 +871,8 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
           scj[i * FB_RB + ic_rb[n]][ic_cc[n] + 2] = (unsigned char)e1;
         }
       }
-      __syncthreads(); /* tile i's columns are done (its buffers are the next tile's); tile i + 1 is written */
     }
+    __syncthreads();
     const int nsb = (int)((b1 - b0) >> 5);
     if (nsb == 32 && p.rows % 512 == 0) {
       for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
