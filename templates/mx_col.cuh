@@ -523,16 +523,6 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
 #if NIH * FB_THREADS != FB_RB * (FB_COLS / 2)
 #error "mx_col FB_HALF: FB_THREADS must divide the tile's column-pair items"
 #endif
-#ifndef FB_HALF_PF
-#define FB_HALF_PF 1
-#endif
-static __device__ __forceinline__ void rh_prefetch_l2(const void *a) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-#else
-  (void)a;
-#endif
-}
 /* max.NaN.xorsign.abs.f16x2: per half the larger magnitude (NaN if either is NaN); the callers use magnitudes only */
 static __device__ __forceinline__ unsigned rh_max2(unsigned a, unsigned b) {
 #if defined(__CUDA_ARCH__)
@@ -764,15 +754,6 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
           if (whole || (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
         }
       }
-#if FB_HALF_PF
-      /* the tile after next into L2 (no registers held for it): each row's codes (FB_COLS / 2 bytes) and block scales */
-      if (rn + TR < b1 && whole)
-        for (int k = threadIdx.x; k < 2 * TR; k += FB_THREADS) {
-          const long long e0 = (rn + TR + (k >> 1)) * p.cols + c0;
-          rh_prefetch_l2(k & 1 ? reinterpret_cast<const unsigned char *>(p.src_scales) + (e0 >> 4)
-                               : reinterpret_cast<const unsigned char *>(p.in) + (e0 >> 1));
-        }
-#endif
       /* the tile's smallest non-zero block scale (none: every product is zero), as the smallest non-zero |p| */
       unsigned kt = skey[0];
 #pragma unroll
