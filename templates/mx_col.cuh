@@ -490,6 +490,33 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
   return e;
 }
 
+/* The band's scales from scj (row j: 32-row block j of the band, by tile column) to their output rows: a whole band
+ * of a matrix whose rows are a multiple of 512 as two aligned 16-byte stores a column (its 32 bytes gathered with
+ * byte permutes), others byte by byte */
+static __device__ __forceinline__ void mx_flush_scales(const fb_kp_mem &p, const unsigned char (*scj)[FB_COLS], long long b0,
+                                                       long long b1, long long c0) {
+  const int nsb = (int)((b1 - b0) >> 5);
+  if (nsb == 32 && p.rows % 512 == 0) {
+    for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
+      const int cc = k >> 1, j0 = (k & 1) * 16;
+      const long long col = c0 + cc;
+      unsigned qv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
+                         fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
+      if (col < p.cols)
+        reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
+            make_uint4(qv[0], qv[1], qv[2], qv[3]);
+    }
+  } else {
+    for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
+      int cc = k / nsb, j = k % nsb;
+      long long col = c0 + cc;
+      if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
+    }
+  }
+}
 #define NIT ((NITEMS + NWARPS - 1) / NWARPS)
 #define NIC2 (FB_RB * FB_COLS / FB_THREADS) /* column items a thread (variants keep FB_RB * FB_COLS >= FB_THREADS) */
 #if NIC2 * FB_THREADS != FB_RB * FB_COLS
@@ -873,27 +900,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
       }
     }
     __syncthreads();
-    const int nsb = (int)((b1 - b0) >> 5);
-    if (nsb == 32 && p.rows % 512 == 0) {
-      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
-        const int cc = k >> 1, j0 = (k & 1) * 16;
-        const long long col = c0 + cc;
-        unsigned qv[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
-                           fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
-        if (col < p.cols)
-          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
-              make_uint4(qv[0], qv[1], qv[2], qv[3]);
-      }
-    } else {
-      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
-        int cc = k / nsb, j = k % nsb;
-        long long col = c0 + cc;
-        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
-      }
-    }
+    mx_flush_scales(p, scj, b0, b1, c0);
   }
 }
 #elif FB_SLOTS
@@ -1114,27 +1121,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       }
     }
     __syncthreads();
-    const int nsb = (int)((b1 - b0) >> 5);
-    if (nsb == 32 && p.rows % 512 == 0) {
-      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
-        const int cc = k >> 1, j0 = (k & 1) * 16;
-        const long long col = c0 + cc;
-        unsigned qv[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
-                           fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
-        if (col < p.cols)
-          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
-              make_uint4(qv[0], qv[1], qv[2], qv[3]);
-      }
-    } else {
-      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
-        int cc = k / nsb, j = k % nsb;
-        long long col = c0 + cc;
-        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
-      }
-    }
+    mx_flush_scales(p, scj, b0, b1, c0);
   }
   rr_wait<0>();
 }
@@ -1252,27 +1239,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       }
     }
     __syncthreads();
-    const int nsb = (int)((b1 - b0) >> 5);
-    if (nsb == 32 && p.rows % 512 == 0) {
-      for (int k = threadIdx.x; k < FB_COLS * 2; k += FB_THREADS) {
-        const int cc = k >> 1, j0 = (k & 1) * 16;
-        const long long col = c0 + cc;
-        unsigned qv[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          qv[u] = fbf_prmt(fbf_prmt(scj[j0 + 4 * u][cc], scj[j0 + 4 * u + 1][cc], 0x0040u),
-                           fbf_prmt(scj[j0 + 4 * u + 2][cc], scj[j0 + 4 * u + 3][cc], 0x0040u), 0x5410u);
-        if (col < p.cols)
-          reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.scales) + ((col * p.rows + b0) >> 5))[k & 1] =
-              make_uint4(qv[0], qv[1], qv[2], qv[3]);
-      }
-    } else {
-      for (int k = threadIdx.x; k < FB_COLS * nsb; k += FB_THREADS) {
-        int cc = k / nsb, j = k % nsb;
-        long long col = c0 + cc;
-        if (col < p.cols) reinterpret_cast<unsigned char *>(p.scales)[((col * p.rows + b0) >> 5) + j] = scj[j][cc];
-      }
-    }
+    mx_flush_scales(p, scj, b0, b1, c0);
   }
 }
 #endif /* FB_SLOTS */
