@@ -214,11 +214,13 @@ FBF_FN float fbf_absmax_nan(float a, float x) {
  * as a signed zero on both paths. */
 #define FBF_SRZ_EMAX 156u
 FBF_FN float fbf_srz_scale(unsigned e) { return fbf_pow2(7 - (int)e); }
-/* byte j of rw at bits 12..19 of z, then the mask: the SR'd z */
+/* byte j of rw added at bits 12..19 of z (the 8 discarded bits where E4M3's grid is bit 20), then the mask: the SR'd
+ * bits (mx_col.cuh's f16 tile uses it on E4M3 normals x * inv directly) */
+FBF_FN unsigned fbf_sr_addmask(unsigned z, unsigned rw, unsigned j) {
+  return (z + (fbf_prmt(rw, 0u, 0x4404u | (j << 4)) << 4)) & 0xFFF00000u;
+}
 FBF_FN float fbf_srz_one(float x, float s, unsigned rw, unsigned j) {
-  unsigned z = fbf_f2u(fbf_mul_rz(x, s));
-  unsigned q = (z + (fbf_prmt(rw, 0u, 0x4404u | (j << 4)) << 4)) & 0xFFF00000u;
-  return fbf_u2f(q) * 1.329227995784916e+36f; /* 2^120 */
+  return fbf_u2f(fbf_sr_addmask(fbf_f2u(fbf_mul_rz(x, s)), rw, j)) * 1.329227995784916e+36f; /* 2^120 */
 }
 /* fbf_srz_one's codes of four consecutive elements (element j in byte j) with random bytes rw (byte j for element
  * j), two conversions */

@@ -428,6 +428,21 @@ static __device__ __forceinline__ void rq2_philox(const rq2_pre &q, unsigned clo
   }
   out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
+/* E8M0 of amax / 448 (fbf_e8m0_up's rule): for |a| below 2^30 (bits below 0x4E800000) the exponent plus one where
+ * the mantissa is not zero is (bits + 0x7FFFFF) >> 23, subnormals up to 0x400000 (and zero) give 0; above, and on
+ * sm_100a/sm_103a (one instruction there), the rule itself. The f16-tile kernel's; col_block2 below writes the same rule
+ * inline, split around its SR branch (calling this there reordered the SASS of every FP32-tile requantizer) */
+static __device__ __forceinline__ unsigned rq2_e8m0(float amax) {
+  const float a = amax * (1.0f / 448.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  return fbf_e8m0_up(a);
+#else
+  const unsigned ab = fbf_f2u(a) & 0x7FFFFFFFu;
+  if (ab >= 0x4E800000u) return fbf_e8m0_up(a);
+  const unsigned e = (ab + 0x7FFFFFu) >> 23;
+  return ab - 1u < 0x400000u ? 0u : e;
+#endif
+}
 /* col_block's codes and scale, with the precomputed Philox rounds and the cheap E8M0 */
 static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const rq2_pre &q, const float v[32],
                                                       unsigned long long o, unsigned w[8]) {
@@ -582,18 +597,6 @@ static __device__ __forceinline__ void rh_deq(const raw_chunk &r, unsigned h[8],
   }
 }
 template <int C> static __device__ __forceinline__ float rh_f(unsigned h) { return C ? fbf_h2_hi(h) : fbf_h2_lo(h); }
-/* E8M0 of amax / 448 as col_block2 finds it */
-static __device__ __forceinline__ unsigned rh_e8m0(float amax) {
-  const float a = amax * (1.0f / 448.0f);
-  const unsigned ab = fbf_f2u(a) & 0x7FFFFFFFu;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-  return fbf_e8m0_up(a);
-#else
-  if (ab >= 0x4E800000u) return fbf_e8m0_up(a);
-  const unsigned e = (ab + 0x7FFFFFu) >> 23;
-  return ab - 1u < 0x400000u ? 0u : e;
-#endif
-}
 /* Column C (0: the low halves, 1: the high ones) of a thread's 32 pairs h: its 32 codes w (row order) given its
  * scale e, its first output element o, S_dec (sdu: the block's shared S_dec, or 0 when its rows' differ: then sdr,
  * the rows' own), and xmin: a lower bound of every non-zero |p * S_dec| of the block (0: none known) */
@@ -624,10 +627,7 @@ static __device__ __forceinline__ void rh_col(const fb_kp_mem &p, const rq2_pre 
     for (int k = 0; k < 8; ++k) {
       unsigned z[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned x = fbf_f2u(rh_f<C>(h[4 * k + j]) * si);
-        z[j] = (x + (fbf_prmt(r[k], 0u, 0x4404u | ((unsigned)j << 4)) << 4)) & 0xFFF00000u;
-      }
+      for (int j = 0; j < 4; ++j) z[j] = fbf_sr_addmask(fbf_f2u(rh_f<C>(h[4 * k + j]) * si), r[k], (unsigned)j);
       w[k] = fbf_e4m3x2_rn(fbf_u2f(z[0]), fbf_u2f(z[1])) | fbf_e4m3x2_rn(fbf_u2f(z[2]), fbf_u2f(z[3])) << 16;
     }
   } else if (norm) {
@@ -637,10 +637,7 @@ static __device__ __forceinline__ void rh_col(const fb_kp_mem &p, const rq2_pre 
       const float s[4] = {s4.x, s4.y, s4.z, s4.w};
       unsigned z[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned x = fbf_f2u((rh_f<C>(h[4 * k + j]) * s[j]) * inv);
-        z[j] = (x + (fbf_prmt(r[k], 0u, 0x4404u | ((unsigned)j << 4)) << 4)) & 0xFFF00000u;
-      }
+      for (int j = 0; j < 4; ++j) z[j] = fbf_sr_addmask(fbf_f2u((rh_f<C>(h[4 * k + j]) * s[j]) * inv), r[k], (unsigned)j);
       w[k] = fbf_e4m3x2_rn(fbf_u2f(z[0]), fbf_u2f(z[1])) | fbf_e4m3x2_rn(fbf_u2f(z[2]), fbf_u2f(z[3])) << 16;
     }
   } else if (e <= FBF_SRZ_EMAX) { /* col_block2's branch-free SR on the exact values */
@@ -654,7 +651,7 @@ static __device__ __forceinline__ void rh_col(const fb_kp_mem &p, const rq2_pre 
       for (int j = 0; j < 4; ++j) x[j] = rh_f<C>(h[4 * k + j]) * (sdu > 0.0f ? sdu : s[j]);
       w[k] = fbf_e4m3x4_srz(x[0], x[1], x[2], x[3], sz, r[k]);
     }
-  } else { /* NaN, Inf or huge amax (e is final: rh_e8m0 took the rule itself there) */
+  } else { /* NaN, Inf or huge amax (e is final: rq2_e8m0 took the rule itself there) */
     const float iv = fbf_pow2(127 - (int)e);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -837,9 +834,9 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
           const float ps = fbf_pow2((int)(smx >> 23) - 130), u0 = fabsf(fbf_h2_lo(um)), u1 = fabsf(fbf_h2_hi(um));
           const float l0 = u0 * ps * 0.998046875f, g0 = u0 * ps * 1.001953125f;
           const float l1 = u1 * ps * 0.998046875f, g1 = u1 * ps * 1.001953125f;
-          const unsigned e0l = rh_e8m0(l0), e1l = rh_e8m0(l1);
-          const bool ok0 = u0 >= 1.220703125e-04f && l0 >= 1e-30f && e0l == rh_e8m0(g0);
-          const bool ok1 = u1 >= 1.220703125e-04f && l1 >= 1e-30f && e1l == rh_e8m0(g1);
+          const unsigned e0l = rq2_e8m0(l0), e1l = rq2_e8m0(l1);
+          const bool ok0 = u0 >= 1.220703125e-04f && l0 >= 1e-30f && e0l == rq2_e8m0(g0);
+          const bool ok1 = u1 >= 1.220703125e-04f && l1 >= 1e-30f && e1l == rq2_e8m0(g1);
           a0 = a1 = 0.0f;
           if (!ok0 || !ok1) {
             float m0[2] = {0.0f, 0.0f}, m1[2] = {0.0f, 0.0f};
@@ -870,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
           }
           a0 = fbf_absmax_nan(m0[0], m0[1]), a1 = fbf_absmax_nan(m1[0], m1[1]);
         }
-        const unsigned e0 = eb0 >= 0 ? (unsigned)eb0 : rh_e8m0(a0), e1 = eb1 >= 0 ? (unsigned)eb1 : rh_e8m0(a1);
+        const unsigned e0 = eb0 >= 0 ? (unsigned)eb0 : rq2_e8m0(a0), e1 = eb1 >= 0 ? (unsigned)eb1 : rq2_e8m0(a1);
         /* every non-zero |p * S_dec| of the block is at least xmin (RN is monotonic); 0: no bound, no fast path */
         const float xmin = pnone ? 3.0e38f : (sdmin > 0.0f && smx < 0x7F800000u ? pmin * sdmin : 0.0f);
         const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
