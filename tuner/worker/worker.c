@@ -234,7 +234,8 @@ static CUdeviceptr g0[16]; /* set 0's buffers: the later sets are copies (the sa
  * one_set sized for it (an op whose output this file undersizes) is reported by name instead of corrupting the next
  * buffer or, where the next page is not mapped, faulting as an illegal address. */
 #define GUARD 4096
-static CUdeviceptr dev(size_t n, int kind, double scale) { /* kind 0 zero, 1 BF16 ~N(0,1), 2 FP32 scale N(0,1), 3 E4M3/E8M0 0x30..0x5F, 4 FP32 const scale */
+static CUdeviceptr dev(size_t n, int kind, double scale) { /* kind 0 zero, 1 BF16 ~N(0,1), 2 FP32 scale N(0,1), 3 E4M3/E8M0 0x30..0x5F, 4 FP32 const scale,
+                                                    5 FP32 scale * 2^U(-2, 2): a row's own, as per-token outer scales */
   CUdeviceptr p;
   if (!n) n = 4;
   CU(fb_cu.MemAlloc(&p, n + GUARD));
@@ -260,6 +261,7 @@ static CUdeviceptr dev(size_t n, int kind, double scale) { /* kind 0 zero, 1 BF1
     if (kind == 1) { uint16_t v = (uint16_t)(((r >> 8) & 0x8000u) | ((0x3C00u + ((r >> 20) % 0x700u)) & 0x7F80u) | (r & 0x7Fu)); memcpy(h + i, &v, 2); }
     else if (kind == 2) { float v = (float)(scale * (((double)(r >> 11) / 9007199254740992.0) * 3.4 - 1.7)); memcpy(h + i, &v, 4); }
     else if (kind == 3) h[i] = (unsigned char)(0x30 + r % 0x30);
+    else if (kind == 5) { float v = (float)(scale * exp2((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0)); memcpy(h + i, &v, 4); }
     else { float v = (float)scale; memcpy(h + i, &v, 4); }
   }
   for (size_t o = 0; o < n; o += blk) CU(fb_cu.MemcpyHtoD(p + o, h, n - o < blk ? n - o : blk));
@@ -420,7 +422,7 @@ static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem
     q->amax = dev((size_t)(R > (long long)ng ? R : ng) * 4 + 64, 4, 0.1);
     q->group_offsets = put(off, sizeof *off * (ng + 1));
     q->flags = dev(4, 0, 0);
-    if (k->op == FB_OP_REQUANT) q->src_scales = dev(n / 16 + 64, 3, 0), q->src_s_dec = dev((size_t)R * 4 + 64, 4, 1.0 / 2688.0);
+    if (k->op == FB_OP_REQUANT) q->src_scales = dev(n / 16 + 64, 3, 0), q->src_s_dec = dev((size_t)R * 4 + 64, 5, 1.0 / 2688.0);
     q->rows = R, q->cols = C, q->ngroups = ng, q->seed = 1, q->stream = 2, q->step = 3, q->signs = 0x9E3779B9u;
     free(off);
     return;
