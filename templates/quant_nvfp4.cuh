@@ -167,18 +167,6 @@ static __device__ __forceinline__ void nv_quant_block_rn(const fb_kp_mem &p, lon
 
 #if FB_FOUR_OVER_SIX && !FB_SR && !FB_TWO_D && !FB_IN_F32
 #define NV46_FAST 1
-/* NV46_SCREEN: the candidates' errors screened in the scaled domain, for rows whose s_dec lies in [2^-40, 2^40]. With
- * u = sf * s_dec (real), a' = fl(|x| * encs) is |x| (1 + psi) / (64 u), |psi| <= 3.01 * 2^-24 (enc = fl(1/fl(sf s_dec))
- * and the product: three roundings), and |g - 64 a'| <= 1, |x| < 7.001 u. The reference's d = fl(fl(g sf s_dec) - |x|)
- * then differs from D = (g' - a') 64 u by at most (6 + 3.01 * 7.001 + 1.01) 2^-24 u < 28.1 * 2^-24 u, so each
- * |d^2 - D^2| < 28.1 * 2.03 * 2^-24 u^2 and the 16 of them < 913 * 2^-24 u^2; the two fmaf chains add at most
- * 16 * 2^-24 of their sums (< 16.7 u^2 each: 267 + 262) and the product sf64^2 * E 2^-24 of its value (17): in all
- * |e - Q s_dec^2| < 1460 * 2^-24 u^2 = 1460 * 2^-36 sf64^2 s_dec^2, under M = 2^-24 sf64^2 (2^-24 = 4096 * 2^-36) by
- * a factor 2.8. The s_dec range keeps every d^2 of both chains far above fp32's underflow (u >= 2^-46: a rounding of
- * a subnormal sum moves it by 2^-150, against M s_dec^2 >= 2^-104) and far below overflow. */
-#ifndef NV46_SCREEN
-#define NV46_SCREEN 1
-#endif
 /* ---- Four Over Six, RN, BF16 input: the fast block path ----
  * The same codes, scales and candidate errors as nv_quant_block_rn, for blocks whose checks below pass (the others go
  * to it): both scale codes normal (sf6 >= 8, so sf4 >= 8 too), and fl(abn * enc6) < 7, so that every a = |x| * enc
@@ -261,48 +249,8 @@ static __device__ __forceinline__ unsigned nv46_pack(unsigned A, unsigned B, uns
   B |= fbf_prmt(X, Y, 0x7632u) & 0x20202020u;
   return (A >> 2) + (B << 2);
 }
-/* One candidate's screen (see nv46_block): its squared error in the scaled domain, sum (g' - a')^2 with a' = |x| * encs
- * and g' a' rounded to the grid (g' - a' is exact: g' = 0, or a' lies in [g'/2, 2g']), and its codes as nv46_cand's */
-static __device__ __forceinline__ float nv46_scr(const float v[16], float encs, unsigned q[4]) {
-  float g[16], err = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const float a = fabsf(v[j]) * encs;
-    const float pw = __uint_as_float(__float_as_uint(fmaxf(a, 0.015625f)) & 0x7F800000u); /* 2^-6 .. 2^-4 */
-    g[j] = fmaf(pw, -6291456.0f, fmaf(pw, 6291456.0f, a));
-    const float d = g[j] - a;
-    err = fmaf(d, d, err);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float *x = g + 8 * h;
-    q[2 * h] = fbf_e4m3x2_rn(x[0], x[2]) | fbf_e4m3x2_rn(x[4], x[6]) << 16;
-    q[2 * h + 1] = fbf_e4m3x2_rn(x[1], x[3]) | fbf_e4m3x2_rn(x[5], x[7]) << 16;
-  }
-  return err;
-}
-/* nv46_cand's error alone, element by element */
-static __device__ __forceinline__ float nv46_err(const float v[16], float encs, float sf64, float s_dec) {
-  float err = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const float av = fabsf(v[j]), a = av * encs;
-    const float pw = __uint_as_float(__float_as_uint(fmaxf(a, 0.015625f)) & 0x7F800000u);
-    const float g = fmaf(pw, -6291456.0f, fmaf(pw, 6291456.0f, a));
-    const float d = (g * sf64) * s_dec - av;
-    err = fmaf(d, d, err);
-  }
-  return err;
-}
-/* The blocks the screen leaves undecided: the reference's decision from both exact errors. Out of line, with the raw
- * block by value, so that the hot loop keeps its registers (the values are unpacked again here). */
-static __device__ __noinline__ bool nv46_exact(nv_raw r, float enc6s, float enc4s, float sf64_6, float sf64_4, float s_dec) {
-  float v[16];
-  unpack16(r, v);
-  return nv46_err(v, enc4s, sf64_4, s_dec) < nv46_err(v, enc6s, sf64_6, s_dec);
-}
 static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long i0, const nv_raw &r, const float v[16],
-                                                  float abn, float k, float s_dec, float R, bool live, bool screen) {
+                                                  float abn, float k, float s_dec, float R, bool live) {
   const float base = abn * k;
   const unsigned sf2 = fbf_e4m3x2_rn(fminf(base, 448.0f), fminf(1.5f * base, 448.0f)), sf6 = sf2 & 255u, sf4 = sf2 >> 8;
   /* R[m] from lanes 0..7 (every lane of the warp is here: the caller's loop is warp-uniform) */
@@ -314,26 +262,10 @@ static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long 
     return;
   }
   const float enc4s = r4 * __uint_as_float((128u - (sf4 >> 3)) << 23);
-  const float sf64_6 = __uint_as_float((sf6 << 20) + (126u << 23)), sf64_4 = __uint_as_float((sf4 << 20) + (126u << 23));
   unsigned q6[4], q4[4];
-  bool four;
-#if NV46_SCREEN
-  if (screen) {
-    /* The screen: Q = sf64^2 * sum (g' - a')^2 is the block's error in units of s_dec^2, within M = 2^-24 sf64^2 of
-     * the reference's fmaf sum e / s_dec^2 (NV46_SCREEN above); a block whose Q differ by more than both M is
-     * decided by them, the others compute both e exactly (the same codes: g' is the same) */
-    const float Q6 = sf64_6 * sf64_6 * nv46_scr(v, enc6s, q6), Q4 = sf64_4 * sf64_4 * nv46_scr(v, enc4s, q4);
-    const float M = 5.9604644775390625e-08f * fmaf(sf64_6, sf64_6, sf64_4 * sf64_4); /* 2^-24 (sf64_6^2 + sf64_4^2) */
-    if (Q4 + M < Q6) four = true;
-    else if (Q6 + M < Q4) four = false;
-    else four = nv46_exact(r, enc6s, enc4s, sf64_6, sf64_4, s_dec);
-  } else
-#endif
-  {
-    const float e6 = nv46_cand(v, enc6s, sf64_6, s_dec, q6);
-    const float e4 = nv46_cand(v, enc4s, sf64_4, s_dec, q4);
-    four = e4 < e6;
-  }
+  const float e6 = nv46_cand(v, enc6s, __uint_as_float((sf6 << 20) + (126u << 23)), s_dec, q6);
+  const float e4 = nv46_cand(v, enc4s, __uint_as_float((sf4 << 20) + (126u << 23)), s_dec, q4);
+  const bool four = e4 < e6;
   uint2 packed;
   packed.x = nv46_pack(four ? q4[0] : q6[0], four ? q4[1] : q6[1], r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w);
   packed.y = nv46_pack(four ? q4[2] : q6[2], four ? q4[3] : q6[3], r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w);
@@ -448,7 +380,6 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
       /* lane m < 8 holds R[m] = fl(1 / fl((1 + m/8) s_dec)); a warp-uniform loop (the table is read by shuffles), no
        * prefetch: the occupancy hides the latency of these reads, which pass 1 has just brought into the cache */
       const float R = 1.0f / ((1.0f + 0.125f * (float)(lane & 7)) * s_dec);
-      const bool screen = s_dec >= 9.094947017729282e-13f && s_dec <= 1099511627776.0f; /* 2^-40 .. 2^40 */
       for (long long bw = 0; bw < nb; bw += 32) {
         const long long b = bw + lane;
         const bool live = b < nb;
@@ -464,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
         unpack16(cur, v);
         const float abn = nv_bmax_f(nv_bmax2<1>(nv_bmax2<1>(nv_bmax2<1>(cur.q[0].x, cur.q[0].y), nv_bmax2<1>(cur.q[0].z, cur.q[0].w)),
                                                 nv_bmax2<1>(nv_bmax2<1>(cur.q[1].x, cur.q[1].y), nv_bmax2<1>(cur.q[1].z, cur.q[1].w))));
-        nv46_block(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, R, live, screen);
+        nv46_block(p, row * p.cols + b * 16, cur, v, abn, k, s_dec, R, live);
       }
       continue;
     }
