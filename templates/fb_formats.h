@@ -222,6 +222,12 @@ FBF_FN unsigned fbf_sr_addmask(unsigned z, unsigned rw, unsigned j) {
 FBF_FN float fbf_srz_one(float x, float s, unsigned rw, unsigned j) {
   return fbf_u2f(fbf_sr_addmask(fbf_f2u(fbf_mul_rz(x, s)), rw, j)) * 1.329227995784916e+36f; /* 2^120 */
 }
+/* The codes of four consecutive elements y = x * inv that are zero or E4M3 normals (|y| >= 2^-6, finite): the
+ * add-and-mask on y itself (bits 12..19 are the 8 discarded bits there), random byte j of rw for element j */
+FBF_FN unsigned fbf_e4m3x4_sr_norm(float y0, float y1, float y2, float y3, unsigned rw) {
+  return fbf_e4m3x2_rn(fbf_u2f(fbf_sr_addmask(fbf_f2u(y0), rw, 0u)), fbf_u2f(fbf_sr_addmask(fbf_f2u(y1), rw, 1u))) |
+         fbf_e4m3x2_rn(fbf_u2f(fbf_sr_addmask(fbf_f2u(y2), rw, 2u)), fbf_u2f(fbf_sr_addmask(fbf_f2u(y3), rw, 3u))) << 16;
+}
 /* fbf_srz_one's codes of four consecutive elements (element j in byte j) with random bytes rw (byte j for element
  * j), two conversions */
 FBF_FN unsigned fbf_e4m3x4_srz(float x0, float x1, float x2, float x3, float s, unsigned rw) {
