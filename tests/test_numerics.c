@@ -39,43 +39,9 @@
 #include "fb_error.h"  /* fb_clearerr: so that "a message was left" means this call left it */
 #include "fb_philox.h"
 
-/* ---- mismatch bookkeeping ------------------------------------------------------------------ */
-static long g_fail;
-#define EXPECT(cond, ...)                                                                      \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      if (g_fail < 12) {                                                                       \
-        printf("    MISMATCH line %d: ", __LINE__);                                            \
-        printf(__VA_ARGS__);                                                                   \
-        printf("\n");                                                                          \
-      }                                                                                        \
-      ++g_fail;                                                                                \
-    }                                                                                          \
-  } while (0)
-#define BEGIN() (g_fail = 0)
-#define END()                                                                                  \
-  do {                                                                                         \
-    if (g_fail) printf("    %ld mismatches\n", g_fail);                                        \
-    assert_int_equal(g_fail, 0);                                                               \
-  } while (0)
+#include "test_util.h" /* EXPECT, BEGIN, END, f2u, u2f, same_f, xmalloc, xcalloc, rng_t, rng_next, rng_u01, rng_int */
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-/* Bitwise float equality (NaN == NaN of any payload, -0 != +0). */
-static int same_f(float a, float b) { return (isnan(a) && isnan(b)) || f2u(a) == f2u(b); }
-static void *xmalloc(size_t n) { void *p = malloc(n ? n : 1); assert_non_null(p); return p; }
-static void *xcalloc(size_t n) { void *p = calloc(n ? n : 1, 1); assert_non_null(p); return p; }
-
-/* ---- seeded generator (splitmix64), Box-Muller normals ------------------------------------ */
-typedef struct { uint64_t s; } rng_t;
-static uint64_t rng_next(rng_t *g) {
-  uint64_t z = (g->s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double rng_u01(rng_t *g) { return ((double)(rng_next(g) >> 11) + 0.5) * 0x1p-53; } /* (0,1) */
-static int rng_int(rng_t *g, int lo, int hi) { return lo + (int)(rng_next(g) % (uint64_t)(hi - lo + 1)); }
+/* ---- Box-Muller normals and heavier tails, from the seeded generator ------------------------- */
 static double rng_normal(rng_t *g) {
   double u1 = rng_u01(g), u2 = rng_u01(g);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -1168,6 +1134,25 @@ static void test_mxfp8_reference(void **state) {
   END();
 }
 
+/* The exact distribution of MXFP8 SR over the 256 values of r for each x[i] (block scales e, 32 a block): its mean E,
+ * variance, width (largest - smallest outcome) and the grid step at |x| (in x's units) */
+static void sr_moments(const float *x, const uint8_t *e, size_t n, double *E, double *var, double *w, double *stp) {
+  for (size_t i = 0; i < n; ++i) {
+    float v = x[i] * ldexpf(1.0f, 127 - (int)e[i / 32]);
+    double s1 = 0, s2 = 0, mn = INFINITY, mx = -INFINITY;
+    for (unsigned r = 0; r < 256; ++r) {
+      double d = ref_mx_deq(ref_sr(F_E4M3, v, r), e[i / 32]);
+      s1 += d; s2 += d * d;
+      mn = fmin(mn, d);
+      mx = fmax(mx, d);
+    }
+    E[i] = s1 / 256;
+    var[i] = fmax(0, s2 / 256 - E[i] * E[i]);
+    w[i] = mx - mn;
+    stp[i] = ldexp(sr_step(F_E4M3, fabs((double)v)), (int)e[i / 32] - 127);
+  }
+}
+
 static void test_mxfp8_sr_unbiased(void **state) {
   (void)state;
   BEGIN();
@@ -1179,20 +1164,7 @@ static void test_mxfp8_sr_unbiased(void **state) {
   for (size_t i = 0; i < n; ++i) x[i] = (float)(rng_normal(&g) * ldexp(1.0, (int)(i / 32) * 4 - 60));
   fb_sr_opts ro = {FB_ROUND_SR, 77, 5, 0};
   ref_mx_rowwise(x, rows, cols, &ro, cr, er);
-  for (size_t i = 0; i < n; ++i) {
-    float v = x[i] * ldexpf(1.0f, 127 - (int)er[i / 32]);
-    double s1 = 0, s2 = 0, mn = INFINITY, mx = -INFINITY;
-    for (unsigned r = 0; r < 256; ++r) {
-      double d = ref_mx_deq(ref_sr(F_E4M3, v, r), er[i / 32]);
-      s1 += d; s2 += d * d;
-      mn = fmin(mn, d);
-      mx = fmax(mx, d);
-    }
-    E[i] = s1 / 256;
-    var[i] = fmax(0, s2 / 256 - E[i] * E[i]);
-    w[i] = mx - mn;
-    stp[i] = ldexp(sr_step(F_E4M3, fabs((double)v)), (int)er[i / 32] - 127);
-  }
+  sr_moments(x, er, n, E, var, w, stp);
   const unsigned N = 4096;
   for (unsigned s = 0; s < N; ++s) {
     ro.step = s;
@@ -1319,20 +1291,7 @@ static void test_requant(void **state) {
     double *stp = xmalloc(n * sizeof *stp);
     fb_sr_opts ro = {FB_ROUND_SR, 2, 9, 0};
     ref_mx_rowwise(yt, cols, rows, &ro, rc, re);
-    for (size_t i = 0; i < n; ++i) {
-      float v = yt[i] * ldexpf(1.0f, 127 - (int)re[i / 32]);
-      double s1 = 0, s2 = 0, mn = INFINITY, mx = -INFINITY;
-      for (unsigned r = 0; r < 256; ++r) {
-        double d = ref_mx_deq(ref_sr(F_E4M3, v, r), re[i / 32]);
-        s1 += d; s2 += d * d;
-        mn = fmin(mn, d);
-        mx = fmax(mx, d);
-      }
-      E[i] = s1 / 256;
-      var[i] = fmax(0, s2 / 256 - E[i] * E[i]);
-      w[i] = mx - mn;
-      stp[i] = ldexp(sr_step(F_E4M3, fabs((double)v)), (int)re[i / 32] - 127);
-    }
+    sr_moments(yt, re, n, E, var, w, stp);
     const unsigned N = 1024;
     for (unsigned s = 0; s < N; ++s) {
       ro.step = s;

@@ -35,41 +35,7 @@
 #include "fb_error.h"
 #include "fb_moe.h"
 
-/* ---- mismatch bookkeeping (as tests/test_numerics.c) --------------------------------------- */
-static long g_fail;
-#define EXPECT(cond, ...)                                                                      \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      if (g_fail < 12) {                                                                       \
-        printf("    MISMATCH line %d: ", __LINE__);                                            \
-        printf(__VA_ARGS__);                                                                   \
-        printf("\n");                                                                          \
-      }                                                                                        \
-      ++g_fail;                                                                                \
-    }                                                                                          \
-  } while (0)
-#define BEGIN() (g_fail = 0)
-#define END()                                                                                  \
-  do {                                                                                         \
-    if (g_fail) printf("    %ld mismatches\n", g_fail);                                        \
-    assert_int_equal(g_fail, 0);                                                               \
-  } while (0)
-
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static int same_f(float a, float b) { return (isnan(a) && isnan(b)) || f2u(a) == f2u(b); }
-static void *xmalloc(size_t n) { void *p = malloc(n ? n : 1); assert_non_null(p); return p; }
-static void *xcalloc(size_t n) { void *p = calloc(n ? n : 1, 1); assert_non_null(p); return p; }
-
-typedef struct { uint64_t s; } rng_t;
-static uint64_t rng_next(rng_t *g) {
-  uint64_t z = (g->s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double rng_u01(rng_t *g) { return ((double)(rng_next(g) >> 11) + 0.5) * 0x1p-53; }
-static int rng_int(rng_t *g, int lo, int hi) { return lo + (int)(rng_next(g) % (uint64_t)(hi - lo + 1)); }
+#include "test_util.h" /* EXPECT, BEGIN, END, f2u, u2f, same_f, xmalloc, xcalloc, rng_t, rng_next, rng_u01, rng_int */
 static float rng_normal(rng_t *g) {
   double u1 = rng_u01(g), u2 = rng_u01(g);
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
