@@ -443,60 +443,9 @@ static __device__ __forceinline__ unsigned rq2_e8m0(float amax) {
   return ab - 1u < 0x400000u ? 0u : e;
 #endif
 }
-/* col_block's codes and scale, with the precomputed Philox rounds and the cheap E8M0. xmin: a lower bound of every
- * non-zero |v| of the block (0: none known); where xmin * inv >= 2^-6, every non-zero v * inv is an E4M3 normal, and
- * the add-and-mask works on v * inv itself (exact: inv a power of two, both normal), without fbf_srz_one's 2^-120
- * and 2^120 (the f16-tile kernel's normal fast path, below) */
-/* redux.sync min / max over a whole warp as PTX: every lane of the warp is there (the callers' loops are warp-uniform),
- * and the intrinsics' divergence-safe lowering (WARPSYNC / ENDCOLLECTIVE loops) is not wanted */
-static __device__ __forceinline__ unsigned mx_redux_min(unsigned x) {
-#if defined(__CUDA_ARCH__)
-  unsigned r;
-  asm volatile("redux.sync.min.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(x));
-  return r;
-#else
-  return __reduce_min_sync(0xFFFFFFFFu, x);
-#endif
-}
-static __device__ __forceinline__ unsigned mx_redux_max(unsigned x) {
-#if defined(__CUDA_ARCH__)
-  unsigned r;
-  asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(x));
-  return r;
-#else
-  return __reduce_max_sync(0xFFFFFFFFu, x);
-#endif
-}
-#if FB_SR
-struct cb_w8 {
-  uint4 a, b;
-};
-/* col_block2's exact SR paths (blocks not known to be all E4M3 normals: rare where a bound is known) out of line,
- * the values read again from the tile column cp (stride PITCH): the hot loop keeps its code small */
-static __device__ __noinline__ cb_w8 col_block2_slow(const float *cp, unsigned e, uint4 ra, uint4 rb) {
-  const unsigned r[8] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y, rb.z, rb.w};
-  unsigned w[8];
-  if (e <= FBF_SRZ_EMAX) {
-    const float s = fbf_srz_scale(e);
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      w[k] = fbf_e4m3x4_srz(cp[(4 * k) * PITCH], cp[(4 * k + 1) * PITCH], cp[(4 * k + 2) * PITCH], cp[(4 * k + 3) * PITCH], s, r[k]);
-  } else { /* NaN, Inf or huge amax */
-    const float inv = fbf_pow2(127 - (int)e);
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      w[k] = fbf_e4m3x2_sr(cp[(4 * k) * PITCH] * inv, cp[(4 * k + 1) * PITCH] * inv, r[k] & 255u, (r[k] >> 8) & 255u) |
-             fbf_e4m3x2_sr(cp[(4 * k + 2) * PITCH] * inv, cp[(4 * k + 3) * PITCH] * inv, (r[k] >> 16) & 255u, r[k] >> 24) << 16;
-  }
-  cb_w8 out;
-  out.a = make_uint4(w[0], w[1], w[2], w[3]), out.b = make_uint4(w[4], w[5], w[6], w[7]);
-  return out;
-}
-#endif
-/* OOL: the exact paths out of line (col_block2_slow), v being the tile column cp's values */
-template <int OOL>
+/* col_block's codes and scale, with the precomputed Philox rounds and the cheap E8M0 */
 static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const rq2_pre &q, const float v[32],
-                                                      unsigned long long o, unsigned w[8], float xmin, const float *cp) {
+                                                      unsigned long long o, unsigned w[8]) {
 #if FB_SR
   unsigned r[8];
   const unsigned long long c = o >> 4; /* even: o is a multiple of 32 */
@@ -534,15 +483,7 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
   if (ab - 1u < 0x400000u) e = 0u;
 #endif
 #if FB_SR
-  const float iv = fbf_pow2(127 - (int)(e > 254u ? 254u : e));
-  if (e <= FBF_SRZ_EMAX && xmin >= 1.17549435e-38f && xmin * iv >= 0.015625f) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) w[k] = fbf_e4m3x4_sr_norm(v[4 * k] * iv, v[4 * k + 1] * iv, v[4 * k + 2] * iv, v[4 * k + 3] * iv, r[k]);
-  } else if (OOL) {
-    if (e > FBF_SRZ_EMAX) e = fbf_e8m0_up(a);
-    const cb_w8 ww = col_block2_slow(cp, e, make_uint4(r[0], r[1], r[2], r[3]), make_uint4(r[4], r[5], r[6], r[7]));
-    w[0] = ww.a.x, w[1] = ww.a.y, w[2] = ww.a.z, w[3] = ww.a.w, w[4] = ww.b.x, w[5] = ww.b.y, w[6] = ww.b.z, w[7] = ww.b.w;
-  } else if (e <= FBF_SRZ_EMAX) {
+  if (e <= FBF_SRZ_EMAX) {
     const float s = fbf_srz_scale(e);
 #pragma unroll
     for (int k = 0; k < 8; ++k) w[k] = fbf_e4m3x4_srz(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3], s, r[k]);
@@ -555,7 +496,6 @@ static __device__ __forceinline__ unsigned col_block2(const fb_kp_mem &p, const 
              fbf_e4m3x2_sr(v[4 * k + 2] * inv, v[4 * k + 3] * inv, (r[k] >> 16) & 255u, r[k] >> 24) << 16;
   }
 #else
-  (void)xmin, (void)cp;
   if (ab >= 0x4E800000u) e = fbf_e8m0_up(a);
   const float inv = fbf_pow2(127 - (int)e);
 #pragma unroll
@@ -1156,7 +1096,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
         unsigned w[8];
         const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
-        const unsigned e = col_block2<0>(p, q, v, o, w, 0.0f, cp);
+        const unsigned e = col_block2(p, q, v, o, w);
         unsigned x[4], sa[4], sb[4];
 #pragma unroll
         for (int qq = 0; qq < 4; ++qq) {
@@ -1181,12 +1121,6 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ float4 tile4[TR * PITCH / 4]; /* 16-byte aligned rows */
   float *tile = reinterpret_cast<float *>(tile4);
   __shared__ float sdec[2][TR]; /* NVFP4 sources: this tile's rows and the next one's */
-#if FB_SRC == 1 && FB_SR
-  /* col_block2's bound: per 32-row block, the smallest S_dec (0 where one is negative or not finite); per warp, the
-   * smallest block-scale key of its chunks ((code & 0x7F) - 1, unsigned: a zero scale is the largest key) */
-  __shared__ float sdmn[2][FB_RB];
-  __shared__ unsigned skey[NWARPS];
-#endif
   __shared__ uint4 sc4[FB_COLS * 2];
   unsigned char(*scj)[FB_COLS] = reinterpret_cast<unsigned char(*)[FB_COLS]>(sc4);
   const long long SB = 1024;
@@ -1217,28 +1151,6 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
 #endif
   }
   const bool odd = threadIdx.x & 1;
-#if FB_SRC == 1
-  /* S_dec of the rows of the tile at r0 into sdec[b] and, with SR, each 32-row block's smallest into sdmn[b] (a warp a
-   * block: TR and FB_THREADS are multiples of 32); rows past the matrix read 0 */
-#if FB_SR && TR > FB_THREADS
-#error "mx_col: the register kernel's S_dec bound wants TR <= FB_THREADS (a warp a 32-row block)"
-#endif
-  auto fill_sd = [&](long long r0, int b) {
-    unsigned mnb = 0xFFFFFFFFu, mxb = 0u;
-    for (int k = threadIdx.x; k < TR; k += FB_THREADS) {
-      const float sd = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
-      sdec[b][k] = sd;
-      mnb = fbf_f2u(sd), mxb = fbf_f2u(sd);
-    }
-#if FB_SR
-    /* after the loop, where every lane is (warp w holds rows 32w .. 32w + 31) */
-    const unsigned mn = mx_redux_min(mnb), mx = mx_redux_max(mxb);
-    if (lane == 0 && warp < FB_RB) sdmn[b][warp] = mx < 0x7F800000u ? fbf_u2f(mn) : 0.0f;
-#else
-    (void)mnb, (void)mxb;
-#endif
-  };
-#endif
   for (long long t = blockIdx.x; t < bands_r * tiles_c; t += gridDim.x) {
     const long long b0 = (t / tiles_c) * SB, c0 = (t % tiles_c) * FB_COLS, b1 = b0 + SB < p.rows ? b0 + SB : p.rows;
     /* the band is whole tiles inside the matrix (every band at S1): no bounds per chunk or item */
@@ -1246,7 +1158,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
     raw_chunk pre[NIT];
     __syncthreads(); /* the previous band's scale stores have read sc and sdec */
 #if FB_SRC == 1
-    fill_sd(b0, 0);
+    for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[0][k] = b0 + k < p.rows ? row_sdec(p, b0 + k) : 0.0f;
 #endif
 #pragma unroll
     for (int it = 0; it < NIT; ++it) {
@@ -1267,19 +1179,12 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
     int buf = 0, i = 0;
     for (long long r0 = b0; r0 < b1; r0 += TR, buf ^= 1, ++i) {
       __syncthreads(); /* the previous tile's columns are done; sdec[buf] is written */
-#if FB_SRC == 1 && FB_SR
-      unsigned kmin = 0xFFFFFFFFu;
-#endif
 #pragma unroll
       for (int it = 0; it < NIT; ++it) {
         if (NITEMS % NWARPS != 0 && warp + it * NWARPS >= NITEMS) break;
         const int rr = it_rr[it], cc = it_cc[it];
         if (whole || (r0 + rr < p.rows && c0 + cc < p.cols)) {
           float v[CHUNK];
-#if FB_SRC == 1 && FB_SR
-          const unsigned kk = (pre[it].s & 0x7Fu) - 1u;
-          kmin = kk < kmin ? kk : kmin;
-#endif
           deq_raw(pre[it], FB_SRC == 1 ? sdec[buf][rr] : 1.0f, v);
           float4 *d = reinterpret_cast<float4 *>(tile + it_t[it]);
 #pragma unroll
@@ -1287,12 +1192,9 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         }
       }
       const long long rn = r0 + TR; /* the next tile of the band */
-#if FB_SRC == 1 && FB_SR
-      kmin = mx_redux_min(kmin);
-      if (lane == 0) skey[warp] = kmin;
-#endif
 #if FB_SRC == 1
-      if (rn < b1) fill_sd(rn, buf ^ 1);
+      if (rn < b1)
+        for (int k = threadIdx.x; k < TR; k += FB_THREADS) sdec[buf ^ 1][k] = rn + k < p.rows ? row_sdec(p, rn + k) : 0.0f;
 #endif
       __syncthreads();
       if (rn < b1) {
@@ -1302,31 +1204,17 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
           if (whole || (rn + it_rr[it] < p.rows && c0 + it_cc[it] < p.cols)) load_raw(p, rn * p.cols + c0, it_off[it], pre[it]);
         }
       }
-#if FB_SRC == 1 && FB_SR
-      /* the tile's smallest non-zero block scale (none: every value is zero) as the smallest non-zero |p| (0.5 sf);
-       * times a block's smallest S_dec, the smallest non-zero |p * S_dec| of the block (RN is monotonic) */
-      unsigned kt = skey[0];
-#pragma unroll
-      for (int wv = 1; wv < NWARPS; ++wv) kt = skey[wv] < kt ? skey[wv] : kt;
-      const float pmin = kt >= 0x7Eu ? 0.0f : 0.5f * fbf_e4m3_dec_cvt(kt + 1u); /* 0x7F (NaN): no bound */
-      const bool pnone = kt == 0xFFFFFFFFu;
-#endif
       /* column phase: item = (column, 32-row block); lane pairs trade half their codes (whole-sector stores) */
 #pragma unroll
       for (int n = 0; n < NIC2; ++n) {
         if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
-#if FB_SRC == 1 && FB_SR
-        const float sdm = sdmn[buf][ic_rb[n]], xmin = pnone ? 3.0e38f : pmin * sdm;
-#else
-        const float xmin = 0.0f;
-#endif
         const float *cp = tile + ic_t[n];
         float v[32];
 #pragma unroll
         for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
         unsigned w[8];
         const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
-        const unsigned e = col_block2<FB_SRC == 1 && FB_SR>(p, q, v, o, w, xmin, cp);
+        const unsigned e = col_block2(p, q, v, o, w);
         unsigned x[4], sa[4], sb[4];
 #pragma unroll
         for (int qq = 0; qq < 4; ++qq) {
