@@ -3,7 +3,9 @@
  * reported as GB/s against the device copy bandwidth measured in the same run, and beside the PyTorch peer
  * (x.to(torch.float8_e4m3fn), measured by tests/gpu/bench_peer.py in the same device call: --peer FILE).
  * Every kernel is checked against the CPU reference (2048 x 5120, fresh inputs) immediately before it is
- * timed; a kernel that fails its check is not timed.
+ * timed; a kernel that fails its check is not timed. The BF16 inputs have magnitudes log-uniform over 2^-7 .. 2^7
+ * (big); the per-token 4/6 quantizer, whose work depends on its data (exact 4/6 ties), is timed on N(0,1) rows
+ * too (bigg), in a row of its own.
  * Timing: CUDA events around each launch, 3 warm-ups, the median of 25; inputs of 0.6 GB and more, far
  * past the 60 MB L2, so no rotation is needed.
  * The MoE and optimizer rows (router, permute, unpermute, SwiGLU, AdamW and the FB_IN_F32 quantizer after it)
@@ -76,6 +78,7 @@ typedef struct {
   double bytes;      /* bytes moved: each input read once, each output written once */
   int peer;          /* compare with the PyTorch cast */
   int gather_only;   /* permute: time pass 3 (the gather) alone, after passes 0-2 */
+  int gauss;         /* BF16 input N(0,1) (bigg) instead of big()'s log-uniform magnitudes */
 } bench_row;
 
 /* ---- the MoE and optimizer rows ---------------------------------------------------------------------------- */
@@ -91,6 +94,25 @@ static int moe_op(const fb_kernel_spec *k) { /* the specs harness.c's run_case s
 
 static double unif01(void) { return ((rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static float gaussf(void) { return (float)(sqrt(-2 * log(unif01())) * cos(6.283185307179586 * unif01())); }
+
+/* n BF16 values N(0,1) (rounded to nearest even from float), a 64 MiB host block repeated over the buffer: the
+ * magnitudes of activations after a norm, against big()'s log-uniform 2^-7 .. 2^7, whose wide blocks make exact 4/6
+ * ties (and so the 4/6 quantizer's data-dependent work) far more common than real rows do */
+static CUdeviceptr bigg(size_t n) {
+  CUdeviceptr p;
+  CU(fb_cu.MemAlloc(&p, n * 2));
+  size_t blk = n < (32u << 20) ? n : (32u << 20);
+  uint16_t *h = malloc(blk * 2);
+  for (size_t i = 0; i < blk; ++i) {
+    float v = gaussf();
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    h[i] = (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+  }
+  for (size_t o = 0; o < n; o += blk) CU(fb_cu.MemcpyHtoD(p + o * 2, h, (n - o < blk ? n - o : blk) * 2));
+  free(h);
+  return p;
+}
 
 static CUdeviceptr put(const void *h, size_t n) {
   CUdeviceptr p;
@@ -436,37 +458,38 @@ int main(int argc, char **argv) {
   s1_routing_make(&rt);
   const double P = (double)rt.P, rbn = C / 2 + C / 16 + 4; /* padded rows; NVFP4 payload bytes a token */
   bench_row rows[] = {
-      {"amax per tensor (BF16 X)", "amax_ten_bf16", R, C, 1, 2 * n, 0, 0},
-      {"NVFP4 quant, token 4/6 (dispatch X)", "quant_nvfp4_4o6_tok_row", R, C, 1, 2 * n + n / 2 + n / 16 + 4.0 * R, 1, 0},
-      {"NVFP4 quant, tensor (NVIDIA X)", "quant_nvfp4_ten_row", R, C, 1, 2 * n + n / 2 + n / 16, 1, 0},
-      {"MXFP8 quant rows, RN (last-1/6 forward X)", "quant_mxfp8_row", R, C, 1, 2 * n + n + n / 32, 1, 0},
-      {"MXFP8 quant rows, SR (dY)", "quant_mxfp8_sr_row", R, C, 1, 2 * n + n + n / 32, 1, 0},
-      {"MXFP8 quant columns, SR (dY for wgrad)", "quant_mxfp8_sr_col", R, C, 1, 2 * n + n + n / 32, 1, 0},
-      {"requant NVFP4 tok -> MXFP8^T SR (saved X)", "requant_nvfp4_tok_mxfp8_sr_t", R, C, 1, n / 2 + n / 16 + 4.0 * R + n + n / 32, 0, 0},
-      {"requant NVFP4 exp -> MXFP8^T SR (W13, 48 experts)", "requant_nvfp4_exp_mxfp8_sr_t", W, C, 48, nw / 2 + nw / 16 + 4.0 * 48 + nw + nw / 32, 0, 0},
-      {"RHT-32 + S2F6 quant (combine Y)", "s2f6_quant_rht32", R, C, 1, 2 * n + n + n / 32, 1, 0},
-      {"S2F6 dequant + inverse RHT -> FP32", "s2f6_dequant_rht32", R, C, 1, n + n / 32 + 4 * n, 0, 0},
+      {"amax per tensor (BF16 X)", "amax_ten_bf16", R, C, 1, 2 * n, 0, 0, 0},
+      {"NVFP4 quant, token 4/6 (dispatch X)", "quant_nvfp4_4o6_tok_row", R, C, 1, 2 * n + n / 2 + n / 16 + 4.0 * R, 1, 0, 0},
+      {"  the same, Gaussian rows (N(0,1) BF16)", "quant_nvfp4_4o6_tok_row", R, C, 1, 2 * n + n / 2 + n / 16 + 4.0 * R, 1, 0, 1},
+      {"NVFP4 quant, tensor (NVIDIA X)", "quant_nvfp4_ten_row", R, C, 1, 2 * n + n / 2 + n / 16, 1, 0, 0},
+      {"MXFP8 quant rows, RN (last-1/6 forward X)", "quant_mxfp8_row", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
+      {"MXFP8 quant rows, SR (dY)", "quant_mxfp8_sr_row", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
+      {"MXFP8 quant columns, SR (dY for wgrad)", "quant_mxfp8_sr_col", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
+      {"requant NVFP4 tok -> MXFP8^T SR (saved X)", "requant_nvfp4_tok_mxfp8_sr_t", R, C, 1, n / 2 + n / 16 + 4.0 * R + n + n / 32, 0, 0, 0},
+      {"requant NVFP4 exp -> MXFP8^T SR (W13, 48 experts)", "requant_nvfp4_exp_mxfp8_sr_t", W, C, 48, nw / 2 + nw / 16 + 4.0 * 48 + nw + nw / 32, 0, 0, 0},
+      {"RHT-32 + S2F6 quant (combine Y)", "s2f6_quant_rht32", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
+      {"S2F6 dequant + inverse RHT -> FP32", "s2f6_dequant_rht32", R, C, 1, n + n / 32 + 4 * n, 0, 0, 0},
 
       /* MoE and optimizer (moe_setup; P = the padded rows of the S1 routing; the small index and workspace arrays
        * (counts, offsets, chunk table) are left out of the bytes). router: logits read, probs + idx + weights written */
-      {"router: softmax, top-8 of 384 (8192 tokens)", "router", T, E, 1, 4.0 * T * E + 4.0 * T * E + 8.0 * TK, 0, 0},
+      {"router: softmax, top-8 of 384 (8192 tokens)", "router", T, E, 1, 4.0 * T * E + 4.0 * T * E + 8.0 * TK, 0, 0, 0},
       /* topk_idx read, payload of T tokens read once; row_of, token_of, P payload rows (padding rows zeroed) written */
-      {"permute NVFP4 tok, 4 passes (dispatch X)", "permute_nvfp4_tok", T, C, 1, 8.0 * TK + 4 * P + (T + P) * rbn, 0, 0},
+      {"permute NVFP4 tok, 4 passes (dispatch X)", "permute_nvfp4_tok", T, C, 1, 8.0 * TK + 4 * P + (T + P) * rbn, 0, 0, 0},
       /* token_of read, payload of T tokens read once, P payload rows written */
-      {"permute NVFP4 tok, gather pass alone", "permute_nvfp4_tok", T, C, 1, 4 * P + (T + P) * rbn, 0, 1},
-      {"permute BF16, 4 passes (dY)", "permute_bf16", T, C, 1, 8.0 * TK + 4 * P + (T + P) * 2 * C, 0, 0},
+      {"permute NVFP4 tok, gather pass alone", "permute_nvfp4_tok", T, C, 1, 4 * P + (T + P) * rbn, 0, 1, 0},
+      {"permute BF16, 4 passes (dY)", "permute_bf16", T, C, 1, 8.0 * TK + 4 * P + (T + P) * 2 * C, 0, 0, 0},
       /* the TK rows row_of points at (codes + E8M0; not the padding rows), row_of, topk_w read; T x C FP32 written */
-      {"unpermute S2F6 RHT-32 -> FP32 (combine Y)", "unpermute_s2f6_rht32_f32", T, C, 1, TK * (C + C / 32.0) + 8.0 * TK + 4.0 * T * C, 0, 0},
-      {"unpermute BF16 -> FP32 (dX)", "unpermute_bf16_f32", T, C, 1, 2.0 * TK * C + 8.0 * TK + 4.0 * T * C, 0, 0},
+      {"unpermute S2F6 RHT-32 -> FP32 (combine Y)", "unpermute_s2f6_rht32_f32", T, C, 1, TK * (C + C / 32.0) + 8.0 * TK + 4.0 * T * C, 0, 0, 0},
+      {"unpermute BF16 -> FP32 (dX)", "unpermute_bf16_f32", T, C, 1, 2.0 * TK * C + 8.0 * TK + 4.0 * T * C, 0, 0, 0},
       /* H (TK x 2F) read, A (TK x F) written; backward: H, dA read, dH (TK x 2F) written; BF16 */
-      {"SwiGLU forward (H -> A, BF16)", "swiglu_fwd_bf16", TK, F, 1, 2.0 * TK * 2 * F + 2.0 * TK * F, 0, 0},
-      {"SwiGLU backward (H, dA -> dH, BF16)", "swiglu_bwd_bf16", TK, F, 1, 2.0 * TK * 2 * F + 2.0 * TK * F + 2.0 * TK * 2 * F, 0, 0},
+      {"SwiGLU forward (H -> A, BF16)", "swiglu_fwd_bf16", TK, F, 1, 2.0 * TK * 2 * F + 2.0 * TK * F, 0, 0, 0},
+      {"SwiGLU backward (H, dA -> dH, BF16)", "swiglu_bwd_bf16", TK, F, 1, 2.0 * TK * 2 * F + 2.0 * TK * F + 2.0 * TK * 2 * F, 0, 0, 0},
       /* masters, m, v, gradient read (FP32); masters, m, v written; the amax per expert written */
-      {"AdamW W13, amax per expert (-> NVFP4)", "adamw_f32_nvfp4_exp", W, C, 48, 16 * nw + 12 * nw + 4.0 * 48, 0, 0},
+      {"AdamW W13, amax per expert (-> NVFP4)", "adamw_f32_nvfp4_exp", W, C, 48, 16 * nw + 12 * nw + 4.0 * 48, 0, 0, 0},
       /* the next pass: masters (FP32) + amax read; codes, E4M3 scales, S_dec per expert written */
-      {"NVFP4 quant exp, FP32 masters (W13 after AdamW)", "quant_nvfp4_exp_f32_row", W, C, 48, 4 * nw + nw / 2 + nw / 16 + 8.0 * 48, 0, 0},
+      {"NVFP4 quant exp, FP32 masters (W13 after AdamW)", "quant_nvfp4_exp_f32_row", W, C, 48, 4 * nw + nw / 2 + nw / 16 + 8.0 * 48, 0, 0, 0},
       /* masters, m, v, gradient read; masters, m, v, E4M3 codes + E8M0 scales written */
-      {"AdamW W13 + MXFP8 RN, fused (last-1/6 weights)", "adamw_f32_mxfp8", W, C, 48, 16 * nw + 12 * nw + nw + nw / 32, 0, 0},
+      {"AdamW W13 + MXFP8 RN, fused (last-1/6 weights)", "adamw_f32_mxfp8", W, C, 48, 16 * nw + 12 * nw + nw + nw / 32, 0, 0, 0},
   };
   const int nrows = (int)(sizeof rows / sizeof rows[0]);
   if (nrows > 64) { fprintf(stderr, "bench: more than 64 rows\n"); return 1; }
@@ -520,6 +543,9 @@ int main(int argc, char **argv) {
   size_t maxn = (size_t)W * C;
   CUdeviceptr din = big(maxn * 2, 1), dout = big(maxn * 4, 0), dsc = big(maxn / 16, 1), dsd = big(W * 4, 0),
               damax = big(4096, 0), doff = big(49 * 8, 0), dflags = big(4, 0), dss = big(maxn / 16, 1), dssd = big(W * 4, 0);
+  CUdeviceptr dgin = 0; /* the Gaussian rows' input, made only where a row asks for it */
+  for (int i = 0; i < nrows; ++i)
+    if (count[i] && rows[i].gauss && !dgin) dgin = bigg((size_t)R * C);
   { /* valid E4M3 source scales (no NaN codes); the requantizers' source S_dec: one a row, as a per-token source has
      * (A_row / 2688 with A_row spread over 2^-2 .. 2^2 around 1, log-uniform: rows of one 32-row block differ, as in
      * training, so a per-token requantizer is timed on the path real activations take, not on the shared-S_dec one) */
@@ -567,7 +593,7 @@ int main(int argc, char **argv) {
       long long cr, cc;
       check_size(&u->t->k, rows[i].ngroups, &cr, &cc);
       long wrong = run_case(u, &kern, CASE_WIDE, (unsigned)(rnd() & 0xFFFF), cr, cc);
-      if (moe) wrong += run_case(u, &kern, CASE_GAUSS, (unsigned)(rnd() & 0xFFFF), cr, cc);
+      if (moe || rows[i].gauss) wrong += run_case(u, &kern, CASE_GAUSS, (unsigned)(rnd() & 0xFFFF), cr, cc);
       wrong_total += wrong;
       if (wrong) {
         fprintf(stderr, "bench: %s failed its check (%ld wrong): not timed\n", u->v.name, wrong);
@@ -587,7 +613,7 @@ int main(int argc, char **argv) {
       }
       fb_kp_mem p;
       memset(&p, 0, sizeof p);
-      p.in = din, p.out = dout, p.scales = dsc, p.s_dec = dsd, p.amax = damax, p.group_offsets = doff, p.flags = dflags;
+      p.in = rows[i].gauss ? dgin : din, p.out = dout, p.scales = dsc, p.s_dec = dsd, p.amax = damax, p.group_offsets = doff, p.flags = dflags;
       p.src_scales = dss, p.src_s_dec = dssd, p.rows = rows[i].rows, p.cols = rows[i].cols, p.ngroups = rows[i].ngroups;
       p.seed = 1, p.stream = 2, p.step = 3, p.signs = 0x9E3779B9u;
       if (u->t->k.op == FB_OP_S2F6_DQ) p.scales = dss; /* valid E8M0-ish exponents */
