@@ -5,6 +5,8 @@
  *   test_kernels [--quick]      all specs and variants (quick: one variant of each template, one case:
  *                               what compute-sanitizer runs)
  *   test_kernels --only SUBSTR  only specs whose name contains SUBSTR
+ *   test_kernels --variant SUBSTR  only variants whose name contains SUBSTR (with --quick: the first such
+ *                               variant of each spec; specs with none are left out, amax's kept for the checks)
  * Exit status 0 only if every element of every run matched. Needs a GPU (libcuda.so.1); without one it
  * says SKIPPED and exits 77. Variants come from recipes/tiny.lua's tune families (the requantizers': inkling2_small's). */
 #include "harness.h"
@@ -15,12 +17,13 @@
 
 int main(int argc, char **argv) {
   int quick = 0, compile_only = 0;
-  const char *only = NULL;
+  const char *only = NULL, *vsub = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--compile-only")) compile_only = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else { fprintf(stderr, "usage: test_kernels [--quick] [--compile-only] [--only SUBSTR]\n"); return 2; }
+    else if (!strcmp(argv[i], "--variant") && i + 1 < argc) vsub = argv[++i];
+    else { fprintf(stderr, "usage: test_kernels [--quick] [--compile-only] [--only SUBSTR] [--variant SUBSTR]\n"); return 2; }
   }
   if (!compile_only && fb_cuda_use_device(0) != FB_OK) {
     printf("test_kernels: SKIPPED (not passed): %s\n", fb_errmsg());
@@ -32,6 +35,7 @@ int main(int argc, char **argv) {
   CK(fb_recipe_load("recipes/inkling2_small.lua", &rq));
   build_specs();
   units = calloc(4096, sizeof *units);
+  int matched = 0; /* variants --variant picked (amax's aside) */
   for (int s = 0; s < nspecs; ++s) {
     if (only && !strstr(specs[s].k.name, only) && strcmp(specs[s].family, "amax")) continue;
     const fb_tune_family *fam = NULL;
@@ -41,13 +45,20 @@ int main(int argc, char **argv) {
     fb_variant *vs;
     int nv;
     CK(fb_gen_variants(&specs[s].k, fam, &vs, &nv, NULL, NULL, 0));
-    for (int v = 0; v < nv && (!quick || v == 0); ++v) {
+    const int keep_all = !vsub || !strcmp(specs[s].family, "amax"); /* amax: the tensor quantizers' checks need it */
+    for (int v = 0, taken = 0; v < nv && (!quick || !taken); ++v) {
+      if (!keep_all && !strstr(vs[v].name, vsub)) continue;
+      ++taken, matched += !keep_all;
       unit *u = &units[nunits++];
       u->t = &specs[s];
       u->v = vs[v];
       CK(fb_gen_source(&specs[s].k, &vs[v], "tests/gpu/test_kernels.c", "-", &u->src));
     }
     free(vs);
+  }
+  if (vsub && !matched) {
+    fprintf(stderr, "test_kernels: --variant %s: no variant of the chosen specs has that in its name\n", vsub);
+    return 2;
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
