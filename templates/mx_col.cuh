@@ -709,12 +709,17 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KE
   }
   const bool odd = threadIdx.x & 1;
   /* S_dec of the rows of the tile at r0 into sdec4[b], and each 32-row block's smallest and largest (a warp a block) */
+#if TR > FB_THREADS
+#error "mx_col FB_HALF: TR <= FB_THREADS (fill_sdec: a thread a row, a warp a 32-row block)"
+#endif
   auto fill_sdec = [&](long long r0, int b) {
     float *sd = reinterpret_cast<float *>(sdec4[b]);
-    for (int k = threadIdx.x; k < TR; k += FB_THREADS) {
-      const float s = r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
+    const int k = threadIdx.x;
+    const float s = k < TR && r0 + k < p.rows ? row_sdec(p, r0 + k) : 0.0f;
+    /* the block's smallest and largest S_dec, reduced where every lane of the warp is (warps past TR reduce nothing) */
+    const unsigned mn = __reduce_min_sync(0xFFFFFFFFu, fbf_f2u(s)), mx = __reduce_max_sync(0xFFFFFFFFu, fbf_f2u(s));
+    if (k < TR) {
       sd[k] = s;
-      const unsigned mn = __reduce_min_sync(0xFFFFFFFFu, fbf_f2u(s)), mx = __reduce_max_sync(0xFFFFFFFFu, fbf_f2u(s));
       if ((k & 31) == 0) sst[b][k >> 5][0] = mn, sst[b][k >> 5][1] = mx;
       /* the bound pass's f16 S_dec: the block's largest lands in [8, 16) (products of |p| <= 2688 stay below 65504);
        * 0 where the largest is not a normal float with a scale in range (the block then takes the exact pass) */
