@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — `make test-gpu` on the device machine: every generated kernel and variant against the
 # CPU reference (build/gpu/test_kernels), then compute-sanitizer memcheck and racecheck over one variant of
-# each kernel spec. Where there is no GPU it says SKIPPED, which never counts as passed.
+# each kernel spec (and of the requantizers' f16-tile and raw-ring forms). Where there is no GPU it says
+# SKIPPED, which never counts as passed.
 set -u
 FB=$1
 info=$("$FB" info) || { echo "test-gpu: fourbit info failed"; exit 1; }
@@ -34,6 +35,15 @@ if command -v compute-sanitizer >/dev/null; then
     else
       tail -30 /tmp/cs_$tool.log; echo "compute-sanitizer $tool FAILED"; fail=1
     fi
+    # the requantizers' other forms of mx_col.cuh (--quick takes each spec's first variant: the FP32 tile)
+    for vf in _h1 _s2; do
+      echo "== compute-sanitizer --tool $tool (the requantizers' $vf form, one input)"
+      if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick --only requant --variant $vf > /tmp/cs_${tool}$vf.log 2>&1; then
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_kernels:" /tmp/cs_${tool}$vf.log | tail -3
+      else
+        tail -30 /tmp/cs_${tool}$vf.log; echo "compute-sanitizer $tool --variant $vf FAILED"; fail=1
+      fi
+    done
   done
 else
   echo "compute-sanitizer: not found: SKIPPED (not passed)"; fail=1
