@@ -237,7 +237,7 @@ int fb_cli_gen(int argc, char **argv) {
   for (int t = 0; t < nt; ++t) pthread_join(th[t], NULL);
   if (pl.tty) fprintf(stderr, "\r%40s\r", "");
   double *ms = calloc((size_t)(n ? n : 1), sizeof *ms);
-  int ok = 0, spilled = 0, hits = 0, stored = 0;
+  int ok = 0, spilled = 0, hits = 0, stored = 0, dhits = 0, nc = 0; /* nc: compiled here, ms[0 .. nc) */
   printf("%-64s %-8s %8s %5s %6s\n", "kernel", "arch", "compile", "regs", "spill");
   for (int i = 0; i < n; ++i) {
     job *j = &jobs_v[i];
@@ -270,14 +270,21 @@ int fb_cli_gen(int argc, char **argv) {
       ++ok;
       continue;
     }
-    ms[ok++] = j->cubin.ms;
+    if (!j->cubin.ptxas) { /* the driver's compute cache answered: no compile, no ptxas report */
+      printf("%-64s %-8s %6.0f ms %5s %6s  (driver cache)\n", j->var.name, j->arch, j->cubin.ms, "-", "-");
+      ++ok, ++dhits;
+      continue;
+    }
+    ms[nc++] = j->cubin.ms, ++ok;
     printf("%-64s %-8s %6.0f ms %5d %6d\n", j->var.name, j->arch, j->cubin.ms, regs, spill);
   }
-  int nc = ok - hits;
   qsort(ms, (size_t)nc, sizeof *ms, cmp_double);
   printf("\n%d of %d variants written to %s: %d compiled (median %.0f ms, max %.0f ms, %d threads), %d from the cache%s\n",
          ok, n, out, nc, nc ? ms[nc / 2] : 0.0, nc ? ms[nc - 1] : 0.0, nt, hits,
          pruned_total ? "; illegal variants pruned as listed" : "");
+  if (dhits)
+    printf("%d of them NVRTC took from the CUDA driver's compute cache (no ptxas report, so no registers or spills, and "
+           "their time is a lookup, left out of the median); CUDA_CACHE_DISABLE=1 compiles every one\n", dhits);
   if (pl.cache) printf("cache %s: %d kernels stored\n", cache_dir, stored);
   fb_cache_close(pl.cache);
   if (spilled) printf("warning: %d variants spill registers to local memory (see the spill column)\n", spilled);

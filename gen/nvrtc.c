@@ -57,6 +57,7 @@ fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, 
   NVRTC_CHECK_GOTO(nvrtcGetCUBIN(prog, out->cubin), &prog, done);
   out->size = n;
   clock_gettime(CLOCK_MONOTONIC, &t1);
+  out->ptxas = log && strstr(log, "ptxas info") != NULL;
   out->ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
   out->log = log;
   log = NULL;

@@ -309,6 +309,9 @@ typedef struct {
   size_t size;
   double ms;  /* compile time */
   char *log;  /* NVRTC's log (ptxas resource usage included), "" if none */
+  int ptxas;  /* 1: the log holds ptxas's report (a compile); 0: none, the cubin came from the CUDA driver's
+                 compute cache, which NVRTC (CUDA 12.9+) consults where a driver is loaded (CUDA_CACHE_DISABLE=1
+                 turns it off), so ms is a cache lookup, not a compile */
 } fb_cubin;
 /* Compile src for arch (sm_90a, sm_100a, sm_103a) with the templates as in-memory headers. On failure
  * FB_ENVRTC with the kernel name and NVRTC's log in fb_errmsg(). */
