@@ -78,11 +78,13 @@ int main(int argc, char **argv) {
   }
   for (int i = 1; i < nms; ++i) /* insertion sort for the median */
     for (int j = i; j > 0 && ms[j] < ms[j - 1]; --j) { double t = ms[j]; ms[j] = ms[j - 1]; ms[j - 1] = t; }
-  printf("compiled %d kernels for sm_90a in %.1f s wall on 16 threads: median %.0f ms, max %.0f ms per kernel", nunits,
-         (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, nms ? ms[nms / 2] : 0.0,
-         nms ? ms[nms - 1] : 0.0);
+  printf("compiled %d kernels for sm_90a in %.1f s wall on 16 threads: ", nunits,
+         (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+  if (nms) printf("median %.0f ms, max %.0f ms per kernel", ms[nms / 2], ms[nms - 1]);
+  else printf("no compile time to report");
   if (nms < nunits - fails) /* NVRTC took these from the CUDA driver's compute cache: a lookup, not a compile */
-    printf(" (over the %d ptxas compiled; %d came from the driver's compute cache)", nms, nunits - fails - nms);
+    printf(" (%s%d came from the driver's compute cache, not compiled; CUDA_CACHE_DISABLE=1 compiles them)",
+           nms ? "over the ptxas-compiled ones; " : "", nunits - fails - nms);
   printf("\n");
   if (compile_only) {
     printf("test_kernels --compile-only: %s\n", fails ? "FAILED" : "every kernel compiled (nothing ran)");
