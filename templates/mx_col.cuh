@@ -537,6 +537,39 @@ static __device__ __forceinline__ void mx_flush_scales(const fb_kp_mem &p, const
 #if NIC2 * FB_THREADS != FB_RB * FB_COLS
 #error "mx_col register path: FB_THREADS must divide the tile's column items"
 #endif
+/* The column phase of tile i (first row r0) of the band, shared by the register path and the raw ring: item n (column
+ * ic_cc[n] of the tile, 32-row block ic_rb[n], first value at tile + ic_t[n]; its first code's output element in tile 0
+ * ic_o[n], its lane's store address ic_st[n], ic_in[n] whether its column is inside the matrix) from its 32 values down
+ * the column to codes and a scale; lane pairs trade half their codes (whole-sector stores); the scales into scj */
+static __device__ __forceinline__ void rq2_columns(const fb_kp_mem &p, const rq2_pre &q, const float *tile, const int ic_cc[NIC2],
+                                                   const int ic_rb[NIC2], const unsigned ic_t[NIC2],
+                                                   const unsigned long long ic_o[NIC2], unsigned char *const ic_st[NIC2],
+                                                   const bool ic_in[NIC2], unsigned char (*scj)[FB_COLS], long long r0, int i,
+                                                   bool whole, bool odd) {
+#pragma unroll
+  for (int n = 0; n < NIC2; ++n) {
+    if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
+    const float *cp = tile + ic_t[n];
+    float v[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
+    unsigned w[8];
+    const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
+    const unsigned e = col_block2(p, q, v, o, w);
+    unsigned x[4], sa[4], sb[4];
+#pragma unroll
+    for (int qq = 0; qq < 4; ++qq) {
+      x[qq] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[qq] : w[4 + qq], 1);
+      sa[qq] = odd ? x[qq] : w[qq], sb[qq] = odd ? w[4 + qq] : x[qq];
+    }
+    if (whole || ic_in[n]) {
+      uint4 *a = reinterpret_cast<uint4 *>(ic_st[n] + (long long)i * TR);
+      a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
+      *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
+      scj[i * FB_RB + ic_rb[n]][ic_cc[n]] = (unsigned char)e;
+    }
+  }
+}
 #if FB_HALF
 /* FB_HALF (tune value half, NVFP4 sources; 0, the default: the FP32 tile of the paths below): the tile holds the
  * sources' exact f16 products p = e2m1 * sf (the same pairs fbf_nvfp4_deq8 makes), not the FP32 values p * S_dec, and
@@ -1092,29 +1125,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       }
       __syncthreads(); /* the tile is written; slot s has been read */
       issue(i + FB_SLOTS, s);
-#pragma unroll
-      for (int n = 0; n < NIC2; ++n) {
-        if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
-        const float *cp = tile + ic_t[n];
-        float v[32];
-#pragma unroll
-        for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
-        unsigned w[8];
-        const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
-        const unsigned e = col_block2(p, q, v, o, w);
-        unsigned x[4], sa[4], sb[4];
-#pragma unroll
-        for (int qq = 0; qq < 4; ++qq) {
-          x[qq] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[qq] : w[4 + qq], 1);
-          sa[qq] = odd ? x[qq] : w[qq], sb[qq] = odd ? w[4 + qq] : x[qq];
-        }
-        if (whole || ic_in[n]) {
-          uint4 *a = reinterpret_cast<uint4 *>(ic_st[n] + (long long)i * TR);
-          a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
-          *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
-          scj[i * FB_RB + ic_rb[n]][ic_cc[n]] = (unsigned char)e;
-        }
-      }
+      rq2_columns(p, q, tile, ic_cc, ic_rb, ic_t, ic_o, ic_st, ic_in, scj, r0, i, whole, odd);
     }
     __syncthreads();
     mx_flush_scales(p, scj, b0, b1, c0);
@@ -1210,29 +1221,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         }
       }
       /* column phase: item = (column, 32-row block); lane pairs trade half their codes (whole-sector stores) */
-#pragma unroll
-      for (int n = 0; n < NIC2; ++n) {
-        if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
-        const float *cp = tile + ic_t[n];
-        float v[32];
-#pragma unroll
-        for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
-        unsigned w[8];
-        const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
-        const unsigned e = col_block2(p, q, v, o, w);
-        unsigned x[4], sa[4], sb[4];
-#pragma unroll
-        for (int qq = 0; qq < 4; ++qq) {
-          x[qq] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[qq] : w[4 + qq], 1);
-          sa[qq] = odd ? x[qq] : w[qq], sb[qq] = odd ? w[4 + qq] : x[qq];
-        }
-        if (whole || ic_in[n]) {
-          uint4 *a = reinterpret_cast<uint4 *>(ic_st[n] + (long long)i * TR);
-          a[0] = make_uint4(sa[0], sa[1], sa[2], sa[3]);
-          *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(a) + p.rows) = make_uint4(sb[0], sb[1], sb[2], sb[3]);
-          scj[i * FB_RB + ic_rb[n]][ic_cc[n]] = (unsigned char)e;
-        }
-      }
+      rq2_columns(p, q, tile, ic_cc, ic_rb, ic_t, ic_o, ic_st, ic_in, scj, r0, i, whole, odd);
     }
     __syncthreads();
     mx_flush_scales(p, scj, b0, b1, c0);
