@@ -705,7 +705,9 @@ static __device__ __forceinline__ void rh_col(const fb_kp_mem &p, const rq2_pre 
   }
 #endif
 }
-extern "C" __global__ void __launch_bounds__(FB_THREADS, 640 / FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
+/* FB_LAUNCH_BOUNDS (above): 640 / FB_THREADS CTAs on sm_90a, as measured; one on sm_100a/sm_103a, where the 96-register
+ * bound spilled 16-88 bytes in the h1 variants (make inspect), and 4 CTAs (128 registers) still spilled at 64 x 128 and 128 x 128 */
+extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
   __shared__ uint4 tile4[TR * HP / 4];
   unsigned *tileh = reinterpret_cast<unsigned *>(tile4);
   __shared__ float4 sdec4[2][TR / 4]; /* this tile's rows' S_dec and the next one's */
