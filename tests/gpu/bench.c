@@ -95,7 +95,7 @@ static int moe_op(const fb_kernel_spec *k) { /* the specs harness.c's run_case s
 static double unif01(void) { return ((rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static float gaussf(void) { return (float)(sqrt(-2 * log(unif01())) * cos(6.283185307179586 * unif01())); }
 
-/* n BF16 values N(0,1) (rounded to nearest even from float), a 64 MiB host block repeated over the buffer: the
+/* n BF16 values N(0,1) (fb_bf16_from_f32: RNE from float), a 64 MiB host block repeated over the buffer: the
  * magnitudes of activations after a norm, against big()'s log-uniform 2^-7 .. 2^7, whose wide blocks make exact 4/6
  * ties (and so the 4/6 quantizer's data-dependent work) far more common than real rows do */
 static CUdeviceptr bigg(size_t n) {
@@ -103,12 +103,7 @@ static CUdeviceptr bigg(size_t n) {
   CU(fb_cu.MemAlloc(&p, n * 2));
   size_t blk = n < (32u << 20) ? n : (32u << 20);
   uint16_t *h = malloc(blk * 2);
-  for (size_t i = 0; i < blk; ++i) {
-    float v = gaussf();
-    uint32_t b;
-    memcpy(&b, &v, 4);
-    h[i] = (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-  }
+  for (size_t i = 0; i < blk; ++i) h[i] = fb_bf16_from_f32(gaussf());
   for (size_t o = 0; o < n; o += blk) CU(fb_cu.MemcpyHtoD(p + o * 2, h, (n - o < blk ? n - o : blk) * 2));
   free(h);
   return p;

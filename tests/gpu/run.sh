@@ -29,19 +29,15 @@ if command -v compute-sanitizer >/dev/null; then
         tail -20 /tmp/csg_$tool.log; echo "compute-sanitizer $tool test_gemm --only $v FAILED"; fail=1
       else grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_gemm:" /tmp/csg_$tool.log | tail -2; fi
     done
-    echo "== compute-sanitizer --tool $tool (one variant of each spec, one input)"
-    if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick > /tmp/cs_$tool.log 2>&1; then
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_kernels:" /tmp/cs_$tool.log | tail -3
-    else
-      tail -30 /tmp/cs_$tool.log; echo "compute-sanitizer $tool FAILED"; fail=1
-    fi
-    # the requantizers' other forms of mx_col.cuh (--quick takes each spec's first variant: the FP32 tile)
-    for vf in _h1 _s2; do
-      echo "== compute-sanitizer --tool $tool (the requantizers' $vf form, one input)"
-      if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick --only requant --variant $vf > /tmp/cs_${tool}$vf.log 2>&1; then
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_kernels:" /tmp/cs_${tool}$vf.log | tail -3
+    # one variant of each spec (--quick: the first), then the requantizers' other forms of mx_col.cuh, whose first
+    # variant is the FP32 tile: the f16 tile (_h1) and the raw ring (_s2)
+    for sel in "" "--only requant --variant _h1" "--only requant --variant _s2"; do
+      echo "== compute-sanitizer --tool $tool (test_kernels --quick $sel: one input)"
+      log=/tmp/cs_$tool${sel//[ -]/_}.log
+      if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick $sel > $log 2>&1; then
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_kernels:" $log | tail -3
       else
-        tail -30 /tmp/cs_${tool}$vf.log; echo "compute-sanitizer $tool --variant $vf FAILED"; fail=1
+        tail -30 $log; echo "compute-sanitizer $tool test_kernels --quick $sel FAILED"; fail=1
       fi
     done
   done
