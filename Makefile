@@ -42,7 +42,7 @@ FUZZSECS ?= 30
 
 .PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer \
-            $(BUILD)/gpu/test_train_dev
+            $(BUILD)/gpu/test_train_dev $(BUILD)/gpu/test_names
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
 
 # The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
@@ -61,7 +61,7 @@ $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_co
 
 # A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
 # kernel carried out by its CPU reference (it checks buffers, sizes, launch parameters and the data flow, not kernels).
-$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c \
+$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c gen/kname.c \
                                 runtime/model_dense.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $< (a fake CUDA driver)"
@@ -166,6 +166,9 @@ test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)echo "== test_train_dev on the fake driver (the GPU-resident train step against the host step: bit for bit)"; \
 	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_dev > $(BUILD)/test_train_dev_mock.log 2>&1 || \
 	  { cat $(BUILD)/test_train_dev_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_dev_mock.log
+	$(Q)echo "== test_names on the fake driver (every kernel the GPU expert layer and resident step request is a plan kernel)"; \
+	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_names > $(BUILD)/test_names_mock.log 2>&1 || \
+	  { cat $(BUILD)/test_names_mock.log; exit 1; }; tail -1 $(BUILD)/test_names_mock.log
 	$(Q)echo "== tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)"; \
 	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda
 	$(Q)echo "== tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)"; \

@@ -34,7 +34,10 @@
 #include <unistd.h>
 
 #define KERNEL_FORMAT 1u
-#define RECORD_FORMAT 1u
+/* 2: kernel names from gen/kname.c (2026-12-01): the GEMMs of NVFP4 operands with a per-tensor outer scale gained
+   _ten, the per-tensor amax is amax_ten_bf16; a format-1 winner may name a kernel under its old name, so format-1
+   records are reported as another format, never loaded */
+#define RECORD_FORMAT 2u
 #define HDR (4 + 4 + 8 + 32 + 32)
 #define EXPORT_FORMAT 1u
 

@@ -17,30 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *gran_tag(fb_gran g) { return g == FB_GRAN_TOKEN ? "tok" : g == FB_GRAN_EXPERT ? "exp" : "ten"; }
-
-/* The tag of a quantized operand; rht overrides q->rht when >= 0. */
-static void qtag(const fb_qspec *q, int rht, char *buf, size_t n) {
-  int r = rht >= 0 ? rht : q->rht;
-  int sr = q->rounding == FB_ROUND_SR;
-  switch (q->format) {
-  case FB_FMT_NVFP4:
-    snprintf(buf, n, "nvfp4%s%s_%s%s", q->four_over_six ? "_4o6" : "", q->two_d ? "_2d" : "", gran_tag(q->outer),
-             sr ? "_sr" : "");
-    break;
-  case FB_FMT_MXFP8: snprintf(buf, n, "mxfp8%s%s", q->e5m2 ? "_e5m2" : "", sr ? "_sr" : ""); break;
-  case FB_FMT_S2F6: snprintf(buf, n, "s2f6"); break;
-  default: snprintf(buf, n, "bf16"); r = 0; break;
-  }
-  if (r) snprintf(buf + strlen(buf), n - strlen(buf), "_rht%d", r);
-}
-
-void fb_qspec_tag(const fb_qspec *q, char *buf, size_t n) { qtag(q, -1, buf, n); }
-
-/* What a dequantizer needs to know of a stored operand: format and outer granularity. */
-static void srctag(const fb_qspec *q, char *buf, size_t n) {
-  if (q->format == FB_FMT_NVFP4) snprintf(buf, n, "nvfp4_%s", gran_tag(q->outer));
-  else snprintf(buf, n, "%s", fb_format_name(q->format));
+void fb_qspec_tag(const fb_qspec *q, char *buf, size_t n) {
+  /* a quant kernel's name is quant_<tag>_row (gen/kname.c): its middle is the tag */
+  fb_kernel_spec k;
+  memset(&k, 0, sizeof k);
+  k.op = FB_OP_QUANT, k.q = *q;
+  char nm[192];
+  if (fb_kernel_name(&k, "sm_90a", nm, sizeof nm) != FB_OK) { snprintf(buf, n, "?"); return; }
+  size_t l = strlen(nm) - strlen("_row_sm90a");
+  snprintf(buf, n, "%.*s", (int)(l - 6), nm + 6);
 }
 
 typedef struct {
@@ -49,26 +34,18 @@ typedef struct {
   int layer;
 } builder;
 
-/* Add the kernel `proto` (op, q, src, col filled in) named by fmt..., or count one more layer for it. */
-static fb_status add(builder *b, fb_kernel_spec proto, const char *family, const char *role, const char *fmt, ...)
-    FB_PRINTF(5, 6);
-static fb_status add(builder *b, fb_kernel_spec proto, const char *family, const char *role, const char *fmt, ...) {
-  char name[128];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(name, sizeof name, fmt, ap);
-  va_end(ap);
-  const char *arch = b->p->arch;
-  char archtag[16];
-  snprintf(archtag, sizeof archtag, "%.2s%s", arch, arch[2] == '_' ? arch + 3 : arch + 2); /* sm_90a -> sm90a */
-  if (n < 0 || (size_t)n + strlen(archtag) + 2 > sizeof name) return FB_ERR(FB_EINVAL, "kernel name too long: %s", name);
-  snprintf(name + n, sizeof name - (size_t)n, "_%s", archtag);
+/* Add kernel k (fields, family and role set), named by fb_kernel_name for the plan's arch, or count one more layer for
+ * it: a kernel is its name (the name carries every field its source depends on). */
+static fb_status add(builder *b, fb_kernel_spec k) {
   fb_plan *p = b->p;
+  k.top_k = p->recipe->model.top_k;
+  k.experts = p->recipe->model.experts;
+  FB_TRY(fb_kernel_spec_name(&k, p->arch));
   for (int i = 0; i < p->nkernels; ++i) {
-    fb_kernel_spec *k = &p->kernels[i];
-    if (strcmp(k->name, name)) continue;
-    if (k->last_layer != b->layer) k->nlayers++;
-    k->last_layer = b->layer;
+    fb_kernel_spec *e = &p->kernels[i];
+    if (strcmp(e->name, k.name)) continue;
+    if (e->last_layer != b->layer) e->nlayers++;
+    e->last_layer = b->layer;
     return FB_OK;
   }
   if (p->nkernels == b->cap) {
@@ -77,103 +54,81 @@ static fb_status add(builder *b, fb_kernel_spec proto, const char *family, const
     if (!nk) return FB_ERR(FB_ENOMEM, "plan kernels");
     p->kernels = nk, b->cap = nc;
   }
-  fb_kernel_spec *k = &p->kernels[p->nkernels++];
-  *k = proto;
-  k->top_k = p->recipe->model.top_k;
-  k->experts = p->recipe->model.experts;
-  snprintf(k->name, sizeof k->name, "%s", name);
-  snprintf(k->family, sizeof k->family, "%s", family);
-  snprintf(k->role, sizeof k->role, "%s", role);
-  k->first_layer = k->last_layer = b->layer;
-  k->nlayers = 1;
+  fb_kernel_spec *e = &p->kernels[p->nkernels++];
+  *e = k;
+  e->first_layer = e->last_layer = b->layer;
+  e->nlayers = 1;
+  e->nvariants = 0;
   for (int i = 0; i < p->recipe->nfamilies; ++i)
-    if (!strcmp(p->recipe->families[i].family, family)) k->nvariants = p->recipe->families[i].nvariants;
+    if (!strcmp(p->recipe->families[i].family, e->family)) e->nvariants = p->recipe->families[i].nvariants;
+  if (fb_gen_fixed(e)) e->nvariants = 1;
   return FB_OK;
 }
 
-static fb_kernel_spec K(fb_op op, const fb_qspec *q, const fb_qspec *src, int col) {
-  fb_kernel_spec k;
-  memset(&k, 0, sizeof k);
-  k.op = op;
-  if (q) k.q = *q;
-  if (src) k.src = *src;
-  k.col = col;
-  return k;
-}
-
-static fb_kernel_spec KG(fb_op op, const fb_qspec *q, const fb_qspec *src, const fb_qspec *act) {
-  fb_kernel_spec k = K(op, q, src, 0);
-  k.act = *act;
-  k.out_bf16 = op != FB_OP_GEMM_WGRAD; /* fwd and dgrad write BF16, wgrad FP32 */
-  return k;
-}
-
-/* The kernels one layer needs, in the order a train step runs them. */
+/* The kernels one layer needs, in the order a train step runs them; on sm_90a then every kernel the GPU expert layer
+ * runs (gen/specs.c fb_gpu_layer_kernels: most are the same kernels by name). */
 static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   const fb_model *m = &b->p->recipe->model;
   fb_format F = L->fwd_act.format, B = L->bwd_grad.format, D = L->dispatch;
-  char act[64], comb[64], w[64], g_row[64], g_col[64], s_act[64], s_w[64], dst[64], dstw[64];
-  qtag(&L->fwd_act, -1, act, sizeof act);
-  qtag(&L->combine, -1, comb, sizeof comb);
-  qtag(&L->fwd_weight, -1, w, sizeof w);
-  srctag(&L->fwd_act, s_act, sizeof s_act);
-  srctag(&L->fwd_weight, s_w, sizeof s_w);
-  const char *f = fb_format_name(F), *bw = fb_format_name(B);
 
   fb_qspec bf = {0}, gcol = L->bwd_grad, grow = L->bwd_grad, sw = L->bwd_saved, sa = L->bwd_saved, disp = L->fwd_act;
   grow.rht = 0, gcol.rht = L->wgrad_rht, sw.rht = 0, sa.rht = L->wgrad_rht;
   if (D != F) disp = bf, disp.format = D;
 
   /* forward */
-  FB_TRY(add(b, K(FB_OP_ROUTER, NULL, NULL, 0), "router", "router: softmax over experts, top-k, weights", "router_top%d_e%d", m->top_k, m->experts));
+  FB_TRY(add(b, fb_spec_router(0, m->top_k, m->experts, "router: softmax over experts, top-k, weights")));
   if ((F == FB_FMT_NVFP4 && L->fwd_act.outer == FB_GRAN_TENSOR) || (B == FB_FMT_NVFP4 && L->bwd_grad.outer == FB_GRAN_TENSOR))
-    FB_TRY(add(b, K(FB_OP_AMAX, NULL, NULL, 0), "amax", "amax of a whole tensor (per-tensor outer scales)", "amax_tensor_bf16"));
-  if (D != FB_FMT_BF16) FB_TRY(add(b, K(FB_OP_QUANT, &L->fwd_act, NULL, 0), "quant", "dispatch: quantize tokens before sending", "quant_%s_row", act));
-  if (D == FB_FMT_NVFP4) FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_nvfp4_%s", gran_tag(L->fwd_act.outer)));
-  else FB_TRY(add(b, K(FB_OP_PERMUTE, &disp, NULL, 0), "permute", "dispatch: rows sorted by expert, padded to the GEMM tile", "permute_%s", fb_format_name(D)));
-  if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, K(FB_OP_QUANT, &L->fwd_act, NULL, 0), "quant", "quantize dispatched tokens on arrival", "quant_%s_row", act));
+    FB_TRY(add(b, fb_spec_amax(FB_GRAN_TENSOR, 0, "amax of a whole tensor (per-tensor outer scales)")));
+  if (D != FB_FMT_BF16) FB_TRY(add(b, fb_spec_quant(&L->fwd_act, 0, 0, "dispatch: quantize tokens before sending")));
+  FB_TRY(add(b, fb_spec_permute(&disp, "dispatch: rows sorted by expert, padded to the GEMM tile")));
+  if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, fb_spec_quant(&L->fwd_act, 0, 0, "quantize dispatched tokens on arrival")));
   /* Hopper has no FP4 tensor cores and its FP8 wgmma sums with about 14 bits: the sm_90a GEMMs multiply a decoded A
      by an exact BF16 copy of the B operand (gemm_bcopy.cuh); Blackwell multiplies the formats themselves */
   const int hopper = !strcmp(b->p->arch, "sm_90a");
   if (hopper && F != FB_FMT_BF16)
-    FB_TRY(add(b, K(FB_OP_BCOPY, &L->fwd_weight, NULL, 0), "quant", "weights: exact BF16 copy for the Hopper GEMM (once per step)", "bcopy_%s", f));
+    FB_TRY(add(b, fb_spec_bcopy(F, "weights: exact BF16 copy for the Hopper GEMM (once per step)")));
   /* the SwiGLU epilogue writes A in BF16; its per-token (or MXFP8) quantization is the dispatch's quant_*_row kernel,
      a second pass, because a per-token scale needs the whole row of f values and a tile holds a slice of it */
-  FB_TRY(add(b, KG(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, &L->fwd_act), "gemm",
-             F == FB_FMT_BF16 ? "w13 fwd H = X W13^T; epilogue SwiGLU -> A" : "w13 fwd H = X W13^T; epilogue SwiGLU -> A (BF16; quant_*_row quantizes it)",
-             "gemm_fwd_%sx%s_bf16_swiglu", f, f));
-  FB_TRY(add(b, KG(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, &L->fwd_act), "gemm", "w2 fwd Y = A W2^T; epilogue: the combine payload", "gemm_fwd_%sx%s_%s", f, f, comb));
-  { /* the combined expert output is a BF16 value (fourbit_train.h): the kernel writes BF16 */
-    fb_kernel_spec u = K(FB_OP_UNPERMUTE, &L->combine, NULL, 0);
-    u.out_bf16 = 1;
-    FB_TRY(add(b, u, "combine", "combine: dequantize, inverse RHT, router-weighted sum (BF16 out)", "unpermute_%s_obf16", comb));
-  }
+  FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, &L->fwd_act,
+                             F == FB_FMT_BF16 ? "w13 fwd H = X W13^T; epilogue SwiGLU -> A" : "w13 fwd H = X W13^T; epilogue SwiGLU -> A (BF16; quant_*_row quantizes it)")));
+  FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_FWD2, &L->combine, &L->fwd_weight, &L->fwd_act, "w2 fwd Y = A W2^T; epilogue: the combine payload")));
+  /* the combined expert output is a BF16 value (fourbit_train.h): the kernel writes BF16 */
+  FB_TRY(add(b, fb_spec_unpermute(&L->combine, 1, "combine: dequantize, inverse RHT, router-weighted sum (BF16 out)")));
 
   /* backward */
-  FB_TRY(add(b, K(FB_OP_PERMUTE, &bf, NULL, 0), "permute", "gradients dY gathered by expert", "permute_bf16"));
+  FB_TRY(add(b, fb_spec_permute(&bf, "gradients dY gathered by expert")));
   if (B != FB_FMT_BF16) {
-    qtag(&grow, -1, g_row, sizeof g_row);
-    qtag(&gcol, -1, g_col, sizeof g_col);
-    FB_TRY(add(b, K(FB_OP_QUANT, &grow, NULL, 0), "quant", "quantize dY and dH along K of dgrad", "quant_%s_row", g_row));
-    FB_TRY(add(b, K(FB_OP_QUANT, &gcol, NULL, 1), "quant", "quantize dY and dH down the rows for wgrad (transposed)", "quant_%s_col", g_col));
-    qtag(&sw, -1, dstw, sizeof dstw);
-    qtag(&sa, -1, dst, sizeof dst);
-    FB_TRY(add(b, K(FB_OP_REQUANT, &sw, &L->fwd_weight, 1), "requant", "weights: dequantize, transpose, requantize for dgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_w, dstw));
-    FB_TRY(add(b, K(FB_OP_REQUANT, &sa, &L->fwd_act, 1), "requant", "saved X and A: dequantize, transpose, requantize for wgrad", "requant_%s_%s_t", F == FB_FMT_BF16 ? "bf16" : s_act, dst));
+    FB_TRY(add(b, fb_spec_quant(&grow, 0, 0, "quantize dY and dH along K of dgrad")));
+    FB_TRY(add(b, fb_spec_quant(&gcol, 1, 0, "quantize dY and dH down the rows for wgrad (transposed)")));
+    fb_qspec srcw = L->fwd_weight, srca = L->fwd_act;
+    if (F == FB_FMT_BF16) memset(&srcw, 0, sizeof srcw), memset(&srca, 0, sizeof srca);
+    FB_TRY(add(b, fb_spec_requant(&sw, &srcw, "weights: dequantize, transpose, requantize for dgrad")));
+    FB_TRY(add(b, fb_spec_requant(&sa, &srca, "saved X and A: dequantize, transpose, requantize for wgrad")));
   } else if (F != FB_FMT_BF16) {
-    FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_weight, 1), "requant", "weights: dequantize and transpose to BF16", "requant_%s_bf16_t", s_w));
-    FB_TRY(add(b, K(FB_OP_REQUANT, &bf, &L->fwd_act, 1), "requant", "saved X and A: dequantize and transpose to BF16", "requant_%s_bf16_t", s_act));
+    FB_TRY(add(b, fb_spec_requant(&bf, &L->fwd_weight, "weights: dequantize and transpose to BF16")));
+    FB_TRY(add(b, fb_spec_requant(&bf, &L->fwd_act, "saved X and A: dequantize and transpose to BF16")));
   }
   if (hopper && B == FB_FMT_MXFP8)
-    FB_TRY(add(b, K(FB_OP_BCOPY, &L->bwd_grad, NULL, 0), "quant", "requantized W, X, A: exact BF16 copy for the Hopper GEMM", "bcopy_%s", bw));
-  FB_TRY(add(b, KG(FB_OP_GEMM_DGRAD2, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH", "gemm_dgrad_%sx%s_bf16_swiglubwd", bw, bw));
-  FB_TRY(add(b, KG(FB_OP_GEMM_WGRAD, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)", "gemm_wgrad_%sx%s_f32", bw, bw));
-  FB_TRY(add(b, KG(FB_OP_GEMM_DGRAD13, &bf, &L->bwd_grad, &L->bwd_grad), "gemm", "w13 dgrad dX = dH W13", "gemm_dgrad_%sx%s_bf16", bw, bw));
-  FB_TRY(add(b, K(FB_OP_UNPERMUTE, &bf, NULL, 0), "combine", "dX summed back to tokens", "unpermute_bf16"));
-  FB_TRY(add(b, K(FB_OP_ROUTER_BWD, NULL, NULL, 0), "router", "router backward", "router_bwd_top%d_e%d", m->top_k, m->experts));
+    FB_TRY(add(b, fb_spec_bcopy(B, "requantized W, X, A: exact BF16 copy for the Hopper GEMM")));
+  FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_DGRAD2, NULL, &L->bwd_grad, &L->bwd_grad, "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH")));
+  FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_WGRAD, NULL, &L->bwd_grad, &L->bwd_grad, "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)")));
+  FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_DGRAD13, NULL, &L->bwd_grad, &L->bwd_grad, "w13 dgrad dX = dH W13")));
+  FB_TRY(add(b, fb_spec_unpermute(&bf, 0, "dX summed back to tokens")));
+  FB_TRY(add(b, fb_spec_router(1, m->top_k, m->experts, "router backward")));
 
   /* optimizer: FP32 masters, then next step's quantized weights */
-  FB_TRY(add(b, K(FB_OP_ADAMW, &L->fwd_weight, NULL, 0), "adamw", "AdamW on FP32 masters; writes next step's weights", "adamw_f32_%s", F == FB_FMT_BF16 ? "bf16" : w));
+  FB_TRY(add(b, fb_spec_adamw(&L->fwd_weight, "AdamW on FP32 masters; writes next step's weights")));
+
+  if (hopper) { /* what the GPU expert layer (runtime/experts_gpu.c) runs besides */
+    fb_layer_kernel lk[FB_GPU_LAYER_MAXK];
+    int n = 0;
+    FB_TRY(fb_gpu_layer_kernels(L, m, lk, FB_GPU_LAYER_MAXK, &n));
+    for (int i = 0; i < n; ++i) FB_TRY(add(b, lk[i].k));
+  }
+  fb_kernel_spec sk[4]; /* and the GPU-resident step's own (runtime/train_gpu.c), which every layer's step runs */
+  int n = 0;
+  FB_TRY(fb_gpu_step_kernels(m, sk, 4, &n));
+  for (int i = 0; i < n; ++i) FB_TRY(add(b, sk[i]));
   return FB_OK;
 }
 

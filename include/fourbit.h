@@ -278,6 +278,47 @@ fb_status fb_plan_text(const fb_plan *p, char **out);
 /* The tag a quantized operand goes by in kernel names: nvfp4_4o6_tok_sr, mxfp8_sr, s2f6_rht32, bf16. */
 void fb_qspec_tag(const fb_qspec *q, char *buf, size_t n);
 
+/* ---- kernel names and specs (gen/kname.c, gen/specs.c) --------------------------------------------------------- */
+/* The one naming authority: the canonical name of spec k for arch ("sm_90a", ...), <body>_<archtag> (gen/kname.c
+ * gives the grammar). The name carries every field the generated source depends on. */
+fb_status fb_kernel_name(const fb_kernel_spec *k, const char *arch, char *buf, size_t n);
+/* k->name = fb_kernel_name(k, arch). */
+fb_status fb_kernel_spec_name(fb_kernel_spec *k, const char *arch);
+/* The inverse: a kernel or variant name -> the fields its name carries (the rest zero), the arch ("sm_90a") and, in
+ * *tail (may be NULL), where the variant's tag starts in name. Only canonical names parse. */
+fb_status fb_kernel_parse(const char *name, fb_kernel_spec *k, char *arch, size_t archlen, size_t *tail);
+/* sm_90a -> sm90a */
+fb_status fb_arch_tag(const char *arch, char *buf, size_t n);
+
+/* Specs from what they compute (fields and tune family; role: for people, may be NULL). */
+fb_kernel_spec fb_spec_amax(fb_gran outer, int in_f32, const char *role);
+fb_kernel_spec fb_spec_quant(const fb_qspec *q, int col, int in_f32, const char *role);
+fb_kernel_spec fb_spec_requant(const fb_qspec *dst, const fb_qspec *src, const char *role);
+fb_kernel_spec fb_spec_bcopy(fb_format f, const char *role);
+fb_kernel_spec fb_spec_permute(const fb_qspec *payload, const char *role);
+fb_kernel_spec fb_spec_unpermute(const fb_qspec *payload, int out_bf16, const char *role);
+fb_kernel_spec fb_spec_combine_bwd(const fb_qspec *payload, const char *role);
+fb_kernel_spec fb_spec_swiglu(int bwd, const char *role);
+fb_kernel_spec fb_spec_tcopy(fb_format src, fb_gran outer, int in_f32, int trans, int rht, int scale, int out_bf16, const char *role);
+fb_kernel_spec fb_spec_gemm(fb_op op, const fb_qspec *out, const fb_qspec *b, const fb_qspec *a, const char *role);
+fb_kernel_spec fb_spec_router(int bwd, int top_k, int experts, const char *role);
+fb_kernel_spec fb_spec_adamw(const fb_qspec *w, const char *role);
+fb_kernel_spec fb_spec_dense(const char *role);
+/* The GPU expert layer's GEMM of a layer precision: which 0 w13 fwd, 1 w2 fwd, 2 dgrad, 3 wgrad. */
+fb_kernel_spec fb_spec_gpu_gemm(const fb_layer_prec *p, int which);
+
+/* A kernel the GPU expert layer runs, with the GEMM shape its variant must divide (gemm 0: any variant; mode 0: N and
+ * K fixed, mode 1 (wgrad): M and N fixed, K the rows per expert). */
+typedef struct {
+  fb_kernel_spec k;
+  int gemm, mode, M, N, K;
+} fb_layer_kernel;
+/* Every kernel runtime/experts_gpu.c runs for layer precision p of model m (sm_90a), unnamed; the plan lists them. */
+fb_status fb_gpu_layer_kernels(const fb_layer_prec *p, const fb_model *m, fb_layer_kernel *out, int cap, int *n);
+/* The GPU-resident train step's own kernels (runtime/train_gpu.c): dense.cuh, the router, AdamW with BF16 copies. */
+fb_status fb_gpu_step_kernels(const fb_model *m, fb_kernel_spec *out, int cap, int *n);
+#define FB_GPU_LAYER_MAXK 48
+
 /* ---- the generator (gen/gen.c) and NVRTC (gen/nvrtc.c) ----------------------------------------- */
 /* One tile variant of a kernel spec: the values of the tune parameters its template uses. */
 typedef struct {
@@ -288,6 +329,10 @@ typedef struct {
   int value[FB_TUNE_MAXPARAMS];
 } fb_variant;
 
+/* Whether spec k's template has one fixed variant and no tune family (dense.cuh: FB_DENSE_THREADS threads); then
+ * fb_gen_variants takes fam NULL. */
+int fb_gen_fixed(const fb_kernel_spec *k);
+#define FB_DENSE_THREADS 256
 /* The template for spec k, or NULL with the reason in *why. */
 const char *fb_gen_template(const fb_kernel_spec *k, const char **why);
 /* The distinct variants of k under tune family fam (values no template uses are dropped and the

@@ -181,8 +181,12 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   for (int i = 0; i < g->nk; ++i)
     if (!strcmp(g->kt[i].key, key)) { *out = &g->kt[i]; return FB_OK; }
   if (g->nk == MAXK) return FB_ERR(FB_EINVAL, "experts gpu: more than %d kernels", MAXK);
-  if (k->nvariants == -1)
-    return FB_ERR(FB_EINVAL, "experts gpu: %s: the layer needs another kernel (output or input type) than the plan's of this name", k->name);
+  if (k->nvariants == -2) return FB_ERR(FB_EINVAL, "experts gpu: a kernel without a name: %s", fb_errmsg());
+  if (k->nvariants == -1) { /* not a plan kernel: never tuned; run, and listed for the tests */
+    if (g->st.unplanned < FB_GPU_UNPLANNED_MAX)
+      snprintf(g->st.unplanned_names[g->st.unplanned], sizeof g->st.unplanned_names[0], "%s", k->name);
+    g->st.unplanned++;
+  }
   const char *why = NULL;
   if (!fb_gen_template(k, &why)) return FB_ERR(FB_EINVAL, "experts gpu: %s: %s", k->name, why ? why : "no template");
   const fb_recipe *r = g->o.recipe;
@@ -261,135 +265,61 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   return FB_OK;
 }
 
-/* ---- specs: the plan's where it has one of this name (the cache keys agree), else built here ---------------- */
-static void gran3(fb_gran o, char *b, size_t n) { snprintf(b, n, "%s", o == FB_GRAN_TOKEN ? "tok" : o == FB_GRAN_EXPERT ? "exp" : "ten"); }
-
-/* The plan's spec of k's name (its tuned winners are cached under that name) with k's top_k and experts, which no
- * template compiles in. A spec that would generate another kernel than the plan's under the same name (another
- * output type, say) would load the plan's cubins for a kernel they are not: kget refuses it (spec_mismatch). */
-static fb_kernel_spec from_plan(const fb_gpu_experts *g, fb_kernel_spec k) {
+/* ---- specs: from gen/specs.c's constructors, named by fb_kernel_name, the plan's ------------------------------- */
+/* The plan's spec of k's canonical name (its tuned winners are cached under that name) with k's top_k and experts,
+ * which no template compiles in. The name carries every field the source depends on, so the plan's spec and k generate
+ * the same kernel. A kernel the plan does not name is run all the same (compiled here), and counted and listed in the
+ * stats (unplanned): tests/test_kname.c fails on any, since `fourbit tune` cannot have tuned it. */
+static fb_kernel_spec from_plan(fb_gpu_experts *g, fb_kernel_spec k) {
+  if (fb_kernel_spec_name(&k, "sm_90a") != FB_OK) {
+    k.nvariants = -2; /* kget reports it */
+    return k;
+  }
   for (int i = 0; i < g->plan->nkernels; ++i)
     if (!strcmp(g->plan->kernels[i].name, k.name)) {
       fb_kernel_spec p = g->plan->kernels[i];
       p.top_k = k.top_k, p.experts = k.experts;
-      if (p.out_bf16 != k.out_bf16 || p.in_f32 != k.in_f32) p.nvariants = -1; /* marks the mismatch for kget */
       return p;
     }
+  k.nvariants = -1; /* not a plan kernel: kget counts it */
   return k;
 }
 
-static fb_kernel_spec sp(fb_op op, const char *family, const char *fmt, ...) FB_PRINTF(3, 4);
-static fb_kernel_spec sp(fb_op op, const char *family, const char *fmt, ...) {
-  fb_kernel_spec k;
-  memset(&k, 0, sizeof k);
-  k.op = op;
-  snprintf(k.family, sizeof k.family, "%s", family);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(k.name, sizeof k.name, fmt, ap);
-  va_end(ap);
-  return k;
-}
-
-static fb_kernel_spec sp_quant(const fb_gpu_experts *g, const fb_qspec *q, int col, int in_f32) {
-  char tag[64];
+static fb_kernel_spec sp_quant(fb_gpu_experts *g, const fb_qspec *q, int col, int in_f32) {
   fb_qspec qq = *q;
-  qq.rht = 0;
-  fb_qspec_tag(&qq, tag, sizeof tag);
-  fb_kernel_spec k = sp(FB_OP_QUANT, "quant", "quant_%s%s_%s_sm90a", tag, in_f32 ? "_f32" : "", col ? "col" : "row");
-  k.q = qq, k.col = col, k.in_f32 = in_f32;
-  return from_plan(g, k);
+  qq.rht = 0; /* tcopy.cuh applies the RHT before */
+  return from_plan(g, fb_spec_quant(&qq, col, in_f32, NULL));
 }
 
-static fb_kernel_spec sp_requant(const fb_gpu_experts *g, const fb_qspec *dst, const fb_qspec *src) {
-  char tag[64], st[32], o[8];
-  fb_qspec_tag(dst, tag, sizeof tag);
-  gran3(src->outer, o, sizeof o);
-  if (src->format == FB_FMT_NVFP4) snprintf(st, sizeof st, "nvfp4_%s", o);
-  else snprintf(st, sizeof st, "%s", fb_format_name(src->format));
-  fb_kernel_spec k = sp(FB_OP_REQUANT, "requant", "requant_%s_%s_t_sm90a", st, tag);
-  k.q = *dst, k.col = 1;
-  k.src.format = src->format, k.src.outer = src->outer, k.src.four_over_six = src->four_over_six;
-  return from_plan(g, k);
+static fb_kernel_spec sp_amax(fb_gpu_experts *g, fb_gran outer, int in_f32) { return from_plan(g, fb_spec_amax(outer, in_f32, NULL)); }
+
+static fb_kernel_spec sp_requant(fb_gpu_experts *g, const fb_qspec *dst, const fb_qspec *src) {
+  return from_plan(g, fb_spec_requant(dst, src, NULL));
 }
 
-static fb_kernel_spec sp_bcopy(const fb_gpu_experts *g, fb_format f) {
-  fb_kernel_spec k = sp(FB_OP_BCOPY, "quant", "bcopy_%s_sm90a", fb_format_name(f));
-  k.q.format = f;
-  return from_plan(g, k);
-}
+static fb_kernel_spec sp_bcopy(fb_gpu_experts *g, fb_format f) { return from_plan(g, fb_spec_bcopy(f, NULL)); }
 
-static fb_kernel_spec sp_permute(const fb_gpu_experts *g, const fb_qspec *q, int top_k, int experts) {
-  char o[8];
-  gran3(q->outer, o, sizeof o);
-  fb_kernel_spec k = q->format == FB_FMT_NVFP4 ? sp(FB_OP_PERMUTE, "permute", "permute_nvfp4_%s_sm90a", o)
-                                               : sp(FB_OP_PERMUTE, "permute", "permute_%s_sm90a", fb_format_name(q->format));
-  k.q.format = q->format, k.q.outer = q->format == FB_FMT_NVFP4 ? q->outer : FB_GRAN_TENSOR;
+static fb_kernel_spec sp_permute(fb_gpu_experts *g, const fb_qspec *q, int top_k, int experts) {
+  fb_kernel_spec k = fb_spec_permute(q, NULL);
   k.top_k = top_k, k.experts = experts;
   return from_plan(g, k);
 }
 
-static fb_kernel_spec sp_unpermute(const fb_gpu_experts *g, const fb_qspec *q, int out_bf16, int top_k, int experts) {
-  const char *ob = out_bf16 ? "_obf16" : "";
-  fb_kernel_spec k = q->format == FB_FMT_S2F6 ? sp(FB_OP_UNPERMUTE, "combine", "unpermute_s2f6%s%s_sm90a", q->rht ? "_rht32" : "", ob)
-                                              : sp(FB_OP_UNPERMUTE, "combine", "unpermute_bf16%s_sm90a", ob);
-  k.q.format = q->format, k.q.rht = q->format == FB_FMT_S2F6 ? q->rht : 0;
-  k.out_bf16 = out_bf16, k.top_k = top_k, k.experts = experts;
+static fb_kernel_spec sp_unpermute(fb_gpu_experts *g, const fb_qspec *q, int out_bf16, int top_k, int experts) {
+  fb_kernel_spec k = fb_spec_unpermute(q, out_bf16, NULL);
+  k.top_k = top_k, k.experts = experts;
   return from_plan(g, k);
 }
 
-static fb_kernel_spec sp_swiglu(const fb_gpu_experts *g, int bwd) {
-  return from_plan(g, sp(bwd ? FB_OP_SWIGLU_BWD : FB_OP_SWIGLU_FWD, "swiglu", "swiglu_%s_bf16_sm90a", bwd ? "bwd" : "fwd"));
-}
+static fb_kernel_spec sp_swiglu(fb_gpu_experts *g, int bwd) { return from_plan(g, fb_spec_swiglu(bwd, NULL)); }
 
-static fb_kernel_spec sp_combine_bwd(const fb_gpu_experts *g, const fb_qspec *q) {
-  fb_kernel_spec k = q->format == FB_FMT_S2F6 ? sp(FB_OP_COMBINE_BWD, "combine", "combine_bwd_s2f6%s_sm90a", q->rht ? "_rht32" : "")
-                                              : sp(FB_OP_COMBINE_BWD, "combine", "combine_bwd_bf16_sm90a");
-  k.q.format = q->format, k.q.rht = q->format == FB_FMT_S2F6 ? q->rht : 0;
-  return from_plan(g, k);
-}
+static fb_kernel_spec sp_combine_bwd(fb_gpu_experts *g, const fb_qspec *q) { return from_plan(g, fb_spec_combine_bwd(q, NULL)); }
 
-/* which: 0 w13 fwd (H and A, SwiGLU epilogue), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32).
- * NVFP4 operands with one outer scale per tensor are named nvfp4_ten (A before the x, B after it): the kernel reads
- * S_dec[0] where the per-token / per-expert one reads S_dec[row] / S_dec[expert] (FB_A_OUTER / FB_B_OUTER 2). */
-static fb_kernel_spec sp_gemm(const fb_gpu_experts *g, const fb_layer_prec *p, int which) {
-  const fb_qspec *w = which < 2 ? &p->fwd_weight : &p->bwd_saved, *a = which < 2 ? &p->fwd_act : &p->bwd_grad;
-  char fa[24], f[24];
-  snprintf(fa, sizeof fa, "%s%s", fb_format_name(w->format), w->format == FB_FMT_NVFP4 && a->outer == FB_GRAN_TENSOR ? "_ten" : "");
-  snprintf(f, sizeof f, "%s%s", fb_format_name(w->format), w->format == FB_FMT_NVFP4 && w->outer == FB_GRAN_TENSOR ? "_ten" : "");
-  fb_kernel_spec k;
-  if (which == 0) { /* H and A = SwiGLU(H), both BF16 (the plan's w13 forward) */
-    k = sp(FB_OP_GEMM_FWD13, "gemm", "gemm_fwd_%sx%s_bf16_swiglu_sm90a", fa, f);
-    k.q = p->fwd_act, k.out_bf16 = 1;
-  } else if (which == 1) {
-    char tag[64];
-    fb_qspec_tag(&p->combine, tag, sizeof tag);
-    k = sp(FB_OP_GEMM_FWD2, "gemm", "gemm_fwd_%sx%s_%s_sm90a", fa, f, tag);
-    k.q = p->combine;
-    k.out_bf16 = 1; /* as the plan's (plan.c: fwd GEMMs write BF16); the S2F6 epilogue takes its place either way */
-  } else if (which == 2) {
-    k = sp(FB_OP_GEMM_DGRAD13, "gemm", "gemm_dgrad_%sx%s_bf16_sm90a", fa, f);
-    k.out_bf16 = 1;
-  } else {
-    k = sp(FB_OP_GEMM_WGRAD, "gemm", "gemm_wgrad_%sx%s_f32_sm90a", fa, f);
-  }
-  k.src = *w, k.act = *a;
-  return from_plan(g, k);
-}
+/* which: 0 w13 fwd (H and A, SwiGLU epilogue), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
+static fb_kernel_spec sp_gemm(fb_gpu_experts *g, const fb_layer_prec *p, int which) { return from_plan(g, fb_spec_gpu_gemm(p, which)); }
 
-/* The BF16 / FP32 copy of tcopy.cuh (fb_tcopy_ref): a src (BF16, or NVFP4 with a tensor or row outer scale) or FP32
- * (in_f32) matrix, transposed (trans), RHT-16 along the out rows (rht), scaled by two outer scales and 1/scale (scale > 0;
- * carried in act.rht: no plan kernel has this op), BF16 or FP32 out. */
-static fb_kernel_spec sp_tcopy(fb_format src, fb_gran outer, int in_f32, int trans, int rht, int scale, int out_bf16) {
-  char st[16];
-  snprintf(st, sizeof st, "%s", in_f32 ? "f32" : src == FB_FMT_NVFP4 ? (outer == FB_GRAN_TOKEN ? "nvfp4_tok" : "nvfp4_ten") : "bf16");
-  char sc[16] = "";
-  if (scale) snprintf(sc, sizeof sc, "_sc%d", scale);
-  fb_kernel_spec k = sp(FB_OP_TCOPY, "quant", "tcopy_%s_%s%s%s%s_sm90a", st, out_bf16 ? "bf16" : "f32", trans ? "_t" : "",
-                        rht ? "_rht16" : "", sc);
-  k.src.format = in_f32 ? FB_FMT_BF16 : src, k.src.outer = src == FB_FMT_NVFP4 ? outer : FB_GRAN_TENSOR;
-  k.in_f32 = in_f32, k.col = trans, k.q.rht = rht, k.act.rht = scale, k.out_bf16 = out_bf16;
-  return k;
+static fb_kernel_spec sp_tcopy(fb_gpu_experts *g, fb_format src, fb_gran outer, int in_f32, int trans, int rht, int scale, int out_bf16) {
+  return from_plan(g, fb_spec_tcopy(src, outer, in_f32, trans, rht, scale, out_bf16, NULL));
 }
 
 /* ---- device memory: an arena per call (scratch) and one per saved layer, both drawing on the pool ------------- */
@@ -599,8 +529,7 @@ static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int 
       FB_TRY(aalloc_z(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
       FB_TRY(aalloc_z(a, &dfl, sizeof(unsigned)));
       const kent *ea;
-      fb_kernel_spec ka = sp(FB_OP_AMAX, "amax", "amax_%s_%s_sm90a", q->outer == FB_GRAN_EXPERT ? "exp" : "ten", in_f32 ? "f32" : "bf16");
-      ka.q.outer = q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, ka.in_f32 = in_f32;
+      fb_kernel_spec ka = sp_amax(g, q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, in_f32);
       FB_TRY(kget(g, &ka, NULL, &ea));
       fb_kp_mem pa;
       memset(&pa, 0, sizeof pa);
@@ -781,7 +710,7 @@ static fb_status op_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, const d
   size_t rows = src->rows, cols = src->cols;
   int bf = q->format == FB_FMT_BF16;
   if (src->f != FB_FMT_BF16 && src->f != FB_FMT_NVFP4) return FB_ERR(FB_EINVAL, "experts gpu: a %s saved tensor in a BF16 / NVFP4 backward", fb_format_name(src->f));
-  fb_kernel_spec k = sp_tcopy(src->f, src->orow ? FB_GRAN_TOKEN : FB_GRAN_TENSOR, 0, 1, rht, 0, bf);
+  fb_kernel_spec k = sp_tcopy(g, src->f, src->orow ? FB_GRAN_TOKEN : FB_GRAN_TENSOR, 0, 1, rht, 0, bf);
   CUdeviceptr t;
   FB_TRY(aalloc(a, &t, (rows ? rows : 1) * cols * (bf ? 2 : 4)));
   if (rows) FB_TRY(tcopy(g, &k, src->c, src->s, src->o, rows, cols, signs, 0, 0, t));
@@ -848,75 +777,21 @@ static fb_status check_prec(const fb_layer_prec *p, int layer) {
   return FB_OK;
 }
 
-/* every kernel of one layer precision, so that none compiles inside a step */
+/* every kernel of one layer precision (gen/specs.c fb_gpu_layer_kernels, which the plan lists too), so that none
+ * compiles inside a step */
 static fb_status need_all(fb_gpu_experts *g, const fb_layer_prec *p) {
   const fb_model *M = &g->o.recipe->model;
-  int D = M->d_model, F = M->d_ff, E = M->experts, K = M->top_k;
-  fb_format FF = p->fwd_act.format, B = p->bwd_grad.format;
-  const kent *e;
-  fb_kernel_spec k;
-  fb_qspec bf = {0}, pq = {0}; /* the exchange's regathers: S2F6 combine rows (as MXFP8 bytes), dY and dX rows (BF16) */
-  pq.outer = FB_GRAN_TOKEN;
-  /* dispatch: quantized tokens, or BF16 rows quantized on arrival */
-  if (FF != FB_FMT_BF16) { k = sp_quant(g, &p->fwd_act, 0, 0); FB_TRY(kget(g, &k, NULL, &e)); }
-  if (p->dispatch != FB_FMT_BF16) { k = sp_permute(g, &p->fwd_act, K, E); FB_TRY(kget(g, &k, NULL, &e)); }
-  pq.format = FB_FMT_MXFP8;
-  k = sp_permute(g, &pq, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  pq.format = FB_FMT_BF16;
-  k = sp_permute(g, &pq, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  /* per-tensor NVFP4 activations: the amax of BF16 rows */
-  if (FF == FB_FMT_NVFP4 && p->fwd_act.outer == FB_GRAN_TENSOR) {
-    k = sp(FB_OP_AMAX, "amax", "amax_ten_bf16_sm90a"); FB_TRY(kget(g, &k, NULL, &e));
+  fb_layer_kernel lk[FB_GPU_LAYER_MAXK];
+  int n = 0;
+  FB_TRY(fb_gpu_layer_kernels(p, M, lk, FB_GPU_LAYER_MAXK, &n));
+  for (int i = 0; i < n; ++i) {
+    const kent *e;
+    fb_kernel_spec k = lk[i].k;
+    k.top_k = M->top_k, k.experts = M->experts;
+    k = from_plan(g, k);
+    gfit f = {lk[i].gemm, lk[i].mode, lk[i].M, lk[i].N, lk[i].K};
+    FB_TRY(kget(g, &k, lk[i].gemm ? &f : NULL, &e));
   }
-  /* weights */
-  if (FF == FB_FMT_BF16) {
-    k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
-  } else {
-    k = sp_quant(g, &p->fwd_weight, 0, 1); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_bcopy(g, p->fwd_weight.format); FB_TRY(kget(g, &k, NULL, &e));
-  }
-  if (p->fwd_weight.format == FB_FMT_NVFP4 && p->fwd_weight.outer != FB_GRAN_TOKEN) {
-    k = sp(FB_OP_AMAX, "amax", "amax_%s_f32_sm90a", p->fwd_weight.outer == FB_GRAN_EXPERT ? "exp" : "ten");
-    k.q.outer = p->fwd_weight.outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, k.in_f32 = 1;
-    FB_TRY(kget(g, &k, NULL, &e));
-  }
-  k = sp_swiglu(g, 1); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_unpermute(g, &p->combine, 1, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_combine_bwd(g, &p->combine); FB_TRY(kget(g, &k, NULL, &e));
-  k = sp_unpermute(g, &bf, 0, K, E); FB_TRY(kget(g, &k, NULL, &e));
-  gfit f0 = {1, 0, 0, 2 * F, D}, f1 = {1, 0, 0, D, F}, f2 = {1, 0, 0, F, D}, f3 = {1, 0, 0, D, 2 * F};
-  gfit w2 = {1, 1, D, F, 0}, w13 = {1, 1, 2 * F, D, 0};
-  k = sp_gemm(g, p, 0); FB_TRY(kget(g, &k, &f0, &e));
-  k = sp_gemm(g, p, 1); FB_TRY(kget(g, &k, &f1, &e));
-  k = sp_gemm(g, p, 2); FB_TRY(kget(g, &k, &f2, &e)); FB_TRY(kget(g, &k, &f3, &e));
-  if (B == FB_FMT_MXFP8) {
-    k = sp_bcopy(g, FB_FMT_MXFP8); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_quant(g, &p->bwd_grad, 1, 0); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_requant(g, &p->bwd_saved, &p->fwd_weight); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_requant(g, &p->bwd_saved, &p->fwd_act); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_gemm(g, p, 3); FB_TRY(kget(g, &k, &w2, &e)); FB_TRY(kget(g, &k, &w13, &e));
-    return FB_OK;
-  }
-  /* a BF16 or NVFP4 backward: the transposed copies of the saved tensors (and of dY, dH: BF16 rows), the row-wise and
-     transposed quantizers, the BF16 wgrad GEMM and its scaling */
-  int bo = B == FB_FMT_BF16, rht = p->wgrad_rht;
-  fb_gran ao = FF == FB_FMT_NVFP4 ? p->fwd_act.outer : FB_GRAN_TENSOR;
-  k = sp_tcopy(FF, FB_GRAN_TENSOR, 0, 1, 0, 0, bo); FB_TRY(kget(g, &k, NULL, &e)); /* W2^T, W13^T */
-  k = sp_tcopy(FF, ao, 0, 1, rht, 0, bo); FB_TRY(kget(g, &k, NULL, &e));            /* A^T, X^T */
-  k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 0, 1, rht, 0, bo); FB_TRY(kget(g, &k, NULL, &e)); /* dY^T, dH^T */
-  if (!bo) {
-    k = sp_quant(g, &p->bwd_grad, 0, 0); FB_TRY(kget(g, &k, NULL, &e));  /* dY, dH rows */
-    k = sp_quant(g, &p->bwd_grad, 0, 1); FB_TRY(kget(g, &k, NULL, &e));  /* dY^T, dH^T (FP32 copies) */
-    k = sp_quant(g, &p->bwd_saved, 0, 1); FB_TRY(kget(g, &k, NULL, &e)); /* W^T, A^T, X^T */
-    k = sp(FB_OP_AMAX, "amax", "amax_ten_bf16_sm90a"); FB_TRY(kget(g, &k, NULL, &e));
-    k = sp(FB_OP_AMAX, "amax", "amax_ten_f32_sm90a"), k.in_f32 = 1; FB_TRY(kget(g, &k, NULL, &e));
-    k = sp_bcopy(g, FB_FMT_NVFP4); FB_TRY(kget(g, &k, NULL, &e));
-  }
-  if (!bo || rht) { k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, rht ? rht : 1, 0); FB_TRY(kget(g, &k, NULL, &e)); }
-  fb_layer_prec pb = *p;
-  memset(&pb.bwd_grad, 0, sizeof pb.bwd_grad), memset(&pb.bwd_saved, 0, sizeof pb.bwd_saved);
-  k = sp_gemm(g, &pb, 3); FB_TRY(kget(g, &k, &w2, &e)); FB_TRY(kget(g, &k, &w13, &e));
   return FB_OK;
 }
 
@@ -1211,7 +1086,7 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   g->phase = "fwd weights";
   CUdeviceptr c13, c2;
   if (p->fwd_weight.format == FB_FMT_BF16) { /* the masters rounded to BF16 (qm_quantize's BF16 operand) */
-    fb_kernel_spec k = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 0, 1);
+    fb_kernel_spec k = sp_tcopy(g, FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 0, 1);
     dq *w[2] = {&s->W13, &s->W2};
     size_t wr[2] = {nE * 2 * F, nE * D}, wc[2] = {D, F};
     CUdeviceptr win[2] = {io->w13, io->w2};
@@ -1367,7 +1242,7 @@ static fb_status wgrad_gemm(fb_gpu_experts *g, arena *a, const fb_layer_prec *p,
   FB_TRY(gemm(g, &k, &f, &ga));
   int nv = At->f == FB_FMT_NVFP4;
   if (!nv && !rht) return FB_OK;
-  fb_kernel_spec ks = sp_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, rht ? rht : 1, 0);
+  fb_kernel_spec ks = sp_tcopy(g, FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, rht ? rht : 1, 0);
   return tcopy(g, &ks, out, 0, 0, E * M, N, 0, nv ? At->o : 0, nv ? Bt->o : 0, out);
 }
 

@@ -32,9 +32,12 @@ typedef struct {
                                     when N > 1); NULL: one rank. Create is collective over them (NCCL's init). */
 } fb_gpu_experts_opts;
 
+#define FB_GPU_UNPLANNED_MAX 16
 typedef struct {
   int kernels, from_cache, compiled;
   double compile_ms;             /* NVRTC wall time, summed */
+  int unplanned;                 /* kernels run that the plan does not name (fourbit tune cannot have tuned them) */
+  char unplanned_names[FB_GPU_UNPLANNED_MAX][128];
 } fb_gpu_experts_stats;
 
 typedef struct fb_gpu_experts fb_gpu_experts;

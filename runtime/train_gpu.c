@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DTHREADS 256
+#define DTHREADS FB_DENSE_THREADS
 enum { K_EMBED, K_RMS_FWD, K_RMS_BWD_X, K_RMS_BWD_G, K_CONV_FWD, K_CONV_BWD_K, K_CONV_BWD_X, K_RESID, K_CE, K_ROUTER_BWD,
        K_AUX, K_SUMSQ_PART, K_SUMSQ_FIN, K_EMBED_BWD, K_COLSUM, K_NDENSE };
 static const char *const PIECE[K_NDENSE] = {"_embed", "_rms_fwd", "_rms_bwd_x", "_rms_bwd_g", "_conv_fwd", "_conv_bwd_k",
@@ -88,13 +88,6 @@ struct fbr_gpu {
 };
 
 /* ---- kernels: generated, from the cache by content key, else NVRTC (and then into the cache) ----------------- */
-static void arch_tag(const char *arch, char *b, size_t n) {
-  size_t j = 0;
-  for (size_t i = 0; arch[i] && j + 1 < n; ++i)
-    if (arch[i] != '_') b[j++] = arch[i];
-  b[j] = 0;
-}
-
 static fb_status cubin_of(const fb_kernel_spec *k, const fb_variant *v, const char *origin, const char *sha,
                           const char *arch, fb_cache *cache, fb_train_gpu_stats *st, FILE *log, int verbose, void **cubin,
                           size_t *size) {
@@ -121,36 +114,29 @@ static fb_status cubin_of(const fb_kernel_spec *k, const fb_variant *v, const ch
   return FB_OK;
 }
 
-/* The specs and variants of the step's own kernels for a plan of arch: dense.cuh (one program, threads 256), the
- * plan's router, AdamW with a BF16 copy (the recipe's first legal variant of each family: what runs untuned). */
+/* The specs and variants of the step's own kernels for a plan of arch (gen/specs.c fb_gpu_step_kernels, which the plan
+ * lists): dense.cuh (one program, its one variant), the router, AdamW with a BF16 copy (the recipe's first legal
+ * variant of each family: what runs untuned; load_kernels asks the caller's lookup for the tuned winners). */
 static fb_status specs(const fb_recipe *r, const fb_plan *pl, fb_kernel_spec ks[3], fb_variant vs[3]) {
-  char at[16];
-  arch_tag(pl->arch, at, sizeof at);
   memset(ks, 0, 3 * sizeof *ks), memset(vs, 0, 3 * sizeof *vs);
-  ks[0].op = FB_OP_DENSE;
-  snprintf(ks[0].name, sizeof ks[0].name, "dense_%s", at);
-  snprintf(ks[0].family, sizeof ks[0].family, "dense");
-  snprintf(vs[0].name, sizeof vs[0].name, "%s_t%d", ks[0].name, DTHREADS);
-  snprintf(vs[0].tmpl, sizeof vs[0].tmpl, "dense.cuh");
-  vs[0].nparams = 1, vs[0].value[0] = DTHREADS;
-  snprintf(vs[0].param[0], sizeof vs[0].param[0], "threads");
-  int found = 0;
-  for (int i = 0; i < pl->nkernels && !found; ++i)
-    if (pl->kernels[i].op == FB_OP_ROUTER) ks[1] = pl->kernels[i], found = 1;
-  if (!found) return FB_ERR(FB_EINVAL, "train gpu: the plan has no router kernel");
-  ks[2].op = FB_OP_ADAMW;
-  ks[2].q.format = FB_FMT_BF16;
-  snprintf(ks[2].name, sizeof ks[2].name, "adamw_f32_bf16_%s", at);
-  snprintf(ks[2].family, sizeof ks[2].family, "adamw");
-  for (int j = 1; j < 3; ++j) {
+  fb_kernel_spec sk[3];
+  int n = 0;
+  FB_TRY(fb_gpu_step_kernels(&r->model, sk, 3, &n));
+  for (int j = 0; j < 3; ++j) {
+    FB_TRY(fb_kernel_spec_name(&sk[j], pl->arch));
+    int found = 0;
+    for (int i = 0; i < pl->nkernels && !found; ++i)
+      if (!strcmp(pl->kernels[i].name, sk[j].name)) ks[j] = pl->kernels[i], found = 1;
+    if (!found) return FB_ERR(FB_EINVAL, "train gpu: the plan has no kernel %s", sk[j].name);
     const fb_tune_family *fam = NULL;
     for (int f = 0; f < r->nfamilies; ++f)
       if (!strcmp(r->families[f].family, ks[j].family)) fam = &r->families[f];
-    if (!fam) return FB_ERR(FB_EINVAL, "train gpu: %s: the recipe has no tune family '%s'", ks[j].name, ks[j].family);
+    if (!fam && !fb_gen_fixed(&ks[j]))
+      return FB_ERR(FB_EINVAL, "train gpu: %s: the recipe has no tune family '%s'", ks[j].name, ks[j].family);
     fb_variant *v = NULL;
     int nv = 0;
     FB_TRY(fb_gen_variants(&ks[j], fam, &v, &nv, NULL, NULL, 0));
-    if (!nv) { free(v); return FB_ERR(FB_EINVAL, "train gpu: %s: no legal variant in family '%s'", ks[j].name, fam->family); }
+    if (!nv) { free(v); return FB_ERR(FB_EINVAL, "train gpu: %s: no legal variant in family '%s'", ks[j].name, ks[j].family); }
     vs[j] = v[0];
     free(v);
   }
@@ -174,6 +160,46 @@ fb_status fb_train_gpu_compile(const fb_recipe *r, const char *arch, fb_cache *c
   return s;
 }
 
+/* Kernel k: the caller's lookup (a tuned winner, or the cached default) if it has one of k's variants, else *v (the
+ * default) from the cache by content key or NVRTC; *v becomes the variant loaded. */
+static fb_status tuned_cubin(fb_trainer *t, struct fbr_gpu *g, const fb_kernel_spec *k, fb_variant *v, void **cubin, size_t *size) {
+  const fb_recipe *r = g->o.recipe;
+  void *cb = NULL;
+  size_t n = 0;
+  if (g->o.lookup) {
+    char vn[192] = "", note[1200] = "";
+    if (g->o.lookup(g->o.lookup_user, k, t->T, vn, sizeof vn, &cb, &n, note, sizeof note) == FB_OK) {
+      const fb_tune_family *fam = NULL;
+      for (int f = 0; f < r->nfamilies; ++f)
+        if (!strcmp(r->families[f].family, k->family)) fam = &r->families[f];
+      fb_variant *vv = NULL;
+      int nv = 0, hit = 0;
+      if ((fam || fb_gen_fixed(k)) && fb_gen_variants(k, fam, &vv, &nv, NULL, NULL, 0) == FB_OK)
+        for (int j = 0; j < nv && !hit; ++j)
+          if (!strcmp(vv[j].name, vn)) *v = vv[j], hit = 1;
+      free(vv);
+      if (!hit) free(cb), cb = NULL;
+      else {
+        g->st.from_cache++, g->st.kernels++;
+        if (g->o.log && g->o.verbose) fprintf(g->o.log, "  kernel %-64s cache: %s\n", vn, note);
+      }
+    }
+  }
+  if (!cb)
+    FB_TRY(cubin_of(k, v, r->path, t->plan->sha256, t->plan->arch, g->o.cache, &g->st, g->o.log, g->o.verbose, &cb, &n));
+  *cubin = cb, *size = n;
+  return FB_OK;
+}
+
+static fb_status load_tuned(fb_trainer *t, struct fbr_gpu *g, const fb_kernel_spec *k, fb_variant *v, fb_kernel *out) {
+  void *cb = NULL;
+  size_t n = 0;
+  FB_TRY(tuned_cubin(t, g, k, v, &cb, &n));
+  fb_status s = fb_kernel_load(cb, v->name, out);
+  free(cb);
+  return s;
+}
+
 static fb_status load_kernels(fb_trainer *t, struct fbr_gpu *g) {
   fb_kernel_spec ks[3];
   fb_variant vs[3];
@@ -182,8 +208,8 @@ static fb_status load_kernels(fb_trainer *t, struct fbr_gpu *g) {
   g->rspec = ks[1], g->rvar = vs[1], g->aspec = ks[2], g->avar = vs[2];
   void *cb = NULL;
   size_t n = 0;
-  /* dense.cuh: one module, a function per piece */
-  FB_TRY(cubin_of(&ks[0], &vs[0], "-", "-", t->plan->arch, g->o.cache, &g->st, g->o.log, g->o.verbose, &cb, &n));
+  /* dense.cuh: one module, a function per piece (its one variant: the lookup's answer is the cached default) */
+  FB_TRY(tuned_cubin(t, g, &ks[0], &vs[0], &cb, &n));
   CUresult cr = fb_cu.ModuleLoadData(&g->dmod, cb);
   free(cb), cb = NULL;
   if (cr) return FB_ERR(FB_ECUDA, "train gpu: cuModuleLoadData(%s): %s", vs[0].name, fb_cu_errstr((int)cr));
@@ -194,36 +220,9 @@ static fb_status load_kernels(fb_trainer *t, struct fbr_gpu *g) {
     cr = fb_cu.ModuleGetFunction(&g->dk[i].fn, g->dmod, fn);
     if (cr) return FB_ERR(FB_ECUDA, "train gpu: cuModuleGetFunction(%s): %s", fn, fb_cu_errstr((int)cr));
   }
-  /* the router: a tuned winner (or the cached default) through the caller's lookup first */
-  if (g->o.lookup) {
-    char vn[192] = "", note[1200] = "";
-    if (g->o.lookup(g->o.lookup_user, &ks[1], t->T, vn, sizeof vn, &cb, &n, note, sizeof note) == FB_OK) {
-      const fb_tune_family *fam = NULL;
-      for (int f = 0; f < r->nfamilies; ++f)
-        if (!strcmp(r->families[f].family, ks[1].family)) fam = &r->families[f];
-      fb_variant *v = NULL;
-      int nv = 0, hit = 0;
-      if (fam && fb_gen_variants(&ks[1], fam, &v, &nv, NULL, NULL, 0) == FB_OK)
-        for (int j = 0; j < nv && !hit; ++j)
-          if (!strcmp(v[j].name, vn)) g->rvar = v[j], hit = 1;
-      free(v);
-      if (!hit) free(cb), cb = NULL;
-      else {
-        g->st.from_cache++, g->st.kernels++;
-        if (g->o.log && g->o.verbose) fprintf(g->o.log, "  kernel %-64s cache: %s\n", vn, note);
-      }
-    }
-  }
-  if (!cb) FB_TRY(cubin_of(&ks[1], &g->rvar, r->path, t->plan->sha256, t->plan->arch, g->o.cache, &g->st, g->o.log,
-                           g->o.verbose, &cb, &n));
-  fb_status s = fb_kernel_load(cb, g->rvar.name, &g->rk);
-  free(cb), cb = NULL;
-  if (s != FB_OK) return s;
-  FB_TRY(cubin_of(&ks[2], &vs[2], r->path, t->plan->sha256, t->plan->arch, g->o.cache, &g->st, g->o.log, g->o.verbose, &cb,
-                  &n));
-  s = fb_kernel_load(cb, vs[2].name, &g->ak);
-  free(cb);
-  return s;
+  /* the router and AdamW: a tuned winner (or the cached default) through the caller's lookup first */
+  FB_TRY(load_tuned(t, g, &ks[1], &g->rvar, &g->rk));
+  return load_tuned(t, g, &ks[2], &g->avar, &g->ak);
 }
 
 /* ---- device memory ----------------------------------------------------------------------------------------- */

@@ -108,6 +108,7 @@ typedef struct {
   cand *c;
   int n, pruned;
   char pruned_why[256];
+  const char *untimed; /* why the worker does not check and time it (its default is compiled into the cache) */
 } kspec;
 
 /* ---- compiling --------------------------------------------------------------------------------------------- */
@@ -571,10 +572,18 @@ static void tune_spec_bucket(run_ctx *x, summary_row *row) {
   free(x->ids), free(skip), free(rank);
 }
 
-int fb_tune_measurable(const fb_kernel_spec *k) {
-  (void)k; /* the memory-bound kernels: tests/gpu/harness.c's checks; the GEMMs and bcopy: tests/gpu/gemm_harness.c's */
-  return 1;
+/* Whether the worker checks and times k (the memory-bound kernels: tests/gpu/harness.c's checks and the worker's timing
+ * buffers; the GEMMs and bcopy: tests/gpu/gemm_harness.c's). The others are compiled into the cache with their default
+ * variant, so that train start finds them, and left untimed (make test-gpu checks them: test_kernels, test_train_gpu). */
+const char *fb_tune_untimed(const fb_kernel_spec *k) {
+  if (k->op == FB_OP_DENSE) return "one fixed variant";
+  if (k->op == FB_OP_TCOPY) return "the worker has no timing buffers for tcopy";
+  if (k->op == FB_OP_COMBINE_BWD) return "the worker has no check for the combine backward";
+  if ((k->op == FB_OP_AMAX || k->op == FB_OP_QUANT) && k->in_f32) return "the worker has no check on FP32 input";
+  return NULL;
 }
+
+int fb_tune_measurable(const fb_kernel_spec *k) { return fb_tune_untimed(k) == NULL; }
 
 /* ---- the plan's kernels and their variants ----------------------------------------------------------------- */
 static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, kspec **out, int *nout) {
@@ -589,20 +598,18 @@ static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, 
       ++notemp;
       continue;
     }
-    if (!fb_tune_measurable(s)) {
-      printf("%s: the tuner's worker has no check and timing for it: not tuned\n", s->name);
-      continue;
-    }
     const fb_tune_family *fam = NULL;
     for (int f = 0; f < r->nfamilies; ++f)
       if (!strcmp(r->families[f].family, s->family)) fam = &r->families[f];
     fb_variant *vs = NULL;
     int nv = 0;
     kspec *x = &ks[n];
-    if (!fam || fb_gen_variants(s, fam, &vs, &nv, &x->pruned, x->pruned_why, sizeof x->pruned_why) != FB_OK) {
+    if ((!fam && !fb_gen_fixed(s)) || fb_gen_variants(s, fam, &vs, &nv, &x->pruned, x->pruned_why, sizeof x->pruned_why) != FB_OK) {
       fprintf(stderr, "fourbit tune: %s: %s\n", s->name, fam ? fb_errmsg() : "no tune family");
       continue;
     }
+    x->untimed = fb_tune_untimed(s);
+    if (x->untimed && nv > 1) nv = 1; /* the default only: train start takes it from the cache */
     if (fb_tune_is_gemm(s) && nv) { /* the variants whose tiles divide the model's widths (N and K do not depend on the
                                        tokens; the rows per expert are whole 128-row tiles) */
       fb_tune_shape_t sh;
@@ -771,10 +778,14 @@ int fb_tune_run(const fb_tune_opts *o) {
   summary_row *rows = calloc((size_t)(nks * nb + 1), sizeof *rows);
   run_ctx x = {.o = o, .w = &w, .cache = cache, .r = r, .plan = p, .nspec_runs = nks * nb, .t_start = fb_tune_now_ms()};
   if (o->time_s > 0) x.sweep_deadline = x.t_start + (long long)(o->time_s * 1000);
-  int nrows = 0;
+  int nrows = 0, nuntimed = 0;
   for (int i = 0; i < nks; ++i)
     for (int b = 0; b < nb; ++b, ++x.spec_i) {
       x.ks = &ks[i], x.tokens = shapes[b], x.bucket = buckets[b], x.id_base = i * 65536;
+      if (ks[i].untimed) { /* compiled into the cache above; no search */
+        if (b == 0) ++nuntimed;
+        continue;
+      }
       if (fb_tune_shape(&ks[i].spec, &r->model, r->ep, shapes[b], &x.shape) != FB_OK) {
         fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
         continue;
@@ -802,10 +813,14 @@ int fb_tune_run(const fb_tune_opts *o) {
     if (s->runner[0]) snprintf(ru, sizeof ru, "%s (%.4f)", s->runner, s->runner_ms);
     printf("%-48s %8lld %11s %11.4f %8s  %-22s %-30s %5d %6d\n", s->spec, s->bucket, def, s->tuned_ms, sp, s->winner, ru, s->cands, s->failed);
   }
-  printf("\n%d winners stored in %s (%d without one); the worker was replaced %d times; %.1f s measuring\n", nrows - nowin, dir, nowin,
-         w.deaths, (double)(fb_tune_now_ms() - x.t_start) / 1000);
+  for (int i = 0; i < nks; ++i)
+    if (ks[i].untimed && (rc |= !ks[i].c[0].compiled, 1))
+      printf("%-48s %8s %11s %11s %8s  %-22s (untimed: %s; its default is in the cache)\n", ks[i].spec.name, "-", "-", "-", "-",
+             ks[i].c[0].compiled ? ks[i].c[0].var.name + strlen(ks[i].spec.name) + 1 : "NOT COMPILED", ks[i].untimed);
+  printf("\n%d winners stored in %s (%d without one); %d kernels untimed, their defaults in the cache; the worker was replaced %d "
+         "times; %.1f s measuring\n", nrows - nowin, dir, nowin, nuntimed, w.deaths, (double)(fb_tune_now_ms() - x.t_start) / 1000);
   free(rows);
-  rc = nowin ? 1 : 0;
+  rc = rc || nowin ? 1 : 0;
 done:
   if (w.ch.pid > 0) {
     fb_tune_send(w.ch.in, FB_MSG_QUIT, NULL, 0, NULL, 0, NULL, 0);
@@ -843,7 +858,7 @@ fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe 
     if (!strcmp(r->families[f].family, k->family)) fam = &r->families[f];
   fb_variant *vs = NULL;
   int nv = 0;
-  if (!fam || fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0) != FB_OK || !nv) {
+  if ((!fam && !fb_gen_fixed(k)) || fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0) != FB_OK || !nv) {
     free(vs);
     return FB_ERR(FB_ENOTFOUND, "%s: no winner (%s) and no default variant", k->name, wnote);
   }

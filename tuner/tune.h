@@ -113,6 +113,8 @@ fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe 
 int fb_tune_warm_start_bench(const fb_tune_opts *o);
 /* Whether the worker can check and time spec k: every op with a template (GEMMs: tests/gpu/gemm_harness.c). */
 int fb_tune_measurable(const fb_kernel_spec *k);
+/* Why the worker does not check and time k (NULL: it does); tune compiles such a kernel's default into the cache. */
+const char *fb_tune_untimed(const fb_kernel_spec *k);
 /* The device fingerprint of GPU 0 (the driver + this toolchain). */
 fb_status fb_tune_fingerprint(fb_fingerprint *fp);
 #endif

@@ -163,13 +163,14 @@ static float *deqB(int kind, const uint16_t *b, size_t rows, size_t K) {
     }
   return x;
 }
-static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
+static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p) {
+  const char *nm = k->name;
   const unsigned long long *ta = (const unsigned long long *)&p->ta, *tb = (const unsigned long long *)&p->tb;
-  /* kinds by name: bf16xbf16 (0: BF16 as stored, natural K), nvfp4[_ten]x... (1), mxfp8x (3); nvfp4_ten before / after
-     the x: one S_dec per tensor for A / B (else per row / per expert) */
-  int kind = strstr(nm, "_bf16xbf16_") ? 0 : strstr(nm, "_nvfp4") ? 1 : 3, mode = strstr(nm, "_wgrad_") != NULL,
-      s2f6 = strstr(nm, "_s2f6") != NULL, obf = strstr(nm, "_bf16_") != NULL;
-  int aten = strstr(nm, "nvfp4_tenx") != NULL, bten = strstr(nm, "xnvfp4_ten") != NULL;
+  /* kinds: BF16 (0: as stored, natural K), NVFP4 (1), MXFP8 (3); an NVFP4 operand with a tensor outer scale: one S_dec
+     for A / B (else per row / per expert) */
+  int kind = k->src.format == FB_FMT_BF16 ? 0 : k->src.format == FB_FMT_NVFP4 ? 1 : 3, mode = k->op == FB_OP_GEMM_WGRAD,
+      s2f6 = k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6, obf = k->out_bf16;
+  int aten = kind == 1 && k->act.outer == FB_GRAN_TENSOR, bten = kind == 1 && k->src.outer == FB_GRAN_TENSOR;
   int E = p->experts;
   const long long *off = (const long long *)p->offsets;
   find(p->offsets, (E + 1) * 8, "gemm offsets");
@@ -199,7 +200,7 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
           Y[r * N + n] = acc;
         }
       }
-    if (strstr(nm, "_swiglu_")) { /* w13 fwd, SwiGLU epilogue: H = bf16(Y) to aux (if set), A = SwiGLU(H) to out */
+    if (k->op == FB_OP_GEMM_FWD13) { /* w13 fwd, SwiGLU epilogue: H = bf16(Y) to aux (if set), A = SwiGLU(H) to out */
       uint16_t *h = malloc(R * N * 2 + 2);
       for (size_t i = 0; i < R * N; ++i)
         h[i] = fb_bf16_from_f32(Y[i]);
@@ -213,7 +214,7 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
     } else if (s2f6) {
       find(p->out, R * N, "s2f6 out");
       find(p->out_sf, R * N / 32, "s2f6 sf");
-      CHK(fb_s2f6_quantize(Y, R, N, strstr(nm, "rht32") != NULL, p->signs, (int8_t *)p->out, (uint8_t *)p->out_sf));
+      CHK(fb_s2f6_quantize(Y, R, N, k->q.rht == 32, p->signs, (int8_t *)p->out, (uint8_t *)p->out_sf));
     } else if (obf) {
       find(p->out, R * N * 2, "gemm out bf16");
       for (size_t i = 0; i < R * N; ++i)
@@ -244,10 +245,10 @@ static void emu_gemm(const char *nm, const fb_kp_gemm *p) {
     free(A), free(B);
   }
 }
-/* The NVFP4 options a quantizer (tok, exp: name fragments) or requantizer's source reads: outer per row, per group
- * (the launch's group offsets, copied into *go: free it) or per tensor. */
-static fb_nvfp4_opts nv_opts(const char *nm, const char *tok_s, const char *exp_s, const fb_kp_mem *p, size_t **go) {
-  int tok = strstr(nm, tok_s) != NULL, exp_ = strstr(nm, exp_s) != NULL;
+/* The NVFP4 options a quantizer or requantizer's source reads: outer per row, per group (the launch's group offsets,
+ * copied into *go: free it) or per tensor. */
+static fb_nvfp4_opts nv_opts(fb_gran outer, const fb_kp_mem *p, size_t **go) {
+  int tok = outer == FB_GRAN_TOKEN, exp_ = outer == FB_GRAN_EXPERT;
   size_t ng = p->ngroups ? p->ngroups : 1;
   *go = malloc((ng + 1) * sizeof **go);
   if (exp_) {
@@ -258,21 +259,22 @@ static fb_nvfp4_opts nv_opts(const char *nm, const char *tok_s, const char *exp_
   fb_nvfp4_opts o = {.outer = tok ? FB_OUTER_ROW : exp_ ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = *go, .ngroups = ng};
   return o;
 }
-static void emu_mem(const char *nm, const fb_kp_mem *p) {
+static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
+  const char *nm = k->name;
   size_t R = p->rows, C = p->cols, n = R * C;
-  int sr = strstr(nm, "_sr") != NULL;
-  int f32 = strstr(nm, "_f32") != NULL;
+  int sr = k->q.rounding == FB_ROUND_SR;
+  int f32 = k->in_f32;
   float *x = NULL;
-  if (!strncmp(nm, "quant_", 6)) {
+  if (k->op == FB_OP_QUANT) {
     find(p->in, n * (f32 ? 4 : 2), "quant in");
     x = malloc(n * 4 + 4);
     for (size_t i = 0; i < n; ++i)
       x[i] = f32 ? ((float *)p->in)[i] : bf(((uint16_t *)p->in)[i]);
   }
-  if (!strncmp(nm, "quant_nvfp4", 11)) {
+  if (k->op == FB_OP_QUANT && k->q.format == FB_FMT_NVFP4) {
     size_t *go;
-    fb_nvfp4_opts o = nv_opts(nm, "_tok", "_exp", p, &go);
-    o.four_over_six = strstr(nm, "4o6") != NULL, o.two_d = strstr(nm, "_2d_") != NULL, o.rounding = sr ? FB_ROUND_SR : FB_ROUND_RN;
+    fb_nvfp4_opts o = nv_opts(k->q.outer, p, &go);
+    o.four_over_six = k->q.four_over_six, o.two_d = k->q.two_d, o.rounding = sr ? FB_ROUND_SR : FB_ROUND_RN;
     o.seed = p->seed, o.stream = p->stream, o.step = p->step;
     size_t no = fb_nvfp4_nouter(&o, R);
     find(p->out, n / 2, "q out");
@@ -280,19 +282,19 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
     find(p->s_dec, no * 4, "q sdec");
     CHK(fb_nvfp4_quantize(x, R, C, &o, (uint8_t *)p->out, (uint8_t *)p->scales, (float *)p->s_dec, NULL));
     free(go);
-  } else if (!strncmp(nm, "quant_mxfp8", 11)) {
-    int col = strstr(nm, "_col") != NULL;
+  } else if (k->op == FB_OP_QUANT && k->q.format == FB_FMT_MXFP8) {
+    int col = k->col;
     fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
     find(p->out, n, "mx out");
     find(p->scales, n / 32, "mx sf");
     CHK(fb_mxfp8_quantize(x, R, C, col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, (uint8_t *)p->out, (uint8_t *)p->scales));
-  } else if (!strncmp(nm, "requant_", 8)) {
+  } else if (k->op == FB_OP_REQUANT) {
     fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
     find(p->out, n, "rq out");
     find(p->scales, n / 32, "rq sf");
-    if (!strncmp(nm, "requant_nvfp4", 13)) {
+    if (k->src.format == FB_FMT_NVFP4) {
       size_t *go;
-      fb_nvfp4_opts o = nv_opts(nm, "nvfp4_tok", "nvfp4_exp", p, &go);
+      fb_nvfp4_opts o = nv_opts(k->src.outer, p, &go);
       find(p->in, n / 2, "rq in");
       find(p->src_scales, n / 16, "rq src sf");
       find(p->src_s_dec, fb_nvfp4_nouter(&o, R) * 4, "rq src sdec");
@@ -305,8 +307,8 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
       CHK(fb_requant_mxfp8_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, &so, (uint8_t *)p->out,
                                      (uint8_t *)p->scales));
     }
-  } else if (!strncmp(nm, "bcopy_", 6)) {
-    int nv = strstr(nm, "nvfp4") != NULL;
+  } else if (k->op == FB_OP_BCOPY) {
+    int nv = k->q.format == FB_FMT_NVFP4;
     find(p->in, nv ? n / 2 : n, "bc in");
     find(p->scales, nv ? n / 16 : n / 32, "bc sf");
     find(p->out, n * 2, "bc out");
@@ -327,12 +329,9 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
         o[r * C + k] = fb_bf16_from_f32(v[r * C + nat]);
       }
     free(v);
-  } else if (!strncmp(nm, "tcopy_", 6)) { /* tcopy_<src>_<out>[_t][_rht16][_scN]: fb_tcopy_ref */
-    int f32 = !strncmp(nm + 6, "f32_", 4), nv = !strncmp(nm + 6, "nvfp4_", 6), tok = !strncmp(nm + 6, "nvfp4_tok", 9);
-    const char *o = nm + 6 + (f32 ? 4 : nv ? 10 : 5);
-    int obf = !strncmp(o, "bf16", 4), tr = strstr(nm, "_t_") != NULL, rht = strstr(nm, "_rht16") ? 16 : 0;
-    const char *sc = strstr(nm, "_sc");
-    int scale = sc ? atoi(sc + 3) : 0;
+  } else if (k->op == FB_OP_TCOPY) { /* fb_tcopy_ref */
+    int nv = !f32 && k->src.format == FB_FMT_NVFP4, tok = nv && k->src.outer == FB_GRAN_TOKEN;
+    int obf = k->out_bf16, tr = k->col, rht = k->q.rht, scale = k->act.rht;
     find(p->in, nv ? n / 2 : n * (f32 ? 4 : 2), "tcopy in");
     if (nv) {
       find(p->src_scales, n / 16, "tcopy sf");
@@ -355,15 +354,16 @@ static void emu_mem(const char *nm, const fb_kp_mem *p) {
   }
   free(x);
 }
-static void emu_amax(const char *nm, const fb_kp_mem *p) {
-  size_t R = p->rows, C = p->cols, ng = strstr(nm, "_exp") ? p->ngroups : 1;
-  int f32 = strstr(nm, "_f32") != NULL;
+static void emu_amax(const fb_kernel_spec *k, const fb_kp_mem *p) {
+  int grp = k->q.outer == FB_GRAN_EXPERT;
+  size_t R = p->rows, C = p->cols, ng = grp ? p->ngroups : 1;
+  int f32 = k->in_f32;
   find(p->in, R * C * (f32 ? 4 : 2), "amax in");
   find(p->amax, ng * 4, "amax out");
-  if (strstr(nm, "_exp")) find(p->group_offsets, (ng + 1) * 8, "amax groups");
+  if (grp) find(p->group_offsets, (ng + 1) * 8, "amax groups");
   for (size_t g = 0; g < ng; ++g) {
-    size_t lo = ng > 1 || strstr(nm, "_exp") ? (size_t)((long long *)p->group_offsets)[g] : 0;
-    size_t hi = ng > 1 || strstr(nm, "_exp") ? (size_t)((long long *)p->group_offsets)[g + 1] : R;
+    size_t lo = ng > 1 || grp ? (size_t)((long long *)p->group_offsets)[g] : 0;
+    size_t hi = ng > 1 || grp ? (size_t)((long long *)p->group_offsets)[g + 1] : R;
     float a = ((float *)p->amax)[g];
     for (size_t i = lo * C; i < hi * C; ++i) {
       float v = f32 ? ((float *)p->in)[i] : bf(((uint16_t *)p->in)[i]);
@@ -373,10 +373,11 @@ static void emu_amax(const char *nm, const fb_kp_mem *p) {
     ((float *)p->amax)[g] = a;
   }
 }
-static void emu_moe(const char *nm, const fb_kp_moe *p) {
+static void emu_moe(const fb_kernel_spec *k, const fb_kp_moe *p) {
+  const char *nm = k->name;
   size_t T = p->rows, C = p->cols, K = p->top_k;
-  if (!strncmp(nm, "combine_bwd_", 12)) {
-    int s2 = strstr(nm, "s2f6") != NULL;
+  if (k->op == FB_OP_COMBINE_BWD) {
+    int s2 = k->q.format == FB_FMT_S2F6;
     find(p->row_of, T * K * 4, "cb row_of");
     size_t yr = 0;
     for (size_t i = 0; i < T * K; ++i) {
@@ -392,21 +393,21 @@ static void emu_moe(const char *nm, const fb_kp_moe *p) {
     find(p->out, yr * C * 2, "cb dY");
     find(p->grad_w, T * K * 4, "cb dw");
     CHK(fb_combine_bwd_ref((void *)p->in, s2 ? (uint8_t *)p->in_scales : NULL, yr, s2 ? FB_FMT_S2F6 : FB_FMT_BF16,
-                           s2 && strstr(nm, "rht32"), p->signs, (int32_t *)p->row_of, (float *)p->topk_w, T, (int)K, C,
+                           s2 && k->q.rht == 32, p->signs, (int32_t *)p->row_of, (float *)p->topk_w, T, (int)K, C,
                            (float *)p->in2, (uint16_t *)p->out, (float *)p->grad_w));
     return;
   }
-  if (!strncmp(nm, "swiglu_fwd", 10)) {
+  if (k->op == FB_OP_SWIGLU_FWD) {
     find(p->in, T * 2 * C * 2, "sw in");
     find(p->out, T * C * 2, "sw out");
     CHK(fb_swiglu_fwd_ref((uint16_t *)p->in, T, C, (uint16_t *)p->out));
-  } else if (!strncmp(nm, "swiglu_bwd", 10)) {
+  } else if (k->op == FB_OP_SWIGLU_BWD) {
     find(p->in, T * 2 * C * 2, "swb in");
     find(p->in2, T * C * 2, "swb in2");
     find(p->out, T * 2 * C * 2, "swb out");
     CHK(fb_swiglu_bwd_ref((uint16_t *)p->in, (uint16_t *)p->in2, T, C, (uint16_t *)p->out));
-  } else if (!strncmp(nm, "unpermute_", 10)) {
-    int s2 = strstr(nm, "s2f6") != NULL;
+  } else if (k->op == FB_OP_UNPERMUTE) {
+    int s2 = k->q.format == FB_FMT_S2F6;
     find(p->row_of, T * K * 4, "up row_of");
     size_t yr = 0;
     for (size_t i = 0; i < T * K; ++i) {
@@ -419,10 +420,10 @@ static void emu_moe(const char *nm, const fb_kp_moe *p) {
       find(p->in_scales, yr * C / 32, "up sf");
     if (p->topk_w)
       find(p->topk_w, T * K * 4, "up w");
-    int ob = strstr(nm, "_obf16") != NULL; /* BF16 out (the combine), else FP32 (dX) */
+    int ob = k->out_bf16; /* BF16 out (the combine), else FP32 (dX) */
     find(p->out, T * C * (ob ? 2 : 4), "up out");
     CHK(fb_unpermute_ref((void *)p->in, s2 ? (uint8_t *)p->in_scales : NULL, yr, s2 ? FB_FMT_S2F6 : FB_FMT_BF16,
-                         s2 && strstr(nm, "rht32"), p->signs, (int32_t *)p->row_of, p->topk_w ? (float *)p->topk_w : NULL, T, K,
+                         s2 && k->q.rht == 32, p->signs, (int32_t *)p->row_of, p->topk_w ? (float *)p->topk_w : NULL, T, K,
                          C, ob ? NULL : (float *)p->out, ob ? (uint16_t *)p->out : NULL));
   } else {
     fprintf(stderr, "MOCK: no emulation of %s\n", nm);
@@ -556,9 +557,10 @@ static void emu_router(const char *nm, const fb_kp_moe *p) {
   find(p->topk_idx, T * K * 4, "router idx"), find(p->topk_w, T * K * 4, "router w");
   CHK(fb_router_ref((float *)p->in, T, (int)E, (int)K, (float *)p->probs, (int32_t *)p->topk_idx, (float *)p->topk_w));
 }
-static void emu_adamw(const char *nm, const fb_kp_moe *p) {
+static void emu_adamw(const fb_kernel_spec *k, const fb_kp_moe *p) {
+  const char *nm = k->name;
   size_t R = (size_t)p->rows, C = (size_t)p->cols, n = R * C;
-  if (!strstr(nm, "_bf16_")) {
+  if (k->q.format != FB_FMT_BF16) {
     fprintf(stderr, "MOCK: no emulation of %s (AdamW with a BF16 copy only)\n", nm);
     abort();
   }
@@ -586,15 +588,23 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     abort();
   }
   const char *nm = (const char *)f;
-  if (!strncmp(nm, "permute_", 8) && e) {
+  /* what the kernel is: its name's fields (gen/kname.c's parser, the generator's own naming authority) */
+  fb_kernel_spec ks;
+  char arch[16];
+  if (fb_kernel_parse(nm, &ks, arch, sizeof arch, NULL) != FB_OK) {
+    fprintf(stderr, "MOCK: launch of %s: %s\n", nm, fb_errmsg());
+    abort();
+  }
+  snprintf(ks.name, sizeof ks.name, "%s", nm);
+  const fb_kernel_spec *k = &ks;
+  if (k->op == FB_OP_PERMUTE && e) {
     fb_kp_moe *p = (fb_kp_moe *)e[1];
     if (p->pass != 3)
       return 0;
     if (!p->topk_idx) { /* the gather pass alone (runtime/experts_gpu.c's regroup): out row r = in row token_of[r], r below
                            offsets[experts]; p->rows: the input's rows */
-      fb_format fm = strstr(nm, "nvfp4") ? FB_FMT_NVFP4 : strstr(nm, "mxfp8") ? FB_FMT_MXFP8 : FB_FMT_BF16;
       size_t b[3];
-      fb_payload_planes(fm, strstr(nm, "_tok") != NULL, p->cols, b);
+      fb_payload_planes(k->q.format, k->q.format == FB_FMT_NVFP4 && k->q.outer == FB_GRAN_TOKEN, p->cols, b);
       find(p->offsets, ((size_t)p->experts + 1) * 8, "gather rows");
       size_t n = (size_t)((long long *)p->offsets)[p->experts];
       find(p->token_of, n * 4, "gather map");
@@ -624,9 +634,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
       fprintf(stderr, "MOCK permute: %s\n", fb_errmsg());
       abort();
     }
-    fb_format fm = strstr(nm, "nvfp4") ? FB_FMT_NVFP4 : strstr(nm, "mxfp8") ? FB_FMT_MXFP8 : FB_FMT_BF16;
     size_t b[3];
-    fb_payload_planes(fm, strstr(nm, "_tok") != NULL, p->cols, b);
+    fb_payload_planes(k->q.format, k->q.format == FB_FMT_NVFP4 && k->q.outer == FB_GRAN_TOKEN, p->cols, b);
     const void *in[3] = {(void *)p->in, (void *)p->in_scales, (void *)p->in_outer};
     void *out[3] = {(void *)p->out, (void *)p->out_scales, (void *)p->out_outer};
     for (int q = 0; q < 3; ++q)
@@ -637,32 +646,17 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     fb_permute_gather_ref(in, b, T, (int32_t *)p->token_of, total, out);
     return 0;
   }
-  if (!strncmp(nm, "gemm_", 5)) {
-    emu_gemm(nm, (const fb_kp_gemm *)a[0]);
+  switch (k->op) {
+  case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
+    emu_gemm(k, (const fb_kp_gemm *)a[0]);
     return 0;
+  case FB_OP_AMAX: emu_amax(k, (const fb_kp_mem *)e[1]); return 0;
+  case FB_OP_QUANT: case FB_OP_REQUANT: case FB_OP_BCOPY: case FB_OP_TCOPY: emu_mem(k, (const fb_kp_mem *)e[1]); return 0;
+  case FB_OP_DENSE: emu_dense(nm, (const fb_kp_dense *)e[1]); return 0;
+  case FB_OP_ROUTER: emu_router(nm, (const fb_kp_moe *)e[1]); return 0;
+  case FB_OP_ADAMW: emu_adamw(k, (const fb_kp_moe *)e[1]); return 0;
+  default: emu_moe(k, (const fb_kp_moe *)e[1]); return 0;
   }
-  if (!strncmp(nm, "amax_", 5)) {
-    emu_amax(nm, (const fb_kp_mem *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "quant_", 6) || !strncmp(nm, "requant_", 8) || !strncmp(nm, "bcopy_", 6) || !strncmp(nm, "tcopy_", 6)) {
-    emu_mem(nm, (const fb_kp_mem *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "dense_", 6)) {
-    emu_dense(nm, (const fb_kp_dense *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "router_", 7)) {
-    emu_router(nm, (const fb_kp_moe *)e[1]);
-    return 0;
-  }
-  if (!strncmp(nm, "adamw_", 6)) {
-    emu_adamw(nm, (const fb_kp_moe *)e[1]);
-    return 0;
-  }
-  emu_moe(nm, (const fb_kp_moe *)e[1]);
-  return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) {
   char *p = malloc(n + 64);
