@@ -1,4 +1,4 @@
-/* comm.h — the ranks of an expert-parallel run and what passes between them (DESIGN.md "Runtime": expert
+/* comm.h — the ranks of an expert-parallel run and what passes between them (docs/design.md "Runtime": expert
  * parallelism, one process per GPU).
  *
  * Entry points: fb_comm_init_env, fb_comm_single, fb_comm_free, fb_comm_rank, fb_comm_size, fb_comm_alltoallv,
