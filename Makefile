@@ -23,8 +23,8 @@ endif
 INCS     := -Iinclude -Iruntime -Igen -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
 CFLAGS   := -std=c11 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread $(INCS)
 CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -ffp-contract=off -pthread $(INCS)
-# Lua and LMDB statically; NVRTC and NCCL dynamically; libcuda.so.1 by dlopen (never linked).
-LDLIBS   := $(LIBDIR)/liblua5.4.a $(LIBDIR)/liblmdb.a -L$(CUDA_HOME)/lib64 -lnvrtc -lnccl \
+# Lua and LMDB statically; NVRTC dynamically; libnccl.so.2 and libcuda.so.1 by dlopen (never linked).
+LDLIBS   := $(LIBDIR)/liblua5.4.a $(LIBDIR)/liblmdb.a -L$(CUDA_HOME)/lib64 -lnvrtc \
             -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl -lm -pthread
 
 LIBSRC := $(sort $(wildcard runtime/*.c gen/*.c tuner/*.c cache/*.c recipes/*.c))

@@ -13,11 +13,11 @@
 #include <lauxlib.h>
 #include <lmdb.h>
 #include <lua.h>
-#include <nccl.h>
 #include <nvrtc.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "comm.h"
 #include "fb_cuda.h"
 
 static void usage(FILE *f) {
@@ -42,8 +42,9 @@ static void usage(FILE *f) {
 static int cmd_info(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: fourbit info\n\nPrints the fourbit, Lua, LMDB, NVRTC and NCCL versions this binary was built\n"
-             "with, and the GPUs the CUDA driver (libcuda.so.1, loaded with dlopen) reports.\n"
+      printf("usage: fourbit info\n\nPrints the fourbit, Lua, LMDB and NVRTC versions this binary was built with, the\n"
+             "NCCL version found at run time (libnccl.so.2, loaded with dlopen; \"not found\" without one), and the\n"
+             "GPUs the CUDA driver (libcuda.so.1, loaded with dlopen) reports.\n"
              "Exit status 0 even when there is no driver: the line says so.\n");
       return 0;
     }
@@ -57,7 +58,8 @@ static int cmd_info(int argc, char **argv) {
   if (L) lua_close(L);
   printf("lmdb     %s (static)\n", mdb_version(NULL, NULL, NULL));
   if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) printf("nvrtc    %d.%d\n", major, minor);
-  if (ncclGetVersion(&nccl) == ncclSuccess) printf("nccl     %d.%d.%d\n", nccl / 10000, nccl / 100 % 100, nccl % 100);
+  if (fb_comm_nccl_version(&nccl) == FB_OK) printf("nccl     %d.%d.%d (libnccl.so.2, dlopen)\n", nccl / 10000, nccl / 100 % 100, nccl % 100);
+  else printf("nccl     not found (%s): expert parallelism on GPUs (--gpus) needs it\n", fb_errmsg());
   int n = 0;
   if (fb_cuda_device_count(&n) != FB_OK) {
     printf("cuda     %s\n", fb_errmsg());

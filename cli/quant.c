@@ -26,7 +26,7 @@ static void quant_usage(FILE *f, const char *cmd) {
           "the codes (row-major; NVFP4 two per byte, even element in the low nibble), then one scale byte per\n"
           "block (E4M3 per 16 for nvfp4, E8M0 per 32 for mxfp8 and s2f6), then for nvfp4 the float32 S_dec\n"
           "outer scales (1 for --outer tensor, R for --outer row). dequant reads that and writes float32;\n"
-          "give it the same flags. Formats and rounding are those of NUMERICS.md.\n"
+          "give it the same flags. Formats and rounding are those of docs/numerics.md.\n"
           "\n"
           "  --format F        nvfp4 | mxfp8 | s2f6 (required)\n"
           "  --rows R --cols C the matrix shape (required); C a multiple of 16 (nvfp4) or 32 (mxfp8, s2f6)\n"

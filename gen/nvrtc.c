@@ -1,6 +1,6 @@
 /* nvrtc.c — compile generated source with NVRTC for sm_90a / sm_100a / sm_103a. The templates/ headers
  * are handed over from memory (the embedded copies), so nothing depends on the working directory.
- * Options: --fmad=false, because the CPU reference contracts nothing (NUMERICS.md says where fmaf is
+ * Options: --fmad=false, because the CPU reference contracts nothing (docs/numerics.md says where fmaf is
  * meant, and the templates call fmaf there); --ptxas-options=-v puts registers, shared memory and spills
  * into the log. Entry points: fb_nvrtc_compile(), fb_cubin_free(). NVRTC is thread-safe. */
 #include "fb_embed.h"

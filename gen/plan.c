@@ -4,7 +4,7 @@
  *
  * Entry points: fb_plan_resolve(), fb_plan_free(), fb_plan_json(), fb_plan_text(), fb_plan_wire_bits().
  *
- * Kernel names (STYLE.md: <op>_<formats>_<out>[_<epilogue>]_<arch>; the generator appends the tile):
+ * Kernel names (docs/style.md "Kernel names": <op>_<formats>_<out>[_<epilogue>]_<arch>; the generator appends the tile):
  * a quantized operand is named by its tag — nvfp4[_4o6][_2d]_{ten|tok|exp}[_sr][_rhtN], mxfp8[_e5m2][_sr]
  * [_rhtN], s2f6[_rht32], bf16 — and quantizers say along which axis they block: _row (along the row, the
  * GEMM's K for dgrad/fwd) or _col (down the columns, stored transposed: the K of wgrad). */

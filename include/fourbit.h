@@ -2,7 +2,7 @@
  *
  * Entry points, by module:
  *   errors    fb_status, fb_errmsg(), fb_status_name()
- *   numerics  (runtime/numerics.c) every format of ../shared/NUMERICS.md, bit by bit: element
+ *   numerics  (runtime/numerics.c) every format of docs/numerics.md, bit by bit: element
  *             encode/decode (E2M1, E4M3, E5M2, E8M0, S2F6), NVFP4 and MXFP8 block quantizers,
  *             the backward's requantize-transpose, RHT-32, S2F6 blocks. This is the CPU reference
  *             that every GPU kernel is checked against.
@@ -47,10 +47,10 @@ typedef enum {
 const char *fb_errmsg(void);
 const char *fb_status_name(fb_status s);
 
-/* ---- element formats (NUMERICS.md, "Element formats") ------------------------------------ */
+/* ---- element formats (docs/numerics.md, "Element formats") ------------------------------------ */
 /* All encoders are satfinite: finite overflow and +-Inf go to +-max. A negative value that
  * rounds to zero keeps its sign. NaN: E2M1 -> 0x7 (+6), E4M3 -> 0x7F, E5M2 -> 0x7F.
- * _sr variants take the 8 random bits r of NUMERICS.md "Stochastic rounding". */
+ * _sr variants take the 8 random bits r of docs/numerics.md "Stochastic rounding". */
 float   fb_e2m1_decode(uint8_t code);          /* low 4 bits */
 uint8_t fb_e2m1_encode_rn(float x);
 uint8_t fb_e2m1_encode_sr(float x, uint8_t r);
@@ -61,7 +61,7 @@ float   fb_e5m2_decode(uint8_t code);          /* IEEE-like: Inf, NaN */
 uint8_t fb_e5m2_encode_rn(float x);
 uint8_t fb_e5m2_encode_sr(float x, uint8_t r);
 float   fb_e8m0_decode(uint8_t code);          /* 2^(code-127); 0xFF -> NaN */
-uint8_t fb_e8m0_encode_up(float x);            /* the rounded-up rule of NUMERICS.md (MXFP8) */
+uint8_t fb_e8m0_encode_up(float x);            /* the rounded-up rule of docs/numerics.md (MXFP8) */
 float   fb_s2f6_decode(int8_t q);              /* q / 64 */
 
 /* ---- stochastic rounding bits -------------------------------------------------------------- */
@@ -98,7 +98,7 @@ fb_status fb_nvfp4_quantize(const float *x, size_t rows, size_t cols, const fb_n
 /* y = e2m1(q) * float(sf) * S_dec, in that order (fp32). */
 fb_status fb_nvfp4_dequantize(const uint8_t *codes, const uint8_t *sf, const float *s_dec,
                               size_t rows, size_t cols, const fb_nvfp4_opts *o, float *y);
-/* The per-group amax and S_enc of NUMERICS.md (A with NaN ignored). four_over_six picks 256. */
+/* The per-group amax and S_enc of docs/numerics.md (A with NaN ignored). four_over_six picks 256. */
 float fb_nvfp4_s_enc(float amax, int four_over_six);
 
 /* ---- MXFP8 (E4M3 elements, E8M0 scale per 32) ------------------------------------------------ */
@@ -217,7 +217,7 @@ const char *fb_format_name(fb_format f);
 const char *fb_gran_name(fb_gran g);
 
 /* ---- the plan (gen/plan.c) ------------------------------------------------------------------ */
-/* A unique kernel the plan needs. name is its canonical identity (STYLE.md) without the variant's
+/* A unique kernel the plan needs. name is its canonical identity (docs/style.md "Kernel names") without the variant's
  * tile fields, which the generator appends: e.g. gemm_fwd_nvfp4xnvfp4_nvfp4_4o6_tok_swiglu_sm90a. */
 typedef enum {
   FB_OP_TCOPY = 64, /* a matrix copied to BF16 / FP32: dequantized, transposed, RHT-16, scaled (templates/tcopy.cuh;
@@ -340,7 +340,7 @@ const char *fb_gen_template(const fb_kernel_spec *k, const char **why);
  * *pruned with the first reason in why (may be NULL). *out is malloc'd. */
 fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb_variant **out, int *n,
                           int *pruned, char *why, size_t whylen);
-/* The CUDA source of variant v: the generated header (STYLE.md), the parameters as #defines, then the
+/* The CUDA source of variant v: the generated header (docs/style.md "Generated source"), the parameters as #defines, then the
  * template body. origin: the recipe path; plan_sha: its plan hash ("-" if none). Deterministic. */
 fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char *origin, const char *plan_sha,
                         char **src);

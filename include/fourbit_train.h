@@ -1,5 +1,5 @@
 /* fourbit_train.h — the runtime: a small MoE language model trained with a recipe's numerics
- * (DESIGN.md "Runtime", NUMERICS.md "The expert layer, op by op").
+ * (docs/design.md "Runtime", docs/numerics.md "The expert layer, op by op").
  *
  * Entry points, by module:
  *   data      (runtime/data.c)  fb_markov_*: a synthetic language from a seed, a random sparse Markov

@@ -1,4 +1,4 @@
--- inkling2_small.lua — the end-to-end 4-bit recipe that trained Inkling 2 Small (DESIGN.md).
+-- inkling2_small.lua — the end-to-end 4-bit recipe that trained Inkling 2 Small (docs/design.md).
 -- 594B total / 17B active parameters, 48 layers, 384 experts, top-8.
 -- The widths are not published: d_model 5120 and d_ff 2048 are the pair chosen for 594B total / 17B active
 -- (not the model's confirmed shape). Counted for this model as written here: experts 48 x 384 x 3 x 5120 x

@@ -648,7 +648,7 @@ static fb_status read_qspec(vctx *v, fb_format fmt, const char *role, int with_f
     FB_TRY(get_bool(v, "four_over_six", 0, &q->four_over_six));
     FB_TRY(get_bool(v, "two_d", 0, &q->two_d));
     if (q->two_d && g == FB_GRAN_TOKEN) return VERR(v, "two_d: 16x16 blocks need 'tensor' or 'expert' outer scales");
-    if (q->two_d && q->four_over_six) return VERR(v, "two_d and four_over_six do not combine (NUMERICS.md)");
+    if (q->two_d && q->four_over_six) return VERR(v, "two_d and four_over_six do not combine (docs/numerics.md)");
   }
   return FB_OK;
 }

@@ -463,6 +463,7 @@ static struct {
   ncclResult_t (*GroupStart)(void);
   ncclResult_t (*GroupEnd)(void);
   const char *(*GetErrorString)(ncclResult_t);
+  ncclResult_t (*GetVersion)(int *);
 } nc;
 
 #define NC_CHECK(call) do { ncclResult_t fb_r_ = (call); if (fb_r_ != ncclSuccess) \
@@ -474,7 +475,7 @@ static fb_status nccl_load(void) {
   if (!h) return FB_ERR(FB_ENCCL, "dlopen libnccl.so.2: %s", dlerror());
 #define SYM(f) if (!(*(void **)&nc.f = dlsym(h, "nccl" #f))) { dlclose(h); return FB_ERR(FB_ENCCL, "libnccl.so.2: no nccl%s", #f); }
   SYM(GetUniqueId) SYM(CommInitRank) SYM(CommDestroy) SYM(Send) SYM(Recv) SYM(AllReduce) SYM(GroupStart) SYM(GroupEnd)
-  SYM(GetErrorString)
+  SYM(GetErrorString) SYM(GetVersion)
 #undef SYM
   nc.lib = h;
   return FB_OK;
@@ -483,6 +484,13 @@ static fb_status nccl_load(void) {
 static void nccl_destroy(fb_comm *c) {
   if (c->nc && nc.lib) nc.CommDestroy(c->nc);
   c->nc = NULL;
+}
+
+fb_status fb_comm_nccl_version(int *version) {
+  *version = 0;
+  FB_TRY(nccl_load());
+  NC_CHECK(nc.GetVersion(version));
+  return FB_OK;
 }
 
 fb_status fb_comm_nccl_unique_id_env(void) {

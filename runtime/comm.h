@@ -1,4 +1,4 @@
-/* comm.h — the ranks of an expert-parallel run and what passes between them (DESIGN.md "Runtime": expert
+/* comm.h — the ranks of an expert-parallel run and what passes between them (docs/design.md "Runtime": expert
  * parallelism, one process per GPU).
  *
  * Entry points: fb_comm_init_env, fb_comm_single, fb_comm_free, fb_comm_rank, fb_comm_size, fb_comm_alltoallv,
@@ -76,6 +76,9 @@ fb_status fb_comm_mesh_child(int n, int rank, int *fds);
 fb_status fb_comm_nccl_unique_id_env(void);
 
 /* ---- NCCL: device buffers ---- */
+/* Loads libnccl.so.2 (dlopen, as every NCCL call here) and returns ncclGetVersion's code (e.g. 22703 for 2.27.3);
+ * FB_ENCCL, with dlopen's reason, where there is no NCCL: `fourbit info` says "not found" and goes on. */
+fb_status fb_comm_nccl_version(int *version);
 /* Loads libnccl.so.2 and makes the NCCL communicator of these ranks on the current CUDA device. The caller has
  * made its context current on device fb_comm_local_rank(c). Collective over the ranks. Under a CUDA driver whose
  * device memory is host memory (the fake libcuda.so.1 of tests/gpu/mock_libcuda.c, which exports

@@ -1,4 +1,4 @@
-/* experts_gpu.c — the expert layer on one GPU: the fb_expert_ops of experts_gpu.h. Every step of NUMERICS.md's "expert
+/* experts_gpu.c — the expert layer on one GPU: the fb_expert_ops of experts_gpu.h. Every step of docs/numerics.md's "expert
  * layer, op by op" runs as a generated kernel (templates/), in this order (T tokens, D d_model, F d_ff, E experts,
  * R permuted rows, each expert's padded to FB_GPU_EXPERT_PAD = 128, the wgrad GEMM's K tile):
  *

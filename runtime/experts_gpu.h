@@ -1,5 +1,5 @@
 /* experts_gpu.h — the expert layer on one GPU (sm_90a): an fb_expert_ops (include/fourbit_train.h) whose forward and
- * backward run the generated kernels (templates/) in the order of NUMERICS.md's "expert layer, op by op" table.
+ * backward run the generated kernels (templates/) in the order of docs/numerics.md's "The expert layer, op by op" table.
  * Expert parallelism: with opts.comm of N ranks (one process per GPU, device fb_comm_local_rank), rank r owns experts
  * [r E/N, (r+1) E/N) and the layers exchange their payloads with NCCL (runtime/comm.h); without one, a one-rank
  * communicator of its own. One rank exchanges nothing: the dispatch permute writes the owner's padded layout itself and

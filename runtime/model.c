@@ -1,4 +1,4 @@
-/* model.c — the runtime's MoE language model on the CPU: parameters, forward, backward (DESIGN.md "Runtime").
+/* model.c — the runtime's MoE language model on the CPU: parameters, forward, backward (docs/design.md "Runtime").
  *
  *   embedding; L x [RMSNorm -> causal depthwise convolution (width conv_width, within each sequence)
  *   -> residual -> RMSNorm -> router (BF16 GEMM, fb_router_ref: softmax, top-k, renormalized weights)

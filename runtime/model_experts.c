@@ -1,4 +1,4 @@
-/* model_experts.c — the expert layer on the CPU: the recipe's numerics op by op (NUMERICS.md, "The expert layer,
+/* model_experts.c — the expert layer on the CPU: the recipe's numerics op by op (docs/numerics.md, "The expert layer,
  * op by op"), through the numerics library (numerics.c) and the op references (ops.c). The CPU fb_expert_ops of
  * include/fourbit_train.h: the oracle of the GPU expert layer and the --device cpu path.
  *
@@ -38,7 +38,7 @@
  *   expert   w13, SwiGLU, A, w2 on those rows; the combine payload (S2F6 + RHT, or BF16) of each received row goes
  *            back to its source, which combines it with its router weights (fb_unpermute_ref) and keeps its
  *            dequantized rows for dL/dw. Backward: the source sends w * dy rows (BF16: the owner quantizes them
- *            row-wise and column-wise itself: NUMERICS.md derives neither copy from the other, and a 32-row block
+ *            row-wise and column-wise itself: docs/numerics.md derives neither copy from the other, and a 32-row block
  *            down an expert's rows spans sources), the owner sends dX rows back (BF16), the source sums them.
  *   wire     dispatch rows: NVFP4 codes (d/2 bytes) + E4M3 block scales (d/16) + the FP32 outer scale (4; per-row
  *            also for a per-tensor scale, which differs between sources); MXFP8 d + d/32; BF16 2d (exact: FP32 4d).
@@ -75,7 +75,7 @@ uint32_t fb_moe_stream(int layer, int operand) { return ((uint32_t)layer << 8) |
 
 /* ---- SR index maps ------------------------------------------------------------------------------------ */
 /* The SR element index of (row, col) of an operand: (row0 + row) * ld + col0 + col (ld 0: the operand's cols).
- * One rank: {0, 0, 0}, the row-major index of NUMERICS.md. A rank's slice of the one-rank operand maps to the
+ * One rank: {0, 0, 0}, the row-major index of docs/numerics.md. A rank's slice of the one-rank operand maps to the
  * index one rank gives the same element. */
 typedef struct { size_t row0, ld, col0; } srmap;
 
@@ -172,7 +172,7 @@ static void rht_rows(float *t, size_t rows, size_t cols, int n, uint32_t signs) 
 
 /* x (rows x cols) -> transposed (cols x rows), RHT-rht along the new rows when rht, quantized as q along the
  * new rows, dequantized into *out (malloc'd). The wgrad operand of a gradient; also the backward's requantization
- * of a saved tensor (x = its exact dequantization: NVFP4/MXFP8 -> FP32 -> transposed MXFP8, NUMERICS.md). */
+ * of a saved tensor (x = its exact dequantization: NVFP4/MXFP8 -> FP32 -> transposed MXFP8, docs/numerics.md). */
 static fb_status colwise(const fb_qspec *q, int exact, const float *x, size_t rows, size_t cols, int rht,
                          uint32_t seed, uint32_t stream, uint32_t step, const srmap *map, float **out) {
   *out = NULL;

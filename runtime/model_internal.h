@@ -3,7 +3,7 @@
  *
  * GEMMs: C = A B with FP32 accumulation, for every output element in the order k = 0, 1, ..., K-1 starting
  * from +0 (acc = 0) or from C (acc = 1); no fused multiply-add (-ffp-contract=off), so the result does not
- * depend on vectorization. Operands are the exactly dequantized values (NUMERICS.md): the FP32 product of
+ * depend on vectorization. Operands are the exactly dequantized values (docs/numerics.md): the FP32 product of
  * them is what every GEMM of the CPU path computes. */
 #ifndef FB_MODEL_INTERNAL_H
 #define FB_MODEL_INTERNAL_H

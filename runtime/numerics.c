@@ -1,13 +1,13 @@
-/* numerics.c — the host numerics library: every format of ../shared/NUMERICS.md, operation for
+/* numerics.c — the host numerics library: every format of docs/numerics.md, operation for
  * operation. This is the oracle of every GPU kernel, so the order of fp32 operations below is part of
- * the contract (built with -ffp-contract=off; fmaf only where NUMERICS.md says).
+ * the contract (built with -ffp-contract=off; fmaf only where docs/numerics.md says).
  *
  * Entry points (see include/fourbit.h): fb_{e2m1,e4m3,e5m2}_{encode_rn,encode_sr,decode},
  * fb_e8m0_{encode_up,decode}, fb_s2f6_decode, fb_sr_bits, fb_nvfp4_{quantize,dequantize,s_enc,nouter},
  * fb_mxfp8_{quantize,dequantize}, fb_requant_{nvfp4,mxfp8}_to_mxfp8t, fb_rht_signs,
  * fb_rht32_{forward,inverse}, fb_s2f6_{block_exp,quantize,dequantize}.
  *
- * Edge rules that NUMERICS.md leaves to the implementation, fixed here (GPU kernels copy them):
+ * Edge rules that docs/numerics.md leaves to the implementation, fixed here (GPU kernels copy them):
  *  - MXFP8 block amax propagates NaN (so the scale is 0xFF, as the spec's E8M0 rule says);
  *    inv_b = 2^(127 - e_b) for every e_b, and dequantization multiplies by decode(e_b) (NaN for 0xFF).
  *  - S2F6: the block amax propagates NaN; a block with NaN or Inf (no e satisfies the rule) gets
@@ -88,7 +88,7 @@ static uint8_t fmt_bits(const fmt_t *f, float q) {
   return (uint8_t)(((e + f->bias) << f->mbits) | m);
 }
 
-/* RN (sr == 0) or SR with random byte r, satfinite; NUMERICS.md "Stochastic rounding". */
+/* RN (sr == 0) or SR with random byte r, satfinite; docs/numerics.md "Stochastic rounding". */
 static uint8_t fmt_encode(const fmt_t *f, float x, int sr, uint8_t r) {
   if (isnan(x)) return f->nan_code;
   uint8_t sign = signbit(x) ? (uint8_t)(1u << (f->ebits + f->mbits)) : 0;
@@ -200,7 +200,7 @@ static void outer_ranges(const fb_nvfp4_opts *o, size_t rows, size_t g, size_t *
   }
 }
 
-/* Quantize one block of 16 with scale code sfc; returns the fp32 squared error of NUMERICS.md. */
+/* Quantize one block of 16 with scale code sfc; returns the fp32 squared error of docs/numerics.md. */
 static float nv_block(const float *x, uint8_t sfc, float s_dec, const uint8_t *r, uint8_t q[16]) {
   float sf = fb_e4m3_decode(sfc);
   if (sfc == 0) {
@@ -279,7 +279,7 @@ fb_status fb_nvfp4_dequantize(const uint8_t *codes, const uint8_t *sf, const flo
 }
 
 /* ---- MXFP8 --------------------------------------------------------------------------------- */
-/* SR element index of (row, col): (row0 + row) * ld + col0 + col; {0, cols, 0} is the row-major index of NUMERICS.md */
+/* SR element index of (row, col): (row0 + row) * ld + col0 + col; {0, cols, 0} is the row-major index of docs/numerics.md */
 static void mx_rows(const float *x, size_t rows, size_t cols, const fb_sr_opts *r, size_t row0, size_t ld, size_t col0,
                     uint8_t *codes, uint8_t *e8m0) {
   int sr = r && r->rounding == FB_ROUND_SR;

@@ -6,7 +6,7 @@
  * fb_train_step_index, fb_train_floor, fb_train_plan, fb_train_param_count, fb_train_save, fb_train_load,
  * fb_train_nparams, fb_train_param, fb_train_loss_grad.
  *
- * A step that meets a non-finite loss or gradient norm is skipped (no update; NUMERICS.md: never silently used)
+ * A step that meets a non-finite loss or gradient norm is skipped (no update; docs/numerics.md: never silently used)
  * and reported in fb_step_stats.skipped; the step counter still advances, so the data and the random streams
  * stay where the uninterrupted run has them.
  *

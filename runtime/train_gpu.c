@@ -1,5 +1,5 @@
 /* train_gpu.c — the GPU-resident train step (train_gpu.h): model.c's forward and backward and train.c's gradient norm
- * and AdamW, on device tensors, in model.c's order and with its roundings (DESIGN.md "Runtime"):
+ * and AdamW, on device tensors, in model.c's order and with its roundings (docs/design.md "Runtime"):
  *
  *   forward   embedding gather; per layer: RMSNorm (FP32 out: the convolution's input), causal convolution +
  *             residual, RMSNorm (BF16 out: the router GEMM's and the experts' input), router logits (cuBLAS, BF16 x

@@ -1,4 +1,4 @@
-/* combine_bwd.cuh — the combine's backward (NUMERICS.md, the expert layer op by op: the gradient that enters the
+/* combine_bwd.cuh — the combine's backward (docs/numerics.md, the expert layer op by op: the gradient that enters the
  * w2 GEMMs and the router weights' gradient), exactly as runtime/model_experts.c computes them on the host:
  * for every token t and slot s whose entry has a row r = row_of[t*k + s] >= 0,
  *   dY[r][j]       = bf16(w[t,s] * bf16(dy[t][j]))          (BF16, round to nearest even both times)

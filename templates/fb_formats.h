@@ -1,5 +1,5 @@
 /* fb_formats.h — element encoders and decoders for generated kernels: the fast forms of the rules of
- * NUMERICS.md (runtime/numerics.c is the reference: straightforward and slow). Shared by NVRTC device code
+ * docs/numerics.md (runtime/numerics.c is the reference: straightforward and slow). Shared by NVRTC device code
  * and host C, so that tests/test_formats.c checks every function here against the reference on the CPU,
  * and the GPU tests check the kernels built from them.
  *
@@ -55,7 +55,7 @@ FBF_FN unsigned fbf_e2m1_rn(float x) {
   if (x != x) return 7u;
   unsigned s = (fbf_f2u(x) >> 28) & 8u;
   float a = fabsf(x);
-  /* the RN thresholds of NUMERICS.md: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4 */
+  /* the RN thresholds of docs/numerics.md: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4 */
   unsigned c = (unsigned)(a > 0.25f) + (unsigned)(a >= 0.75f) + (unsigned)(a > 1.25f) + (unsigned)(a >= 1.75f) +
                (unsigned)(a > 2.5f) + (unsigned)(a >= 3.5f) + (unsigned)(a > 5.0f);
   return s | c;
@@ -118,7 +118,7 @@ FBF_FN unsigned fbf_e4m3_sr(float x, unsigned r) {
 }
 
 /* The same SR with integer arithmetic: in E4M3's normal range the 20 mantissa bits below its 3 are the
- * discarded fraction; their top 8 plus r carry into the kept bits exactly when NUMERICS.md's rule rounds
+ * discarded fraction; their top 8 plus r carry into the kept bits exactly when docs/numerics.md's rule rounds
  * up, so add r at bit 12 and truncate. The carry may step into the next binade, as rounding up should; the
  * result is on the E4M3 grid (or above 448, which the satfinite conversion clamps as the rule does). */
 FBF_FN unsigned fbf_e4m3_sr_fast(float x, unsigned r) {
@@ -207,7 +207,7 @@ FBF_FN float fbf_absmax_nan(float a, float x) {
  * amax at most 448 * 2^29, so that the block never takes the NaN/Inf paths. z = x * 2^(7-e) = (x * inv) * 2^-120,
  * rounded toward zero, maps E4M3's grid onto fp32's lowest binades: its normals onto exponent fields 1..15 (the
  * same mantissa bits) and its subnormals (spacing 2^-9) onto fp32 denormals, where the spacing 2^-129 is bit 20 of
- * the integer as well. In both ranges bits 12..19 of z are then the 8 discarded bits of NUMERICS.md's rule
+ * the integer as well. In both ranges bits 12..19 of z are then the 8 discarded bits of docs/numerics.md's rule
  * (truncated, so nothing carries up from below), and fbf_e4m3_sr_fast's add-and-mask works unchanged, zeros and
  * subnormal results included; the masked value times 2^120 is the SR result on E4M3's grid, which the satfinite
  * RN conversion encodes exactly (480 -> 448 as the rule's min). x * inv that is not exact (below 2^-126) encodes
@@ -354,7 +354,7 @@ FBF_FN void fbf_s2f6_dec16(const unsigned w[4], float sc, float y[16]) {
 /* ---- NVFP4 blocks ---- */
 /* One candidate scale sfc for a block of 16 with magnitudes av[] (= |x|): the E2M1 magnitude codes, packed
  * eight to a word (even element in the low nibble, sign bits clear), and the block's fp32 squared error
- * exactly as NUMERICS.md's 4/6 rule computes it. x^ = (e2m1 * sf) * S_dec carries x's sign in the
+ * exactly as docs/numerics.md's 4/6 rule computes it. x^ = (e2m1 * sf) * S_dec carries x's sign in the
  * reference; the square of (|x^| - |x|) is the same number. RN, or SR with the block's Philox bytes r.
  * In each binade the grid value is rint(m) * step with m = a / step, and its code rint(m) + 0, 2 or 4;
  * NaN and Inf give code 7 (6), as the RN/SR rules do. */
@@ -439,7 +439,7 @@ FBF_FN float fbf_e2m1_rn_grid(float a) {
 FBF_FN unsigned fbf_e2m1_grid_code(float g) { return fbf_f2u(g * 1.1754943508222875e-38f) >> 22; }
 /* E4M3 decode through the f16 pair conversion (one cvt on sm_89+): fbf_e4m3_dec's value for every code but NaN. */
 FBF_FN float fbf_e4m3_dec_cvt(unsigned c) { return fbf_h2_lo(fbf_e4m3x2_to_h2(c & 255u)); }
-/* The block's encode scale of NUMERICS.md, enc = min(1 / (sf * S_dec), FLT_MAX) (FLT_MAX for sf = 0). */
+/* The block's encode scale of docs/numerics.md, enc = min(1 / (sf * S_dec), FLT_MAX) (FLT_MAX for sf = 0). */
 FBF_FN float fbf_nvfp4_enc(float sf, float s_dec) { return fminf(1.0f / (sf * s_dec), FBF_FLT_MAX); }
 /* One RN candidate of 4/6 on the inputs x (signed): grid values g[] and the squared error of fbf_nvfp4_cand, bit for
  * bit. For sfc = 0 no branch is needed: enc = FLT_MAX, and x^ = (g * 0) * S_dec = 0 gives d = -|x|, whose fmaf
@@ -466,7 +466,7 @@ FBF_FN void fbf_nvfp4_grid_rn(const float x[16], float sf, float s_dec, float g[
   for (int j = 0; j < 16; ++j) g[j] = fbf_e2m1_rn_grid(fabsf(x[j]) * enc);
 }
 /* The sign bits of eight inputs in the nibble layout (bit 3 of nibble j set for x[j] negative; the caller has
- * excluded NaN, whose sign NUMERICS.md drops): the top bytes gathered by byte permutes, the even elements' into
+ * excluded NaN, whose sign docs/numerics.md drops): the top bytes gathered by byte permutes, the even elements' into
  * e (byte k from x[2k]) and shifted onto bit 3 of each byte, the odd elements' into o, sign already on bit 7. */
 FBF_FN unsigned fbf_nvfp4_signs8(const float x[8]) {
   unsigned e = fbf_prmt(fbf_prmt(fbf_f2u(x[0]), fbf_f2u(x[2]), 0x7373u), fbf_prmt(fbf_f2u(x[4]), fbf_f2u(x[6]), 0x7373u), 0x5410u);
@@ -512,7 +512,7 @@ FBF_FN float fbf_nvfp4_cand_rn_codes(const float x[16], float sf, float s_dec, u
 }
 
 /* ---- RHT-32 ---- */
-/* The unnormalized 32-point fast Walsh-Hadamard transform of NUMERICS.md: stages k = 0..4 in that order,
+/* The unnormalized 32-point fast Walsh-Hadamard transform of docs/numerics.md: stages k = 0..4 in that order,
  * each pair (i, i + 2^k) with bit k of i clear becomes (u + v, u - v), in fp32. */
 FBF_FN void fbf_wht32(float t[32]) {
 #if defined(__CUDA_ARCH__)

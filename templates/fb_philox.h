@@ -1,7 +1,7 @@
 /* fb_philox.h — Philox4x32-10 (Salmon et al., SC'11), shared verbatim by host C and NVRTC device
  * code: no includes, no library calls, 32-bit unsigned arithmetic only.
  * Entry points: fb_philox4x32_10(ctr, key, out); fb_philox_sr_byte(seed, stream, step, i).
- * Key and counter conventions for stochastic rounding are those of NUMERICS.md: key = (seed,
+ * Key and counter conventions for stochastic rounding are those of docs/numerics.md: key = (seed,
  * stream), counter = (step, c mod 2^32, c div 2^32, 0) with c = i / 16; byte j of the 128-bit output
  * (words little-endian) is r for element 16c + j. Checked against Random123 in tests/test_philox.c. */
 #ifndef FB_PHILOX_H

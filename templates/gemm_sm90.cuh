@@ -1,7 +1,7 @@
 /* gemm_sm90.cuh — grouped GEMM over experts for Hopper (sm_90a): TMA loads through an FB_STAGES-deep mbarrier
  * pipeline, one producer warpgroup and FB_CONSUMERS consumer warpgroups (setmaxnreg 40 / 232 with two), a
  * persistent tile scheduler that reads the expert offsets on the device, wgmma.mma_async with FP32 accumulators.
- * The parameter block and the shapes: fb_gemm.h. Written from the PTX ISA; facts in ../shared/HOPPER_PRIMITIVES.md.
+ * The parameter block and the shapes: fb_gemm.h. Written from the PTX ISA; facts in docs/hardware.md "Hopper (sm_90a) fact sheet".
  *
  * FB_KIND (operands):
  *   0  BF16 x BF16: both from shared memory (SS), 128-byte swizzled K-major tiles, wgmma k16.
@@ -11,7 +11,7 @@
  *      (RS). B is the exact BF16 copy e2m1 * sf of the NVFP4 weights (made once per step; its S_dec per expert is
  *      applied in the epilogue), stored with K permuted inside every 32-group so that it meets A's register
  *      fragment: position 16s + p of a group holds element 8*((p & 7) >> 1) + 4s + 2*(p >> 3) + (p & 1).
- *      The permutation is the same for both operands' products, so the sum is the same sum (NUMERICS.md GEMM).
+ *      The permutation is the same for both operands' products, so the sum is the same sum (docs/numerics.md "GEMM accumulation").
  *   2  MXFP8 x MXFP8: E4M3 from shared memory (SS), wgmma k32 = one MX block: each k32 product goes to a
  *      temporary accumulator and is promoted, acc += tmp * (sa * sb), sa and sb the two E8M0 scales (powers of
  *      two). A warp of the producer warpgroup stages the scales of each pipeline stage into shared memory.
@@ -26,7 +26,7 @@
  *   A = bf16(fbm_siluf(g) * u) of the BF16 g, u (as swiglu.cuh on the stored H), rows x f.
  * FB_SWIGLU 2 (mode 0, w2 dgrad): the accumulators are dA (rows x N = f), rounded to BF16 (as the unfused path stores it);
  *   with H = [g | u] (p.aux, rows x 2f BF16) the epilogue writes dH = [bf16(dg) | bf16(du)] (fbo_swiglu_bwd), rows x 2f.
- * FB_S2F6 1 (mode 0, w2 fwd): the combine payload of NUMERICS.md from the FP32 result: per 32 columns RHT-32 (FB_RHT,
+ * FB_S2F6 1 (mode 0, w2 fwd): the combine payload of docs/numerics.md from the FP32 result: per 32 columns RHT-32 (FB_RHT,
  *   sign mask p.signs) then S2F6: int8 codes to p.out (rows x N), E8M0 to p.out_sf (rows x N/32), as fb_s2f6_quantize.
  * FB_MODE: 0 rows grouped (fwd, dgrad); 1 K grouped (wgrad). FB_OUT_BF16: BF16 output (RNE), else FP32.
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue

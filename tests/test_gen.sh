@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_gen.sh — `fourbit gen` end to end without a GPU: sources and cubins for sm_90a, sm_100a and sm_103a
-# (NVRTC needs no GPU), the generated header of STYLE.md, byte-for-byte determinism, the golden source of
+# (NVRTC needs no GPU), the generated header of docs/style.md "Generated source", byte-for-byte determinism, the golden source of
 # one kernel, the notice naming kernels without a template, and bad input (exit 2).
 # usage: tests/test_gen.sh build/fourbit
 set -u

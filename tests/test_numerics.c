@@ -1,12 +1,12 @@
 /* test_numerics.c — runtime/numerics.c (the CPU reference of every format) checked against
- * ../shared/NUMERICS.md, with every expected value computed here independently of the library:
+ * docs/numerics.md, with every expected value computed here independently of the library:
  * decoders from the bit layout, RN by nearest-grid search (ties to the even code), SR from the
  * step/m/frac definition, NVFP4 / MXFP8 / S2F6 block quantizers written out formula by formula.
  *
  *   decode       exhaustive tables: E2M1, E4M3, E5M2, E8M0, S2F6.
  *   encode       round trips on every code (RN and SR for all 256 r; E8M0 rounded-up rule), RN tie
  *                points and midpoints, satfinite, NaN, signed zero, random floats vs reference.
- *   sr           the NUMERICS.md definition on hand cases and on random x for all r; unbiasedness:
+ *   sr           the docs/numerics.md definition on hand cases and on random x for all r; unbiasedness:
  *                mean over all 256 r == value with frac(m) truncated to 8 bits (exact), and the mean
  *                over Philox-drawn r within a Bernstein bound of x.
  *   nvfp4        bit-exact vs an independent reference for outer tensor / row / group, RN and SR;
@@ -111,7 +111,7 @@ static uint8_t ref_rn(int f, float xf) {
   return (uint8_t)(sb | c);
 }
 
-/* The SR definition of NUMERICS.md with k = 8: step = spacing of |x|'s binade (subnormal spacing
+/* The SR definition of docs/numerics.md with k = 8: step = spacing of |x|'s binade (subnormal spacing
  * below min normal), m = |x|/step, up = floor(frac(m)*256) + r >= 256, q = min((floor(m)+up)*step,
  * max), copysign. Inf saturates (satfinite), NaN follows RN. Exact in double. */
 static double sr_step(int f, double a) {
@@ -397,7 +397,7 @@ static void test_decode_tables(void **state) {
       if (isnan(got)) ++nnan[f];
       if (isinf(got)) ++ninf[f];
     }
-  /* anchors of the table in NUMERICS.md */
+  /* anchors of the table in docs/numerics.md */
   EXPECT(fb_e4m3_decode(0x7E) == 448.0f && fb_e4m3_decode(0xFE) == -448.0f, "e4m3 max");
   EXPECT(fb_e4m3_decode(0x08) == 0x1p-6f && fb_e4m3_decode(0x01) == 0x1p-9f, "e4m3 min normal/subnormal");
   EXPECT(isnan(fb_e4m3_decode(0x7F)) && isnan(fb_e4m3_decode(0xFF)), "e4m3 NaN");
@@ -462,7 +462,7 @@ static void test_encode_roundtrip(void **state) {
 static void test_encode_rn_ties_satfinite(void **state) {
   (void)state;
   BEGIN();
-  /* E2M1 tie points of NUMERICS.md */
+  /* E2M1 tie points of docs/numerics.md */
   static const struct { float x; uint8_t code; } e2m1_ties[] = {
       {0.25f, 0x0}, {0.75f, 0x2}, {1.25f, 0x2}, {1.75f, 0x4}, {2.5f, 0x4}, {3.5f, 0x6}, {5.0f, 0x6},
       {5.0000005f, 0x7}, {5.5f, 0x7}, {6.0f, 0x7}, {7.0f, 0x7}, {1e30f, 0x7}, {FLT_MAX, 0x7}, {INFINITY, 0x7},

@@ -5,8 +5,8 @@
  *   random     fb_philox4x32_10 == philox4x32 on 1,000,000 random (counter, key) pairs.
  *   edges      all-zero / all-one words, counters and keys at the 2^32 wrap, every single-bit
  *              counter and key, consecutive counters carried across 2^32 (the (c mod 2^32,
- *              c div 2^32) split of NUMERICS.md).
- *   sr byte    fb_philox_sr_byte (header) and fb_sr_bits (library) == the NUMERICS.md definition
+ *              c div 2^32) split of docs/numerics.md).
+ *   sr byte    fb_philox_sr_byte (header) and fb_sr_bits (library) == the docs/numerics.md definition
  *              computed here with Random123: key = (seed, stream), counter = (step, c mod 2^32,
  *              c div 2^32, 0) with c = i / 16, byte j = i % 16 of the four output words read
  *              little-endian; for i over whole 16-blocks, i >= 2^36 (c >= 2^32), up to 2^64 - 1.
@@ -161,7 +161,7 @@ static void test_edge_pairs(void **state) {
   end("edge (counter, key)");
 }
 
-/* ---- the SR bits of NUMERICS.md ----------------------------------------------------------------- */
+/* ---- the SR bits of docs/numerics.md ----------------------------------------------------------------- */
 /* The definition, written out with Random123: r for element i. */
 static uint8_t spec_sr_byte(uint32_t seed, uint32_t stream, uint32_t step, uint64_t i) {
   uint64_t c = i / 16;
@@ -189,14 +189,14 @@ static void sr_check_block(uint32_t seed, uint32_t stream, uint32_t step, uint64
     if (lib != want) {
       if (sr_bad_lib < 16)
         fprintf(stderr, "  MISMATCH fb_sr_bits(seed=%08x, stream=%08x, step=%08x, i=%llu (0x%llx)) = 0x%02x,"
-                        " NUMERICS.md via Random123 = 0x%02x\n",
+                        " docs/numerics.md via Random123 = 0x%02x\n",
                 seed, stream, step, (unsigned long long)i, (unsigned long long)i, lib, want);
       ++sr_bad_lib;
     }
     if (hdr != want) {
       if (sr_bad_hdr < 16)
         fprintf(stderr, "  MISMATCH fb_philox_sr_byte(seed=%08x, stream=%08x, step=%08x, i=0x%llx) = 0x%02x,"
-                        " NUMERICS.md via Random123 = 0x%02x\n",
+                        " docs/numerics.md via Random123 = 0x%02x\n",
                 seed, stream, step, (unsigned long long)i, hdr, want);
       ++sr_bad_hdr;
     }
@@ -241,9 +241,9 @@ static void test_sr_bits(void **state) {
     if (hdr != want) ++sr_bad_hdr;
   }
   printf("  %-34s %9llu compared, %llu mismatches (fb_sr_bits), %llu (fb_philox_sr_byte)\n",
-         "SR bytes per NUMERICS.md", sr_compared, sr_bad_lib, sr_bad_hdr);
-  if (sr_bad_lib) fail_msg("fb_sr_bits: %llu of %llu differ from NUMERICS.md\n", sr_bad_lib, sr_compared);
-  if (sr_bad_hdr) fail_msg("fb_philox_sr_byte: %llu of %llu differ from NUMERICS.md\n", sr_bad_hdr, sr_compared);
+         "SR bytes per docs/numerics.md", sr_compared, sr_bad_lib, sr_bad_hdr);
+  if (sr_bad_lib) fail_msg("fb_sr_bits: %llu of %llu differ from docs/numerics.md\n", sr_bad_lib, sr_compared);
+  if (sr_bad_hdr) fail_msg("fb_philox_sr_byte: %llu of %llu differ from docs/numerics.md\n", sr_bad_hdr, sr_compared);
 }
 
 /* The SR byte stream as a byte array: 16 consecutive elements are the 16 bytes of one block,

@@ -9,7 +9,7 @@
  *                                   cudaRoundNearest)   (a -> low nibble, b -> high nibble)
  *             fb_e8m0_encode_up  vs __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)
  *                                   (non-negative inputs and NaN of either sign: a block scale is
- *                                   the rounded-up power of two of an amax, NUMERICS.md "MXFP8")
+ *                                   the rounded-up power of two of an amax, docs/numerics.md "MXFP8")
  *   inputs    per format: random float bit patterns; values concentrated in the format's range
  *             (random exponent/mantissa, every pair of adjacent codes with both ends, the exact
  *             midpoint and its neighbours, quarter points and random points between them, the
@@ -19,7 +19,7 @@
  *             fb_e2m1_decode vs __nv_cvt_fp4_to_halfraw -> __half2float, fb_e8m0_decode vs
  *             __nv_cvt_e8m0_to_bf16raw, on every code; results compared bit for bit (so -0 != +0),
  *             NaN codes as both-NaN.
- *   facts     a table of known values (NUMERICS.md tie points, satfinite and NaN rules) checked on
+ *   facts     a table of known values (docs/numerics.md tie points, satfinite and NaN rules) checked on
  *             both implementations, so a change in either side is caught by name.
  * A mismatch prints the input bit pattern and both outputs; the test fails after its category.
  */
@@ -412,7 +412,7 @@ const Known kKnown[] = {
     {E5M2, 0x37000000u, 0x00, "2^-17 (tie) -> 0"},
     {E5M2, 0xB7000000u, 0x80, "-2^-17 -> -0"},
     {E5M2, 0x37800000u, 0x01, "2^-16 -> 0x01"},
-    /* E2M1: NaN -> +6; the RN tie points of NUMERICS.md */
+    /* E2M1: NaN -> +6; the RN tie points of docs/numerics.md */
     {E2M1, 0x7FC00000u, 0x7, "NaN -> +6"},
     {E2M1, 0xFFC00000u, 0x7, "-NaN -> +6"},
     {E2M1, 0x7F800000u, 0x7, "+Inf -> 6"},

@@ -6,7 +6,7 @@
  *   expert side (everything else on activations): T k rows (the dispatched copies) of D; SwiGLU: T k x F
  *   weights (role "weights", AdamW): E_r x 2F rows of D (W13), per-expert groups
  *   bcopy: as the quantizers (weights: E_r x 2F rows of D), codes + scales in, BF16 out
- *   GEMMs (NUMERICS.md's op table), rows per expert R_e = T k / E_r balanced, padded to 128 (the permutation pads
+ *   GEMMs (docs/numerics.md's op table), rows per expert R_e = T k / E_r balanced, padded to 128 (the permutation pads
  *   to the row tile): w13 fwd N = 2F, K = D; w2 fwd N = D, K = F; w2 dgrad N = F, K = D; w13 dgrad N = D, K = 2F;
  *   wgrad dW2 = dY^T A (M = D, N = F) and dW13 = dH^T X (M = 2F, N = D), K = R_e */
 #include "tune.h"

@@ -1,6 +1,6 @@
 /* harness.c (from test_kernels.c) — every generated memory-bound kernel and every tile variant against the CPU reference
  * (runtime/numerics.c; runtime/ops.c for the router, permute, unpermute, SwiGLU and AdamW kernels), on the GPU: fresh random inputs (Gaussian, wide dynamic range) and the edge
- * cases of NUMERICS.md (zeros, -0, NaN, Inf, subnormals, saturating values, underflowing blocks), output
+ * cases of docs/numerics.md (zeros, -0, NaN, Inf, subnormals, saturating values, underflowing blocks), output
  * buffers poisoned first, bit-exact comparison, the count of wrong elements printed per kernel.
  *   test_kernels [--quick]      all specs and variants (quick: one variant of each template, one case:
  *                               what compute-sanitizer runs)

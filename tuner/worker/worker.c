@@ -3,7 +3,7 @@
  * not the sweep. It reads requests on stdin and answers on stdout (tuner/tune.h):
  *   HELLO         -> DEVICE: the fingerprint of GPU 0 and its L2 size, or why there is no GPU
  *   LOAD id ...   -> VERIFIED: cuModuleLoadData of the cubin, then the check of tests/gpu/harness.c (run_case: fresh
- *                    random inputs, Gaussian and the edge cases of NUMERICS.md, poisoned outputs, bit-exact against
+ *                    random inputs, Gaussian and the edge cases of docs/numerics.md, poisoned outputs, bit-exact against
  *                    the CPU reference) at the harness's small sizes
  *   TIME ids ...  -> TIMES: the candidates interleaved at the spec's shape: 2 warm-ups each, then 5 x effort rounds
  *                    in which each candidate runs once between CUDA events, on input sets rotated so that all sets
