@@ -21,7 +21,7 @@ summary=$(grep -E "^test_gemm: [0-9]+ classes run" "$log" | tail -1)
 case $rc in
   0) echo "gemm_check: PASSED in $((t1 - t0)) s: $summary (log: $log)";;
   77) echo "gemm_check: SKIPPED (not passed): $(grep SKIPPED "$log" | tail -1) (log: $log)";;
-  137) echo "gemm_check: KILLED after $((t1 - t0)) s (timeout 420 s); the log's tail:"; tail -20 "$log";;
-  *) echo "gemm_check: FAILED (exit $rc) in $((t1 - t0)) s: ${summary:-no summary line; the log's tail:}"; [ -n "$summary" ] || tail -20 "$log";;
+  137) echo "gemm_check: KILLED after $((t1 - t0)) s (timeout 420 s); the end of the log:"; tail -20 "$log";;
+  *) echo "gemm_check: FAILED (exit $rc) in $((t1 - t0)) s: ${summary:-no summary line, the end of the log follows}"; [ -n "$summary" ] || tail -20 "$log";;
 esac
 exit $rc
