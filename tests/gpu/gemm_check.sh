@@ -14,7 +14,8 @@ timeout -s KILL 420 build/gpu/test_gemm "$@" > "$log" 2>&1
 rc=$?
 t1=$(date +%s)
 # what failed: compiles, runs, bit-exact checks, classes
-grep -E "COMPILE FAILED|FAIL" "$log" | grep -vE "^  (ok|meas) " | head -40
+grep -E "COMPILE FAILED|FAIL" "$log" | grep -vE "^  (ok|meas|prob) " | head -40
+grep -E "^  compiled" "$log" | grep -v "no spills, no wgmma advisories" | head -20 # ptxas / SASS problems
 grep -E "^test_gemm: (.* kernels:|compiled .* kernels in|SASS|[0-9]+ classes (with|of))|^device:" "$log"
 sed -n '/^test_gemm: per class/,$p' "$log" | grep -E "^  FAIL" | head -40
 summary=$(grep -E "^test_gemm: [0-9]+ classes run" "$log" | tail -1)
