@@ -583,6 +583,13 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #endif
 #undef FBG_KBLOCK
     fbg_wg_wait<0>();
+    /* The loop leaves with the last group in flight, so the epilogue may read the accumulators only after this wait,
+       and nothing in C++ ties a register to an asm statement: the fence does (CUTLASS's warpgroup_fence_operand after
+       warpgroup_wait). Without it NVVM put the MXFP8 SwiGLU epilogues' bit casts of acc (fbo_bf16_rne; S_dec is 1 there,
+       so the product folds away) on the loop's exit edge, before wait_group 0, and ptxas kept them there (no C75xx):
+       their outputs lacked the last 4 k16 steps (issue 18: rel 2-3e-1 against FP64 on the H200). */
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
     if (nk > 0 && lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(sp));
 #undef PF
 #else

@@ -21,9 +21,10 @@ typedef struct {
   float a_sdec, b_sdec; /* kind 1 with tensor_outer: the one S_dec of A and of B (neither 1) */
 } gemm_problem;
 extern const char *gemm_dist_name[]; /* by dist: "balanced", "skewed" */
-/* The FP32 output of the last plain FP32 rows-mode variant run with 128 x 256 tiles and 2 consumers (malloc'd; NULL
- * until then): the companion the SwiGLU and S2F6 epilogues are compared with bit for bit. Free and clear it when
- * the next problem is not the same data. */
+/* The FP32 output of the last plain FP32 variant run (rows or wgrad; malloc'd, replacing the one before; NULL until
+ * then): test_gemm compares pipelined main loops with it, and sets it to the companion's before a SwiGLU / S2F6 run,
+ * whose epilogue outputs gemm_run compares with the CPU epilogue of it bit for bit. Free and clear it when the next
+ * problem is not the same data. */
 extern float *gemm_companion;
 
 /* kind: 0 BF16, 1 NVFP4 (x BF16 copy), 2 MXFP8 x MXFP8, 3 MXFP8 (x BF16 copy); mode 0 rows grouped, 1 wgrad;

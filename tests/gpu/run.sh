@@ -14,7 +14,7 @@ grep -E '^(gpu|nvrtc|fourbit)' <<<"$info"
 fail=0
 echo "== test_kernels (all specs, all variants, 3 input kinds x 2 draws)"
 build/gpu/test_kernels || fail=1
-echo "== test_gemm (grouped GEMMs against the FP64 reference: balanced and skewed experts)"
+echo "== test_gemm (grouped GEMMs, a covering set of the generator's kept variants, against the FP64 reference: balanced and skewed experts)"
 timeout -s KILL 600 build/gpu/test_gemm > /tmp/test_gemm.log 2>&1 || fail=1
 grep -vE "^  compiled" /tmp/test_gemm.log | tail -60
 echo "== test_train_gpu (the GPU expert layer and a train step of tiny.lua against the CPU reference)"
@@ -24,7 +24,10 @@ timeout -s KILL 400 build/gpu/test_train_dev || fail=1
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool (one GEMM variant of each operand kind)"
-    for v in bf16_rows_bf16 nvfp4_rows_bf16 mxfp8_rows_bf16 mxfp8_wgrad_f32_sm90a_m128n256; do
+    # (with what each one's checks compare with: the FP32 companion of a fused epilogue, the pipe 0 twin)
+    for v in gemm_fwd_bf16xbf16_bf16_sm90a_m128n256k64_s3_c1_w2 gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_sm90a_m128n256k128_s3_c1_w2_b1 \
+             gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m128n128k128_s3_c1_w2_b1_p2 gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m128n128k128_s3_c1_w2_b1 \
+             gemm_fwd_mxfp8xmxfp8_bf16_swiglu_sm90a_m128n128k128_s3_c1_w2_b1_p2; do
       if ! timeout -s KILL 300 compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_gemm --only $v > /tmp/csg_$tool.log 2>&1; then
         tail -20 /tmp/csg_$tool.log; echo "compute-sanitizer $tool test_gemm --only $v FAILED"; fail=1
       else grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_gemm:" /tmp/csg_$tool.log | tail -2; fi

@@ -1,22 +1,38 @@
 /* test_gemm.c — the grouped GEMMs of templates/gemm_sm90.cuh against an FP64 reference of the exactly dequantized
- * operands (runtime/numerics.c), on the GPU.
- *   test_gemm                   every kind x mode x variant below, on balanced, skewed (odd and empty experts)
- *                               row distributions; output poisoned (NaN) first
- *   test_gemm --compile-only    compile every variant (sm_90a) and check ptxas's log: no spills, no stack frame,
+ * operands (runtime/numerics.c), on the GPU, over a covering set of the generator's own kept variants.
+ *   test_gemm                   the covering set (below) and the hand-built cases, on balanced and skewed (odd and
+ *                               empty experts) row distributions; output poisoned (NaN) first; a line per class at the end
+ *   test_gemm --compile-only    compile every class's variant and the hand-built ones (sm_90a; the companions and twins
+ *                               only with --only) and check ptxas's log: no spills, no stack frame,
  *                               no C75xx wgmma advisories (serialization, injected waits); runs on any machine. Where
  *                               a cuobjdump is found ($CUOBJDUMP, CUDA's, PATH) also the SASS: every GEMM has HGMMA
- *                               (QGMMA for FP8) and UTMALDG (else it says so: HGMMA not checked)
- *   test_gemm --only SUBSTR     only kernels whose name contains SUBSTR (and the FP32 companion of a selected SwiGLU /
- *                               S2F6 case: its bit-exact check compares with that run)
- *   test_gemm --bench PEERFILE  also time every gemm_t_* variant that passed on the benchmark's shapes (--write-shapes FILE
- *                               writes them for tests/gpu/bench_gemm_peer.py, which writes PEERFILE)
- * Cases: the test's own specs (gemm_t_*), then every GEMM the GPU expert layer runs for recipes/nvidia_nvfp4.lua and
- * recipes/bf16.lua under its own names (gemm_{fwd,dgrad}_nvfp4_tenxnvfp4_ten_*, gemm_*_bf16xbf16_*; checked, not timed).
+ *                               (QGMMA for FP8) and UTMALDG, and no instruction touches an accumulator register of a
+ *                               wgmma group between its issue and the wait that retires it (issue 18: the MXFP8 SwiGLU
+ *                               pipe 2 epilogues copied the accumulators before the last group's wait_group 0)
+ *   test_gemm --only SUBSTR     only kernels whose name contains SUBSTR (and what their checks compare with: the FP32
+ *                               companion of a SwiGLU / S2F6 variant, the pipe 0 twin of a pipelined FP32 one)
+ *   test_gemm --list            the classes and the chosen variants, without compiling
+ *   test_gemm --bench PEERFILE  also time every covering-set variant that passed (and the FP8 wgmma ones) on the
+ *                               benchmark's shapes (--write-shapes FILE writes them for tests/gpu/bench_gemm_peer.py,
+ *                               which writes PEERFILE)
+ * The covering set: every GEMM spec of every shipped recipe's plan (every .lua file in recipes/, sm_90a; specs of the same name and
+ * outer scales once), its variants from fb_gen_variants under a family holding every value any shipped recipe's gemm
+ * family uses for each tune parameter, and pipe 0, 1 and 2 (the values the recipe loader takes): the generator's kept
+ * set over those values. Each variant falls in a class: operand kinds (BF16, NVFP4 per-row/expert or per-tensor outer
+ * scales, MXFP8) x epilogue (none = BF16 rows, SwiGLU, SwiGLU backward, S2F6/RHT-32 combine, wgrad FP32) x pipe x
+ * consumer warpgroups x m64 sub-tiles per consumer x tile_n x tile_k x BF16 weight copy. One variant per class is run,
+ * the first that a shipped recipe's own family keeps (else the first the generator keeps). A class of those values that
+ * has no variant is reported with the generator's reason (a probe variant of that class, pruned) or as having no spec
+ * in any shipped plan: never skipped in silence.
+ * Hand-built cases beside it: every GEMM the GPU expert layer runs for recipes/nvidia_nvfp4.lua and recipes/bf16.lua
+ * under its own names (runtime/experts_gpu.c), and the FP8 wgmma form the generator prunes (measured, not counted).
  * Pass: FP32 outputs within a relative Frobenius error of 1e-5 of the reference (only the FP32 summation order
  * differs); BF16 outputs within one BF16 ulp of the reference everywhere (the rounding of the FP32 result, plus
- * that order), every output element written; a pipelined main loop (variant tag _p1 / _p2, FB_PIPE) with the companion's
- * tiles: its FP32 output bit-identical to the plain (pipe 0) one's on the same problem. Exit 0 only if all pass; 77
- * (SKIPPED) without a GPU. */
+ * that order), every output element written. SwiGLU, SwiGLU backward and S2F6 outputs also bit-exact against the CPU
+ * epilogue of the FP32 output of their companion: a plain FP32 rows GEMM built here with the same kind, outer scales
+ * and tune values (the same main loop), run on the same problem just before. A pipelined main loop (pipe 1 / 2) of an
+ * FP32 output: bit-identical to its pipe 0 twin (the same wgmmas in the same order). Exit 0 only if all pass; 77
+ * (SKIPPED) without a GPU. Run from the repository root (it reads the recipes/ folder). */
 #include "fb_cuda.h"
 #include "fb_gemm_host.h"
 #include "fourbit.h"
@@ -25,60 +41,39 @@
 #include "fb_kparams.h"
 #include "gemm_harness.h"
 
+#include <glob.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DIE(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), exit(1))
 #define CK(call) do { fb_status s_ = (call); if (s_ != FB_OK) DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, fb_errmsg()); } while (0)
 #define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { const char *m_ = "?"; fb_cu.GetErrorString(r_, &m_); DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, m_); } } while (0)
 
-/* ---- what is tested ---- */
+static const char *const PN[8] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe"};
+
+/* ---- hand-built cases ---- */
 typedef struct {
   const char *name;
   int kind, mode, out_bf16, tensor_outer, epi; /* epi: 0 plain, 1 SwiGLU, 2 SwiGLU backward, 3 RHT-32 + S2F6 */
   int nv;
-  int v[8][8]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16, pipe (NVFP4 and MXFP8 x BF16 copy) */
+  int v[8][8]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16, pipe */
 } gcase;
 
-static const gcase cases[] = {
-    {"gemm_t_bf16_rows_f32", 0, 0, 0, 0, 0, 5, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}, {256, 128, 64, 3, 1, 2, 1}, {64, 256, 64, 4, 1, 1, 1}, {128, 192, 64, 4, 1, 2, 1}}},
-    {"gemm_t_bf16_rows_bf16", 0, 0, 1, 0, 0, 1, {{128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_bf16_wgrad_f32", 0, 1, 0, 0, 0, 2, {{128, 128, 64, 4, 1, 1, 1}, {128, 256, 64, 4, 1, 2, 1}}},
-    /* the software-pipelined main loops (pipe 1, 2: gemm_sm90.cuh FB_PIPE) come after the plain one (pipe 0) of the same
-       tiles: the 128 x 256 FP32 ones must equal it bit for bit (the same wgmmas in the same order) */
-    {"gemm_t_nvfp4_rows_f32", 1, 0, 0, 0, 0, 8, {{64, 128, 128, 4, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}, {128, 128, 128, 5, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1},
-                                                 {128, 256, 128, 3, 1, 2, 1, 2}, {128, 128, 128, 5, 1, 2, 1, 1}, {128, 128, 128, 5, 1, 2, 1, 2}, {64, 256, 128, 3, 1, 1, 1, 2}}},
-    {"gemm_t_nvfp4_rows_bf16", 1, 0, 1, 0, 0, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
-    {"gemm_t_nvfp4tensor_rows_f32", 1, 0, 0, 1, 0, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
-    {"gemm_t_mxfp8_rows_f32", 3, 0, 0, 0, 0, 7, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {64, 256, 128, 3, 1, 1, 1}, {128, 192, 128, 2, 1, 2, 1},
-                                                 {128, 256, 128, 2, 1, 2, 1, 2}, {128, 128, 128, 4, 1, 2, 1, 1}, {128, 192, 128, 2, 1, 2, 1, 2}}},
-    {"gemm_t_mxfp8_rows_bf16", 3, 0, 1, 0, 0, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 256, 128, 2, 1, 2, 1, 2}}},
-    {"gemm_t_mxfp8_wgrad_f32", 3, 1, 0, 0, 0, 4, {{128, 256, 128, 2, 1, 2, 1}, {128, 128, 128, 4, 1, 2, 1}, {128, 256, 128, 2, 1, 2, 1, 2}, {128, 128, 128, 4, 1, 2, 1, 1}}},
-    /* w13 fwd with the SwiGLU epilogue (BF16 A); the FP32 variant of the same tiles above is its companion */
-    {"gemm_t_bf16_swiglu", 0, 0, 1, 0, 1, 1, {{128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_nvfp4_swiglu", 1, 0, 1, 0, 1, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
-    {"gemm_t_mxfp8_swiglu", 3, 0, 1, 0, 1, 1, {{128, 256, 128, 2, 1, 2, 1}}}, /* pipe: pruned at 256 (spills) */
-    /* w2 dgrad with the SwiGLU-backward epilogue (dH from dA and H) */
-    {"gemm_t_bf16_swiglubwd", 0, 0, 1, 0, 2, 1, {{128, 256, 64, 4, 1, 2, 1}}},
-    {"gemm_t_mxfp8_swiglubwd", 3, 0, 1, 0, 2, 1, {{128, 256, 128, 2, 1, 2, 1}}}, /* pipe: pruned at 256 (spills) */
-    /* w2 fwd with the combine payload (RHT-32 + S2F6) */
-    {"gemm_t_nvfp4_s2f6", 1, 0, 0, 0, 3, 2, {{128, 256, 128, 3, 1, 2, 1}, {128, 256, 128, 3, 1, 2, 1, 2}}},
-    {"gemm_t_mxfp8_s2f6", 3, 0, 0, 0, 3, 2, {{128, 256, 128, 2, 1, 2, 1}, {128, 256, 128, 2, 1, 2, 1, 2}}},
-    {"gemm_t_bf16_s2f6", 0, 0, 0, 0, 3, 1, {{128, 256, 64, 4, 1, 2, 1}}},
+static const gcase hand[] = {
     /* FP8 wgmma with per-32 promotion: not a legal variant (the generator prunes it: Hopper's FP8 accumulation misses
        the tolerance); built by hand here to keep measuring how far off it is and how fast */
     {"gemm_t_mxfp8fp8_rows_f32", 2, 0, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
     {"gemm_t_mxfp8fp8_wgrad_f32", 2, 1, 0, 0, 0, 1, {{128, 128, 128, 4, 1, 2, 0}}},
     /* Every GEMM the GPU expert layer runs for recipes/nvidia_nvfp4.lua and recipes/bf16.lua (experts_gpu.c need_all:
        sp_gemm 0-3), under the layer's names and specs. One variant is the first of the recipes' gemm family (what the
-       layer compiles without a tuned cache: 64 x 128, one consumer), the others wider with two consumers (128 x 256 for
-       SwiGLU: the tiles of its FP32 companion, for the bit-exact epilogue check). nvfp4_ten: one FP32 S_dec per
-       tensor for A and for B (FB_A_OUTER = FB_B_OUTER = 2), both != 1, on the per-tensor problem; B the exact BF16
-       copy (16x16 weight blocks copy as 1x16 ones: the GEMM sees the same BF16 values either way). */
+       layer compiles without a tuned cache: 64 x 128, one consumer), the others wider with two consumers. nvfp4_ten:
+       one FP32 S_dec per tensor for A and for B (FB_A_OUTER = FB_B_OUTER = 2), both != 1, on the per-tensor problem;
+       B the exact BF16 copy (16x16 weight blocks copy as 1x16 ones: the GEMM sees the same BF16 values either way). */
     {"gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_swiglu", 1, 0, 1, 1, 1, 1, {{128, 256, 128, 3, 1, 2, 1}}},
     {"gemm_fwd_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 2, {{64, 128, 128, 3, 1, 1, 1}, {128, 256, 128, 3, 1, 2, 1}}},
     {"gemm_dgrad_nvfp4_tenxnvfp4_ten_bf16", 1, 0, 1, 1, 0, 2, {{128, 192, 128, 3, 1, 2, 1}, {128, 192, 128, 3, 1, 2, 1, 2}}},
@@ -87,67 +82,407 @@ static const gcase cases[] = {
     {"gemm_dgrad_bf16xbf16_bf16", 0, 0, 1, 0, 0, 1, {{128, 192, 64, 3, 1, 2, 1}}},
     {"gemm_wgrad_bf16xbf16_f32", 0, 1, 0, 0, 0, 1, {{64, 128, 64, 3, 1, 1, 1}}},
 };
-#define NCASES (int)(sizeof cases / sizeof cases[0])
+#define NHAND (int)(sizeof hand / sizeof hand[0])
 
-/* 0: a spec built here (gemm_t_*); 1 the GPU expert layer's spec under its own name (runtime/experts_gpu.c sp_gemm, for
-   recipes/nvidia_nvfp4.lua and bf16.lua); 2 the same, its dgrad (FB_OP_GEMM_DGRAD13) */
-static int role_of(const gcase *g) {
-  return !strncmp(g->name, "gemm_t_", 7) ? 0 : !strncmp(g->name, "gemm_dgrad_", 11) ? 2 : 1;
-}
-
-static fb_kernel_spec spec_of(const gcase *g) {
+/* a hand case's spec: the FP8 form as test specs were built; the layer's as experts_gpu.c's sp_gemm builds it for
+   nvidia_nvfp4 (per-tensor NVFP4, 16x16 forward weights, an SR-quantized dY / dH in the dgrad) or bf16 */
+static fb_kernel_spec hand_spec(const gcase *g) {
   fb_kernel_spec k;
   memset(&k, 0, sizeof k);
   snprintf(k.name, sizeof k.name, "%s_sm90a", g->name);
-  int role = role_of(g);
-  if (role) { /* as experts_gpu.c's sp_gemm builds it for nvidia_nvfp4 (per-tensor NVFP4, 16x16 forward weights, an
-                 SR-quantized dY / dH in the dgrad) or bf16 (every operand BF16, zero specs) */
-    k.op = g->mode ? FB_OP_GEMM_WGRAD : role == 2 ? FB_OP_GEMM_DGRAD13 : g->epi == 1 ? FB_OP_GEMM_FWD13 : FB_OP_GEMM_FWD2;
-    if (g->kind == 1) {
-      k.src.format = k.act.format = FB_FMT_NVFP4;
-      k.src.outer = k.act.outer = FB_GRAN_TENSOR;
-      k.src.two_d = role == 1;
-      k.act.rounding = role == 2 ? FB_ROUND_SR : FB_ROUND_RN;
-      if (k.op == FB_OP_GEMM_FWD13) k.q = k.act;
-    }
-    k.out_bf16 = g->out_bf16;
-    snprintf(k.family, sizeof k.family, "gemm");
+  snprintf(k.family, sizeof k.family, "gemm");
+  k.out_bf16 = g->out_bf16;
+  if (g->kind == 2) {
+    k.op = g->mode ? FB_OP_GEMM_WGRAD : FB_OP_GEMM_FWD2;
+    k.src.format = k.act.format = FB_FMT_MXFP8;
     return k;
   }
-  k.op = g->mode ? FB_OP_GEMM_WGRAD : g->epi == 1 ? FB_OP_GEMM_FWD13 : g->epi == 2 ? FB_OP_GEMM_DGRAD2 : FB_OP_GEMM_FWD2;
-  if (g->epi == 3) k.q.format = FB_FMT_S2F6, k.q.rht = 32;
-  k.src.format = g->kind == 1 ? FB_FMT_NVFP4 : g->kind >= 2 ? FB_FMT_MXFP8 : FB_FMT_BF16;
-  k.act.format = k.src.format;
+  int dgrad = !strncmp(g->name, "gemm_dgrad_", 11);
+  k.op = g->mode ? FB_OP_GEMM_WGRAD : dgrad ? FB_OP_GEMM_DGRAD13 : g->epi == 1 ? FB_OP_GEMM_FWD13 : FB_OP_GEMM_FWD2;
   if (g->kind == 1) {
-    k.src.outer = g->tensor_outer ? FB_GRAN_TENSOR : FB_GRAN_EXPERT;
-    k.act.outer = g->tensor_outer ? FB_GRAN_TENSOR : FB_GRAN_TOKEN;
-    k.act.four_over_six = 1;
+    k.src.format = k.act.format = FB_FMT_NVFP4;
+    k.src.outer = k.act.outer = FB_GRAN_TENSOR;
+    k.src.two_d = !dgrad;
+    k.act.rounding = dgrad ? FB_ROUND_SR : FB_ROUND_RN;
+    if (k.op == FB_OP_GEMM_FWD13) k.q = k.act;
   }
-  k.out_bf16 = g->out_bf16;
-  snprintf(k.family, sizeof k.family, "gemm");
   return k;
 }
 
+/* ---- units: one variant to compile and check ---- */
+enum { R_COVER, R_COMP, R_TWIN, R_LAYER, R_FP8, R_BCOPY };
+/* epilogue classes */
+enum { E_NONE, E_SWIGLU, E_SWIGLUBWD, E_S2F6, E_WGRAD, E_F32ROWS, E_S2F6NORHT, NEPI };
+static const char *const EPI_NAME[NEPI] = {"none (BF16 rows)", "SwiGLU", "SwiGLU bwd", "S2F6/RHT-32", "wgrad FP32", "FP32 rows", "S2F6"};
 typedef struct {
-  const gcase *g;
   fb_kernel_spec k;
   fb_variant v;
+  int role, kind, mode, outer, epi; /* kind as fb_gemm_cfg's (3: MXFP8 x BF16 copy); outer: NVFP4 per tensor */
+  int dep;                          /* fused: its companion; pipelined FP32: its pipe 0 twin; -1 none */
+  int cls;                          /* R_COVER: its class */
+  int sel;                          /* compiled and run (--only and what the selected ones compare with) */
   char *src;
   fb_cubin cubin;
   fb_status st;
-  int failed;
+  int failed, ran, cprob; /* cprob: ptxas or the SASS check found a problem (spills, advisories, accumulators) */
+  float *out; /* FP32 output on the current problem (companions and twins), malloc'd */
+  char res[2][8];
   char err[8192];
 } unit;
 
-static unit units[128];
-static int nunits, next_unit;
+static unit *units;
+static int nunits, capunits, next_unit;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static unit *new_unit(void) {
+  if (nunits == capunits) {
+    capunits = capunits ? 2 * capunits : 256;
+    units = realloc(units, sizeof *units * (size_t)capunits);
+    if (!units) DIE("test_gemm: out of memory");
+  }
+  unit *u = &units[nunits++];
+  memset(u, 0, sizeof *u);
+  u->dep = -1, u->cls = -1;
+  return u;
+}
+
+static int vparam(const fb_variant *v, const char *name) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], name)) return v->value[i];
+  return 0;
+}
+
+/* kind, outer and epilogue class of a GEMM spec (weights_bf16 from the variant: MXFP8 x BF16 copy is kind 3) */
+static int spec_kind(const fb_kernel_spec *k, int wb) {
+  return k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? (wb ? 3 : 2) : 0;
+}
+/* NVFP4 outer scales: 0 per row / expert, 1 per tensor, -1 mixed (the harness makes no such problem) */
+static int spec_outer(const fb_kernel_spec *k) {
+  if (k->src.format != FB_FMT_NVFP4) return 0;
+  int a = k->act.outer == FB_GRAN_TENSOR, b = k->src.outer == FB_GRAN_TENSOR;
+  return a == b ? a : -1;
+}
+static int spec_epi(const fb_kernel_spec *k) {
+  if (k->op == FB_OP_GEMM_FWD13) return E_SWIGLU;
+  if (k->op == FB_OP_GEMM_DGRAD2) return E_SWIGLUBWD;
+  if (k->op == FB_OP_GEMM_WGRAD) return E_WGRAD;
+  if (k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6) return k->q.rht ? E_S2F6 : E_S2F6NORHT;
+  return k->out_bf16 ? E_NONE : E_F32ROWS;
+}
+static int fused(int epi) { return epi == E_SWIGLU || epi == E_SWIGLUBWD || epi == E_S2F6 || epi == E_S2F6NORHT; }
+
+/* ---- the covering family and the classes ---- */
+/* the values of each tune parameter that any shipped recipe's gemm family uses (pipe: 0, 1, 2 besides) */
+static int fvals[8][16], nfv[8];
+static void add_value(int p, int x) {
+  for (int i = 0; i < nfv[p]; ++i)
+    if (fvals[p][i] == x) return;
+  if (nfv[p] == 16) DIE("test_gemm: more than 16 values of %s", PN[p]);
+  int i = nfv[p]++;
+  while (i > 0 && fvals[p][i - 1] > x) fvals[p][i] = fvals[p][i - 1], --i; /* sorted */
+  fvals[p][i] = x;
+}
+/* the product of fvals as a family (rows in the product's order, the last parameter fastest) */
+static fb_tune_family product_family(void) {
+  fb_tune_family f;
+  memset(&f, 0, sizeof f);
+  snprintf(f.family, sizeof f.family, "gemm");
+  f.nparams = 8;
+  for (int p = 0; p < 8; ++p) snprintf(f.param[p], sizeof f.param[p], "%s", PN[p]);
+  int n = 1;
+  for (int p = 0; p < 8; ++p) n *= nfv[p];
+  f.nvariants = n;
+  f.values = malloc(sizeof(int) * 8 * (size_t)n);
+  if (!f.values) DIE("test_gemm: out of memory");
+  for (int i = 0; i < n; ++i)
+    for (int p = 7, r = i; p >= 0; --p) f.values[8 * i + p] = fvals[p][r % nfv[p]], r /= nfv[p];
+  return f;
+}
+
+typedef struct {
+  int kind, outer, epi, pipe, co, mw, tn, tk, wb; /* kind: 0 BF16, 1 NVFP4, 2 MXFP8; wb -1: no such parameter (BF16) */
+} ckey;
+typedef struct {
+  ckey key;
+  int unit;      /* the chosen variant's unit, -1 none */
+  int nkept;     /* the generator's kept variants in the class */
+  int in_recipe; /* the chosen one is in a shipped recipe's own family */
+  char why[256]; /* no variant: why */
+} cls;
+static cls *classes;
+static int nclasses;
+
+static const char *kind_name(int kind, int outer) {
+  return kind == 0 ? "BF16" : kind == 1 ? (outer ? "NVFP4 (tensor outer)" : "NVFP4 (row outer)") : "MXFP8";
+}
+static void class_label(const ckey *c, char *b, size_t n) {
+  char wb[16] = "";
+  if (c->wb >= 0) snprintf(wb, sizeof wb, " b%d", c->wb);
+  snprintf(b, n, "%-20s %-16s p%d w%d mw%d n%d%s", kind_name(c->kind, c->outer), EPI_NAME[c->epi], c->pipe, c->co, c->mw, c->tn, wb);
+}
+static ckey key_of(const fb_kernel_spec *k, const fb_variant *v) {
+  int wb = vparam(v, "weights_bf16"), co = vparam(v, "consumers");
+  int has_wb = 0;
+  for (int i = 0; i < v->nparams; ++i) has_wb |= !strcmp(v->param[i], "weights_bf16");
+  int kind = spec_kind(k, 1);
+  ckey c = {kind == 3 ? 2 : kind, spec_outer(k), spec_epi(k), vparam(v, "pipe"), co, vparam(v, "tile_m") / co / 64, vparam(v, "tile_n"),
+            0, has_wb ? wb : -1}; /* tile_k: not a class of its own (the BF16 GEMM's 64 / 128 differ by a loop's count) */
+  return c;
+}
+static int find_class(const ckey *c) {
+  for (int i = 0; i < nclasses; ++i)
+    if (!memcmp(&classes[i].key, c, sizeof *c)) return i;
+  return -1;
+}
+static int add_class(const ckey *c) {
+  int i = find_class(c);
+  if (i >= 0) return i;
+  classes = realloc(classes, sizeof *classes * (size_t)(nclasses + 1));
+  if (!classes) DIE("test_gemm: out of memory");
+  memset(&classes[nclasses], 0, sizeof classes[0]);
+  classes[nclasses].key = *c, classes[nclasses].unit = -1;
+  return nclasses++;
+}
+
+/* the distinct GEMM specs of the shipped plans (same name and outer scales once) */
+typedef struct {
+  fb_kernel_spec k;
+  const char *recipe; /* the first recipe whose plan has it */
+  fb_variant *kept;   /* kept under the covering family */
+  int nkept;
+  char *in_recipe;    /* [nkept]: also kept by a shipped recipe's own family */
+} gspec;
+static gspec *gspecs;
+static int ngspecs;
+
+/* a spec's variant with the given values through the generator (a one-row family): 1 kept (*v), 0 pruned (why) */
+static int probe(const fb_kernel_spec *k, const int val[8], fb_variant *v, char *why, size_t n) {
+  fb_tune_family f;
+  memset(&f, 0, sizeof f);
+  snprintf(f.family, sizeof f.family, "gemm");
+  f.nparams = 8, f.nvariants = 1, f.values = (int *)val;
+  for (int p = 0; p < 8; ++p) snprintf(f.param[p], sizeof f.param[p], "%s", PN[p]);
+  fb_variant *vs;
+  int nv, pruned;
+  why[0] = 0;
+  CK(fb_gen_variants(k, &f, &vs, &nv, &pruned, why, n));
+  if (nv) *v = vs[0];
+  free(vs);
+  return nv;
+}
+
+/* The companion of a fused unit (a plain FP32 rows GEMM of the same kind, outer scales and tune values) or the pipe 0
+   twin of a pipelined FP32 one: its unit, added if new */
+static int dep_unit(int ui, int role) {
+  const unit *u = &units[ui];
+  fb_kernel_spec k = u->k;
+  if (role == R_COMP) { /* built as test specs are: only what the GEMM's #defines read */
+    memset(&k, 0, sizeof k);
+    const char *kn = u->kind == 0 ? "bf16" : u->kind == 1 ? (u->outer ? "nvfp4tensor" : "nvfp4") : u->kind == 3 ? "mxfp8" : "mxfp8fp8";
+    snprintf(k.name, sizeof k.name, "gemm_t_%s_rows_f32_sm90a", kn);
+    snprintf(k.family, sizeof k.family, "gemm");
+    k.op = FB_OP_GEMM_FWD2;
+    k.src.format = k.act.format = u->k.src.format;
+    if (u->kind == 1) {
+      k.src.outer = u->outer ? FB_GRAN_TENSOR : FB_GRAN_EXPERT;
+      k.act.outer = u->outer ? FB_GRAN_TENSOR : FB_GRAN_TOKEN;
+    }
+  }
+  int val[8];
+  for (int p = 0; p < 8; ++p) val[p] = vparam(&u->v, PN[p]);
+  if (role == R_TWIN) val[7] = 0;
+  fb_variant v;
+  char why[256];
+  if (!probe(&k, val, &v, why, sizeof why)) DIE("test_gemm: %s: its %s is pruned: %s", u->v.name, role == R_COMP ? "companion" : "pipe 0 twin", why);
+  for (int i = 0; i < nunits; ++i) /* the same kernel: the same name and outer scales (what else the name does not say) */
+    if (!strcmp(units[i].v.name, v.name) && units[i].k.act.outer == k.act.outer && units[i].k.src.outer == k.src.outer) return i;
+  unit *d = new_unit(); /* may move units */
+  d->k = k, d->v = v, d->role = role, d->kind = units[ui].kind, d->mode = units[ui].mode, d->outer = units[ui].outer;
+  d->epi = spec_epi(&k);
+  int di = (int)(d - units);
+  if (role == R_COMP && vparam(&v, "pipe")) {
+    int t = dep_unit(di, R_TWIN); /* may move units */
+    units[di].dep = t;
+  }
+  return di;
+}
+
+/* Every shipped recipe's GEMM specs and the covering family; the classes; one unit per class with a variant */
+static void build_cover(void) {
+  glob_t g;
+  if (glob("recipes/*.lua", 0, NULL, &g) || !g.gl_pathc) DIE("test_gemm: no recipes/*.lua here: run from the repository root");
+  fb_recipe **rs = calloc(g.gl_pathc, sizeof *rs);
+  for (size_t i = 0; i < g.gl_pathc; ++i) {
+    CK(fb_recipe_load(g.gl_pathv[i], &rs[i]));
+    for (int f = 0; f < rs[i]->nfamilies; ++f) {
+      const fb_tune_family *fam = &rs[i]->families[f];
+      if (strcmp(fam->family, "gemm")) continue;
+      for (int j = 0; j < fam->nvariants; ++j)
+        for (int p = 0; p < fam->nparams; ++p)
+          for (int q = 0; q < 8; ++q)
+            if (!strcmp(fam->param[p], PN[q])) add_value(q, fam->values[(size_t)j * fam->nparams + p]);
+    }
+  }
+  for (int p = 0; p <= 2; ++p) add_value(7, p);
+  for (int q = 0; q < 8; ++q)
+    if (!nfv[q]) DIE("test_gemm: no shipped recipe's gemm family has %s", PN[q]);
+  fb_tune_family F = product_family();
+  for (size_t i = 0; i < g.gl_pathc; ++i) {
+    fb_plan *p;
+    CK(fb_plan_resolve(rs[i], "sm_90a", &p));
+    const fb_tune_family *own = NULL;
+    for (int f = 0; f < rs[i]->nfamilies; ++f)
+      if (!strcmp(rs[i]->families[f].family, "gemm")) own = &rs[i]->families[f];
+    for (int j = 0; j < p->nkernels; ++j) {
+      const fb_kernel_spec *k = &p->kernels[j];
+      if (strncmp(k->name, "gemm_", 5)) continue;
+      const char *why;
+      const char *t = fb_gen_template(k, &why);
+      if (t && strcmp(t, "gemm_sm90.cuh")) continue;
+      int s = 0;
+      for (; s < ngspecs; ++s)
+        if (!strcmp(gspecs[s].k.name, k->name) && spec_outer(&gspecs[s].k) == spec_outer(k) &&
+            gspecs[s].k.act.outer == k->act.outer && gspecs[s].k.src.outer == k->src.outer)
+          break;
+      if (s == ngspecs) {
+        gspecs = realloc(gspecs, sizeof *gspecs * (size_t)(ngspecs + 1));
+        memset(&gspecs[s], 0, sizeof gspecs[s]);
+        gspecs[s].k = *k, gspecs[s].recipe = g.gl_pathv[i];
+        ++ngspecs;
+        if (t) {
+          int pruned;
+          CK(fb_gen_variants(k, &F, &gspecs[s].kept, &gspecs[s].nkept, &pruned, NULL, 0));
+          gspecs[s].in_recipe = calloc((size_t)gspecs[s].nkept + 1, 1);
+        }
+      }
+      if (!t || !own) continue;
+      fb_variant *vs; /* which of the kept ones this recipe's own family keeps */
+      int nv, pruned;
+      CK(fb_gen_variants(k, own, &vs, &nv, &pruned, NULL, 0));
+      for (int a = 0; a < nv; ++a)
+        for (int b = 0; b < gspecs[s].nkept; ++b)
+          if (!strcmp(vs[a].name, gspecs[s].kept[b].name)) gspecs[s].in_recipe[b] = 1;
+      free(vs);
+    }
+    fb_plan_free(p);
+  }
+  /* the classes of the kept variants, the chosen one each */
+  for (int pass = 0; pass < 2; ++pass) /* pass 0: a variant some recipe keeps; pass 1: any the generator keeps */
+    for (int s = 0; s < ngspecs; ++s)
+      for (int j = 0; j < gspecs[s].nkept; ++j) {
+        const fb_variant *v = &gspecs[s].kept[j];
+        ckey c = key_of(&gspecs[s].k, v);
+        if (c.outer < 0) DIE("test_gemm: %s: NVFP4 A and B outer scales of different granularity: no such problem in gemm_harness.c", v->name);
+        int ci = add_class(&c);
+        if (!pass) ++classes[ci].nkept;
+        if (classes[ci].unit >= 0 || (!pass && !gspecs[s].in_recipe[j])) continue;
+        unit *u = new_unit();
+        u->k = gspecs[s].k, u->v = *v, u->role = R_COVER, u->cls = ci;
+        u->kind = spec_kind(&u->k, vparam(v, "weights_bf16")), u->mode = u->k.op == FB_OP_GEMM_WGRAD, u->outer = c.outer;
+        u->epi = c.epi;
+        classes[ci].unit = (int)(u - units), classes[ci].in_recipe = !pass;
+      }
+  /* the classes of those values that have no variant, and why (kinds x outer x epilogues with a spec in a plan; the
+     others are said once per kind and epilogue) */
+  static const int kinds[][2] = {{0, 0}, {1, 0}, {1, 1}, {2, 0}};
+  for (int a = 0; a < 4; ++a)
+    for (int e = 0; e < NEPI; ++e) {
+      if (e == E_F32ROWS || e == E_S2F6NORHT) continue; /* no recipe's plan has them: the companions cover FP32 rows */
+      int s = 0;
+      for (; s < ngspecs; ++s) {
+        const fb_kernel_spec *k = &gspecs[s].k;
+        int kd = spec_kind(k, 1);
+        if ((kd == 3 ? 2 : kd) == kinds[a][0] && spec_outer(k) == kinds[a][1] && spec_epi(k) == e) break;
+      }
+      if (s == ngspecs) {
+        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1};
+        int ci = add_class(&c);
+        snprintf(classes[ci].why, sizeof classes[ci].why, "no shipped recipe's plan has such a GEMM");
+        continue;
+      }
+      const char *why;
+      if (!fb_gen_template(&gspecs[s].k, &why)) {
+        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1};
+        int ci = add_class(&c);
+        snprintf(classes[ci].why, sizeof classes[ci].why, "%s (%s): %s", gspecs[s].k.name, gspecs[s].recipe, why);
+        continue;
+      }
+      int has_wb = kinds[a][0] != 0;
+      for (int pi = 0; pi < nfv[7]; ++pi)
+        for (int ci_ = 0; ci_ < nfv[5]; ++ci_)
+          for (int mi = 0; mi < nfv[0]; ++mi)
+            for (int ni = 0; ni < nfv[1]; ++ni)
+              for (int wi = 0; wi < (has_wb ? nfv[6] : 1); ++wi) {
+                int co = fvals[5][ci_], tm = fvals[0][mi];
+                if (tm % (64 * co)) continue; /* tile_m / consumers / 64: the m64 sub-tiles */
+                ckey c = {kinds[a][0], kinds[a][1], e, fvals[7][pi], co, tm / co / 64, fvals[1][ni], 0, has_wb ? fvals[6][wi] : -1};
+                if (find_class(&c) >= 0) continue;
+                int ci = add_class(&c);
+                if (!has_wb && c.pipe) { /* not a tune parameter of the BF16 GEMM: its variants all have pipe 0 */
+                  snprintf(classes[ci].why, sizeof classes[ci].why, "the BF16 GEMM takes no pipe (gen.c: nothing decoded in registers to overlap)");
+                  continue;
+                }
+                /* the generator's reason for the largest tile_k (NVFP4 and MXFP8 take 128 only), the fewest stages */
+                int val[8] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe};
+                fb_variant v;
+                char pw[256];
+                if (probe(&gspecs[s].k, val, &v, pw, sizeof pw))
+                  snprintf(classes[ci].why, sizeof classes[ci].why, "internal: %s is kept but was not in the covering family", v.name);
+                else snprintf(classes[ci].why, sizeof classes[ci].why, "%s", pw);
+              }
+    }
+  /* what the fused ones compare with */
+  int n0 = nunits;
+  for (int i = 0; i < n0; ++i) {
+    int d = fused(units[i].epi) ? dep_unit(i, R_COMP) : units[i].epi == E_WGRAD && vparam(&units[i].v, "pipe") ? dep_unit(i, R_TWIN) : -1;
+    units[i].dep = d;
+  }
+  free(F.values);
+  for (size_t i = 0; i < g.gl_pathc; ++i) fb_recipe_free(rs[i]);
+  free(rs);
+  globfree(&g);
+}
+
+static void add_hand(void) {
+  for (int c = 0; c < NHAND; ++c) {
+    const gcase *g = &hand[c];
+    fb_kernel_spec k = hand_spec(g);
+    for (int j = 0; j < g->nv; ++j) {
+      unit *u = new_unit();
+      u->k = k, u->role = g->kind == 2 ? R_FP8 : R_LAYER, u->kind = g->kind, u->mode = g->mode, u->outer = g->tensor_outer;
+      u->epi = spec_epi(&k);
+      if (g->kind == 2) { /* by hand: the generator prunes it */
+        fb_variant *v = &u->v;
+        snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
+        v->nparams = 6;
+        for (int q = 0; q < 6; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = g->v[j][q];
+        snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", k.name, g->v[j][0], g->v[j][1], g->v[j][2], g->v[j][3], g->v[j][4], g->v[j][5]);
+      } else {
+        char why[256];
+        if (!probe(&k, g->v[j], &u->v, why, sizeof why)) DIE("test_gemm: %s: variant %d pruned: %s", k.name, j, why);
+        for (int i = 0; i < nunits - 1; ++i) /* the same kernel as a class variant (bf16.lua's specs are the layer's) */
+          if (!strcmp(units[i].v.name, u->v.name) && units[i].k.act.outer == k.act.outer && units[i].k.src.outer == k.src.outer) {
+            --nunits;
+            break;
+          }
+      }
+    }
+  }
+  /* the layer's fused and pipelined FP32 ones compare with theirs as the covering set's do */
+  int n0 = nunits;
+  for (int i = 0; i < n0; ++i)
+    if (units[i].role == R_LAYER && fused(units[i].epi)) {
+      int d = dep_unit(i, R_COMP);
+      units[i].dep = d;
+    }
+}
 
 static void *compile_worker(void *arg) {
   (void)arg;
   for (;;) {
     pthread_mutex_lock(&mu);
     int i = next_unit++;
+    while (i < nunits && !units[i].sel) i = next_unit++;
     pthread_mutex_unlock(&mu);
     if (i >= nunits) return NULL;
     unit *u = &units[i];
@@ -193,9 +528,34 @@ static const char *find_cuobjdump(char *buf, size_t n) {
   return NULL;
 }
 
+/* One SASS instruction's text (after its address, up to ';'): does it touch (read or write) a register of `live`? The
+   HGMMA / QGMMA themselves and the WARPGROUP ops do not count; a .64 / .128 operand covers 2 / 4 registers. */
+static int touches(const char *t, const unsigned char live[256]) {
+  while (*t == ' ') ++t;
+  if (*t == '@') { while (*t && *t != ' ') ++t; while (*t == ' ') ++t; } /* predicate */
+  const char *op = t;
+  while (*t && *t != ' ') ++t;
+  int w = 1;
+  for (const char *s = op; s < t; ++s) {
+    if (!strncmp(s, ".64", 3)) w = 2;
+    if (!strncmp(s, ".128", 4)) w = 4;
+  }
+  for (const char *s = t; *s && *s != ';'; ++s)
+    if (*s == 'R' && s[1] >= '0' && s[1] <= '9' && !(s[-1] >= 'A' && s[-1] <= 'Z') && !(s[-1] >= 'a' && s[-1] <= 'z') && s[-1] != '_') {
+      int r = atoi(s + 1);
+      for (int i = 0; i < w && r + i < 256; ++i)
+        if (live[r + i]) return 1;
+    }
+  return 0;
+}
+
 /* The GEMM's machine code (cuobjdump -sass): 1 if its products run on the tensor cores (wgmma: HGMMA, or QGMMA for the
-   FP8 one) and its operands arrive by TMA (UTMALDG), 0 if not, -1 if it could not be read */
-static int sass_hgmma(const char *tool, const fb_cubin *cb) {
+   FP8 one) and its operands arrive by TMA (UTMALDG), 0 if not, -1 if it could not be read. *acc: the instructions that
+   touch an accumulator register of a wgmma between its issue and the WARPGROUP.DEPBAR.LE gsb0, 0x0 that retires it,
+   in code order (the kernels' loops leave with every group retired or, pipelined, with one in flight, so code order
+   is the order that matters); the first such in first (n bytes). */
+static int sass_check(const char *tool, const fb_cubin *cb, int *acc, char *first, size_t n) {
+  *acc = 0, first[0] = 0;
   char path[] = "/tmp/test_gemm_XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) return -1;
@@ -205,9 +565,36 @@ static int sass_hgmma(const char *tool, const fb_cubin *cb) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>/dev/null", tool, path);
   FILE *p = w == cb->size ? popen(cmd, "r") : NULL;
-  int hg = 0, tma = 0, lines = 0;
+  int hg = 0, tma = 0, lines = 0, nlive = 0;
+  unsigned char live[256];
+  memset(live, 0, sizeof live);
   char line[512];
-  while (p && fgets(line, sizeof line, p)) ++lines, hg |= strstr(line, "HGMMA") || strstr(line, "QGMMA"), tma |= strstr(line, "UTMALDG") != NULL;
+  while (p && fgets(line, sizeof line, p)) {
+    ++lines, hg |= strstr(line, "HGMMA") || strstr(line, "QGMMA"), tma |= strstr(line, "UTMALDG") != NULL;
+    const char *a = strstr(line, "/*"), *b = a ? strstr(a, "*/") : NULL;
+    if (!a || !b || !(a[2] >= '0' && a[2] <= '9') || !strchr(b, ';')) continue; /* not an instruction line */
+    const char *t = b + 2;
+    const char *g = strstr(t, "GMMA.64x");
+    if (g && (g[-1] == 'H' || g[-1] == 'Q')) {
+      int nn = atoi(g + 8), r = -1;
+      const char *rr = strchr(g, 'R');
+      if (rr) r = atoi(rr + 1);
+      for (int i = 0; r >= 0 && i < nn / 2 && r + i < 256; ++i) live[r + i] = 1;
+      nlive = 1;
+      continue;
+    }
+    const char *e = strchr(t, ';');
+    while (e > t && e[-1] == ' ') --e; /* the text ends before " ;" */
+    if (strstr(t, "WARPGROUP.DEPBAR")) {
+      if (e - t >= 3 && !strncmp(e - 3, "0x0", 3)) memset(live, 0, sizeof live), nlive = 0;
+      continue;
+    }
+    if (strstr(t, "WARPGROUP")) continue;
+    if (nlive && touches(t, live)) {
+      if (!*acc) snprintf(first, n, "%.*s", (int)(e - t - (int)strspn(t, " ")), t + strspn(t, " "));
+      ++*acc;
+    }
+  }
   int rc = p ? pclose(p) : -1;
   unlink(path);
   return rc != 0 || !lines ? -1 : hg && tma;
@@ -217,52 +604,6 @@ static int regs_of(const char *log) {
   const char *s = log ? strstr(log, "Used ") : NULL;
   return s ? atoi(s + 5) : -1;
 }
-
-/* case g's spec (*k) and variants (*vs, malloc'd; returns how many) */
-static int case_variants(const gcase *g, fb_kernel_spec *k, fb_variant **vs) {
-  *k = spec_of(g);
-  fb_tune_family fam = {.nparams = 8, .nvariants = g->nv};
-  snprintf(fam.family, sizeof fam.family, "gemm");
-  static const char *pn[8] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe"};
-  for (int j = 0; j < 8; ++j) snprintf(fam.param[j], sizeof fam.param[j], "%s", pn[j]);
-  fam.values = (int *)g->v;
-  int nv, pruned;
-  char why[256];
-  if (g->kind == 2) { /* by hand: the generator prunes it */
-    *vs = calloc((size_t)g->nv, sizeof **vs), nv = g->nv;
-    for (int j = 0; j < nv; ++j) {
-      fb_variant *v = &(*vs)[j];
-      snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
-      v->nparams = 6;
-      for (int q = 0; q < 6; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", pn[q]), v->value[q] = g->v[j][q];
-      snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", k->name, g->v[j][0], g->v[j][1], g->v[j][2], g->v[j][3], g->v[j][4], g->v[j][5]);
-    }
-  } else {
-    CK(fb_gen_variants(k, &fam, vs, &nv, &pruned, why, sizeof why));
-    if (pruned) DIE("%s: %d variants pruned: %s", k->name, pruned, why);
-  }
-  return nv;
-}
-
-/* the variant whose FP32 output gemm_run keeps as gemm_companion (plain, rows, 128 x 256 tiles, 2 consumers) */
-static int is_companion(const gcase *g, const fb_variant *v) {
-  int tm = 0, tn = 0, co = 0;
-  for (int i = 0; i < v->nparams; ++i) {
-    if (!strcmp(v->param[i], "tile_m")) tm = v->value[i];
-    if (!strcmp(v->param[i], "tile_n")) tn = v->value[i];
-    if (!strcmp(v->param[i], "consumers")) co = v->value[i];
-  }
-  return g->kind != 2 && !g->epi && !g->mode && !g->out_bf16 && tm == 128 && tn == 256 && co == 2;
-}
-
-/* the variant's pipe (gemm_sm90.cuh FB_PIPE; 0 when it has none) */
-static int pipe_of(const fb_variant *v) {
-  for (int i = 0; i < v->nparams; ++i)
-    if (!strcmp(v->param[i], "pipe")) return v->value[i];
-  return 0;
-}
-
-/* ---- data ---- */
 
 /* ---- the BF16 copy kernels (gemm_bcopy.cuh): bit-exact against fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref on
    random bytes (every code and scale, NaN and subnormal ones included), then (--bench) timed at S1's W13 ---- */
@@ -322,19 +663,120 @@ static long long bcounts(const bshape *b, long long *cnt) {
 }
 
 
+
+static const char *ROLE_NAME[] = {"class", "companion", "pipe-0 twin", "expert layer", "FP8 wgmma", "bcopy"};
+
+/* the classes: those with a variant (the chosen one), then those without, grouped by why */
+static void print_classes(void) {
+  int with = 0, in_rec = 0;
+  for (int i = 0; i < nclasses; ++i) with += classes[i].unit >= 0, in_rec += classes[i].unit >= 0 && classes[i].in_recipe;
+  printf("test_gemm: %d GEMM specs in the shipped plans; covering family:", ngspecs);
+  for (int p = 0; p < 8; ++p) {
+    printf(" %s {", PN[p]);
+    for (int i = 0; i < nfv[p]; ++i) printf("%s%d", i ? "," : "", fvals[p][i]);
+    printf("}");
+  }
+  printf("\ntest_gemm: %d classes with a variant (%d of them chosen from a shipped recipe's own family, the rest from the generator's kept set only):\n",
+         with, in_rec);
+  char lab[160];
+  for (int i = 0; i < nclasses; ++i) {
+    if (classes[i].unit < 0) continue;
+    class_label(&classes[i].key, lab, sizeof lab);
+    printf("  class %-66s %-72s (%d kept%s)\n", lab, units[classes[i].unit].v.name, classes[i].nkept, classes[i].in_recipe ? "" : "; none in a recipe's family");
+  }
+  int without = nclasses - with;
+  printf("test_gemm: %d classes of those values have no variant (not run), by reason:\n", without);
+  char *done = calloc((size_t)nclasses + 1, 1);
+  for (int i = 0; i < nclasses; ++i) {
+    if (classes[i].unit >= 0 || done[i]) continue;
+    int n = 0;
+    for (int j = i; j < nclasses; ++j)
+      if (classes[j].unit < 0 && !strcmp(classes[j].why, classes[i].why)) ++n;
+    printf("  %4d: %s\n", n, classes[i].why);
+    int shown = 0;
+    for (int j = i; j < nclasses; ++j)
+      if (classes[j].unit < 0 && !done[j] && !strcmp(classes[j].why, classes[i].why)) {
+        done[j] = 1;
+        if (shown++ < 3) {
+          if (classes[j].key.pipe < 0) snprintf(lab, sizeof lab, "%s %s (every tile)", kind_name(classes[j].key.kind, classes[j].key.outer), EPI_NAME[classes[j].key.epi]);
+          else class_label(&classes[j].key, lab, sizeof lab);
+          printf("        e.g. %s\n", lab);
+        }
+      }
+  }
+  free(done);
+}
+
+/* run unit i on problem P (its dependency first: the companion's / twin's FP32 output is kept in its unit) */
+static int run_unit(int i, const gemm_problem *P, int sms, int *runs) {
+  unit *u = &units[i];
+  if (u->ran) return u->failed;
+  u->ran = 1;
+  int f = 0;
+  if (u->st != FB_OK) { /* counted as a compile failure */
+    snprintf(u->res[P->dist], sizeof u->res[P->dist], "%s", "-");
+    return u->failed = 1;
+  }
+  const unit *d = NULL;
+  if (u->dep >= 0) {
+    run_unit(u->dep, P, sms, runs);
+    d = &units[u->dep];
+  }
+  free(gemm_companion);
+  gemm_companion = NULL;
+  if (fused(u->epi)) {
+    if (!d || !d->out) { /* no FP32 output to compare with: the bit-exact check cannot be made, which fails */
+      printf("  %-58s %-9s FAIL: its companion %s did not run\n", u->v.name, gemm_dist_name[P->dist], d ? d->v.name : "-");
+      snprintf(u->res[P->dist], sizeof u->res[P->dist], "%s", "FAIL");
+      u->failed = 1;
+      return 1;
+    }
+    gemm_companion = malloc(P->out_elems * sizeof(float));
+    if (!gemm_companion) DIE("test_gemm: out of memory");
+    memcpy(gemm_companion, d->out, P->out_elems * sizeof(float));
+  }
+  fb_kernel kern;
+  CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
+  f = gemm_run(&u->k, &u->v, &kern, P, sms, stdout, 0);
+  fb_kernel_unload(&kern);
+  ++*runs;
+  if (!fused(u->epi) && gemm_companion) { /* gemm_run kept this FP32 output */
+    free(u->out);
+    u->out = gemm_companion, gemm_companion = NULL;
+    if (d && d->out) { /* the pipelined main loop: the same wgmmas in the same order as its pipe 0 twin, so the same bits */
+      const uint32_t *x = (const uint32_t *)u->out, *y = (const uint32_t *)d->out;
+      long differ = 0;
+      for (size_t e = 0; e < P->out_elems; ++e) differ += x[e] != y[e];
+      printf("  %-58s %-9s bit-identical to %s: %s (%ld of %zu words differ)\n", u->v.name, gemm_dist_name[P->dist], d->v.name,
+             differ ? "FAIL" : "ok", differ, P->out_elems);
+      f |= differ != 0;
+    } else if (u->dep >= 0) {
+      printf("  %-58s %-9s FAIL: its pipe 0 twin %s did not run\n", u->v.name, gemm_dist_name[P->dist], d->v.name);
+      f = 1;
+    }
+  }
+  free(gemm_companion);
+  gemm_companion = NULL;
+  snprintf(u->res[P->dist], sizeof u->res[P->dist], "%s", f ? "FAIL" : "ok");
+  if (u->kind == 2 && f) printf("    (FP8 wgmma with promotion: not a legal variant; measured, not counted)\n");
+  u->failed |= f;
+  return f;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a crash keeps what was printed */
-  int compile_only = 0, debug = 0, cheap = 0;
+  int compile_only = 0, debug = 0, cheap = 0, list = 0;
   const char *shapes_out = NULL, *peer = NULL;
   const char *only = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--compile-only")) compile_only = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--list")) list = 1;
     else if (!strcmp(argv[i], "--debug")) debug = 1;
     else if (!strcmp(argv[i], "--cheap-epilogue")) cheap = 1; /* diagnostics: SwiGLU epilogues without their math */
     else if (!strcmp(argv[i], "--write-shapes") && i + 1 < argc) shapes_out = argv[++i];
     else if (!strcmp(argv[i], "--bench") && i + 1 < argc) peer = argv[++i];
-    else if (!strcmp(argv[i], "--help")) { puts("usage: test_gemm [--compile-only] [--only SUBSTR] [--write-shapes FILE] [--bench PEERFILE]"); return 0; }
+    else if (!strcmp(argv[i], "--help")) { puts("usage: test_gemm [--compile-only] [--list] [--only SUBSTR] [--write-shapes FILE] [--bench PEERFILE]"); return 0; }
     else { fprintf(stderr, "test_gemm: unknown argument %s\n", argv[i]); return 2; }
   }
   if (shapes_out) { /* the benchmark's shapes, for the PyTorch peer */
@@ -350,69 +792,97 @@ int main(int argc, char **argv) {
     fclose(f);
     return 0;
   }
-  /* --only: a SwiGLU / S2F6 case's bit-exact check compares with the plain FP32 run of its tiles on the same problem
-     (gemm_companion), so a selected one brings that FP32 variant along (it runs first: it comes first in cases[]) */
-  int need_comp[4][2];
-  memset(need_comp, 0, sizeof need_comp);
-  for (int c = 0; only && c < NCASES; ++c) {
-    const gcase *g = &cases[c];
-    fb_kernel_spec k;
-    fb_variant *vs;
-    int nv = case_variants(g, &k, &vs);
-    for (int j = 0; j < nv; ++j)
-      if (strstr(vs[j].name, only) && g->epi && !g->mode) need_comp[g->kind][g->tensor_outer] = 1;
-    free(vs);
-  }
-  for (int c = 0; c < NCASES; ++c) {
-    const gcase *g = &cases[c];
-    fb_kernel_spec k;
-    fb_variant *vs;
-    int nv = case_variants(g, &k, &vs);
-    for (int j = 0; j < nv; ++j) {
-      int comp = need_comp[g->kind][g->tensor_outer] && is_companion(g, &vs[j]);
-      if (only && !strstr(vs[j].name, only) && !comp) continue;
-      if (only && comp && !strstr(vs[j].name, only)) printf("test_gemm: --only %s: with %s, the FP32 companion of its SwiGLU / S2F6 checks\n", only, vs[j].name);
-      if (nunits == (int)(sizeof units / sizeof units[0])) DIE("test_gemm: more than %d kernels: raise units[]", nunits);
-      unit *u = &units[nunits++];
-      u->g = g, u->k = k, u->v = vs[j];
-      CK(fb_gen_source(&k, &vs[j], "tests/gpu/test_gemm.c", "-", &u->src));
-      if (debug || cheap) { /* the template's printf lines (block 0); or the math-free epilogues */
-        size_t n = strlen(u->src);
-        char *d = malloc(n + 32);
-        sprintf(d, "#define %s 1\n%s", debug ? "FB_DEBUG" : "FB_EPI_CHEAP", u->src);
-        free(u->src);
-        u->src = d;
-      }
-    }
-    free(vs);
-  }
+  build_cover();
+  add_hand();
+  print_classes();
   int first_bcopy = nunits;
-  if (!only || strstr("bcopy", only) || strstr(only, "bcopy")) nunits += bcopy_units(units + nunits, 128 - nunits);
-  int nt = 16;
+  {
+    unit bc[8];
+    int nb = bcopy_units(bc, 8);
+    for (int i = 0; i < nb; ++i) {
+      unit *u = new_unit();
+      *u = bc[i];
+      u->role = R_BCOPY, u->dep = -1, u->cls = -1;
+    }
+  }
+  /* --only: the selected ones and what they compare with */
+  int nsel = 0;
+  for (int i = 0; i < nunits; ++i)
+    if (!only || strstr(units[i].v.name, only)) units[i].sel = 1;
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int i = 0; i < nunits; ++i)
+      if (units[i].sel && units[i].dep >= 0 && !units[units[i].dep].sel) {
+        units[units[i].dep].sel = changed = 1;
+        if (only)
+          printf("test_gemm: --only %s: with %s, the %s of %s\n", only, units[units[i].dep].v.name, fused(units[i].epi) ? "FP32 companion" : "pipe 0 twin",
+                 units[i].v.name);
+      }
+  }
+  /* --compile-only checks what the tuner may pick (the class variants, the layer's, FP8, bcopy); the companions and twins,
+     plain FP32 forms of the same main loops, compile when they run */
+  if (compile_only && !only)
+    for (int i = 0; i < nunits; ++i)
+      if (units[i].role == R_COMP || units[i].role == R_TWIN) units[i].sel = 0;
+  int nby[6] = {0};
+  for (int i = 0; i < nunits; ++i) nsel += units[i].sel, nby[units[i].role] += units[i].sel;
+  if (compile_only && !only) printf("test_gemm --compile-only: the companions and pipe 0 twins (plain FP32 forms of the same main loops) are compiled only to run\n");
+  if (!nsel) { fprintf(stderr, "test_gemm: --only %s: no kernel's name has it\n", only); return 2; }
+  printf("test_gemm: %d kernels: %d class variants, %d companions, %d pipe 0 twins, %d expert-layer, %d FP8 wgmma, %d bcopy\n", nsel, nby[R_COVER],
+         nby[R_COMP], nby[R_TWIN], nby[R_LAYER], nby[R_FP8], nby[R_BCOPY]);
+  if (list) {
+    for (int i = 0; i < nunits; ++i)
+      if (units[i].sel) printf("  %-12s %s\n", ROLE_NAME[units[i].role], units[i].v.name);
+    return 0;
+  }
+  for (int i = 0; i < nunits; ++i) {
+    unit *u = &units[i];
+    if (!u->sel || u->src) continue;
+    CK(fb_gen_source(&u->k, &u->v, "tests/gpu/test_gemm.c", "-", &u->src));
+    if ((debug || cheap) && u->role != R_BCOPY) { /* the template's printf lines (block 0); or the math-free epilogues */
+      size_t n = strlen(u->src);
+      char *d = malloc(n + 32);
+      sprintf(d, "#define %s 1\n%s", debug ? "FB_DEBUG" : "FB_EPI_CHEAP", u->src);
+      free(u->src);
+      u->src = d;
+    }
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int nt = ncpu > 16 ? 16 : ncpu < 2 ? 2 : (int)ncpu;
   pthread_t th[16];
   for (int i = 0; i < nt; ++i) pthread_create(&th[i], NULL, compile_worker, NULL);
   for (int i = 0; i < nt; ++i) pthread_join(th[i], NULL);
-  int bad = 0, sass_read = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double wall = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  int bad = 0, sass_read = 0, ngemm = 0;
   char cobuf[512];
   const char *co = find_cuobjdump(cobuf, sizeof cobuf);
   for (int i = 0; i < nunits; ++i) {
     unit *u = &units[i];
-    char why[256];
+    if (!u->sel) continue;
+    char why[256], first[200];
     if (u->st != FB_OK) { printf("COMPILE FAILED %s\n%s\n", u->v.name, u->err); ++bad; continue; }
-    int p = log_problems(u->cubin.log, why, sizeof why);
-    int h = co && i < first_bcopy ? sass_hgmma(co, &u->cubin) : -2; /* the GEMMs only (bcopy has no MMA) */
+    int p = log_problems(u->cubin.log, why, sizeof why), acc = 0;
+    int h = co && u->role != R_BCOPY ? sass_check(co, &u->cubin, &acc, first, sizeof first) : -2; /* the GEMMs only (bcopy has no MMA) */
+    ngemm += u->role != R_BCOPY;
     if (h == 0) snprintf(why, sizeof why, "no HGMMA / QGMMA or no UTMALDG in the SASS"), p = 1;
+    if (h >= 0 && acc) snprintf(why, sizeof why, "%d instructions touch accumulators of a wgmma group in flight (first: %s)", acc, first), p = 1;
     sass_read += h >= 0;
     printf("  compiled %-58s %6.0f ms  %3d regs  %s%s\n", u->v.name, u->cubin.ms, regs_of(u->cubin.log), p ? why : "no spills, no wgmma advisories",
-           !p && h == 1 ? ", GMMA + UTMALDG" : h == -1 ? " (SASS not read: cuobjdump failed)" : "");
+           !p && h == 1 ? ", GMMA + UTMALDG, accumulators untouched in flight" : h == -1 ? " (SASS not read: cuobjdump failed)" : "");
+    u->cprob = p;
     bad += p;
   }
   /* a cuobjdump that cannot read (13.x without its nvdisasm) leaves the SASS unchecked, as none does; it fails nothing */
-  if (co) printf("test_gemm: SASS of %d of %d GEMMs read with %s (the rest: cuobjdump failed, not checked); HGMMA (QGMMA: FP8) and UTMALDG checked in those\n",
-                 sass_read, first_bcopy, co);
-  else printf("test_gemm: SASS not read (no cuobjdump: set CUOBJDUMP, e.g. the one of pip's nvidia-cuda-cuobjdump): HGMMA not checked\n");
+  if (co) printf("test_gemm: SASS of %d of %d GEMMs read with %s (the rest: cuobjdump failed, not checked); HGMMA (QGMMA: FP8), UTMALDG and "
+                 "the accumulators in flight checked in those\n", sass_read, ngemm, co);
+  else printf("test_gemm: SASS not read (no cuobjdump: set CUOBJDUMP, e.g. the one of pip's nvidia-cuda-cuobjdump with nvidia-cuda-nvdisasm): "
+              "HGMMA and the accumulators in flight not checked\n");
+  printf("test_gemm: compiled %d kernels in %.1f s on %d threads\n", nsel, wall, nt);
   if (compile_only) {
-    printf("test_gemm --compile-only: %d kernels, %d with problems\n", nunits, bad);
+    printf("test_gemm --compile-only: %d kernels, %d with problems\n", nsel, bad);
     return bad ? 1 : 0;
   }
   if (fb_cuda_load() != FB_OK) { printf("test_gemm: SKIPPED (not passed): %s\n", fb_errmsg()); return 77; }
@@ -423,61 +893,67 @@ int main(int argc, char **argv) {
   int fails = bad, runs = 0;
   for (int i = first_bcopy; i < nunits; ++i) {
     unit *u = &units[i];
-    if (u->st != FB_OK) continue;
+    if (!u->sel) continue;
+    if (u->st != FB_OK) { ++fails; continue; }
     fb_kernel kern;
     CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
     int f = gemm_bcopy_check(&u->k, &u->v, &kern, 77, 320, stdout) | gemm_bcopy_check(&u->k, &u->v, &kern, 1024, 2048, stdout);
-    u->failed = f, fails += f, runs += 2;
+    u->failed |= f, fails += f, runs += 2;
     fb_kernel_unload(&kern);
   }
   for (int kind = 0; kind < 4; ++kind)
     for (int mode = 0; mode < 2; ++mode)
       for (int to = 0; to < 2; ++to) {
         int any = 0;
-        for (int i = 0; i < first_bcopy; ++i)
-          any |= units[i].st == FB_OK && units[i].g->kind == kind && units[i].g->mode == mode && units[i].g->tensor_outer == to;
+        for (int i = 0; i < first_bcopy; ++i) any |= units[i].sel && units[i].kind == kind && units[i].mode == mode && units[i].outer == to;
         if (!any) continue;
         for (int dist = 0; dist < 2; ++dist) {
           gemm_problem P;
           gemm_make_problem(&P, kind, mode, to, dist);
-          free(gemm_companion); /* another problem's data: no companion until this one's FP32 run */
-          gemm_companion = NULL;
           if (kind == 1 && to) printf("  (per-tensor problem, %s: S_dec(A) = %.6g, S_dec(B) = %.6g)\n", gemm_dist_name[dist], P.a_sdec, P.b_sdec);
-          float *plain = NULL; /* the FP32 output of the pipe 0 variant with the companion's tiles, on this problem */
-          const char *plain_name = NULL;
           for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
-            if (u->st != FB_OK || u->g->kind != kind || u->g->mode != mode || u->g->tensor_outer != to) continue;
-            fb_kernel kern;
-            CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-            int f = gemm_run(&u->k, &u->v, &kern, &P, info.sm_count, stdout, 0);
-            if (is_companion(u->g, &u->v) && gemm_companion) { /* gemm_run kept this variant's FP32 output */
-              const size_t nb = P.out_elems * sizeof(float);
-              if (!pipe_of(&u->v)) {
-                free(plain);
-                plain = malloc(nb), plain_name = u->v.name;
-                if (!plain) DIE("test_gemm: out of memory");
-                memcpy(plain, gemm_companion, nb);
-              } else if (plain) { /* the pipelined main loop: the same wgmmas in the same order, so the same bits */
-                const uint32_t *x = (const uint32_t *)gemm_companion, *y = (const uint32_t *)plain;
-                long differ = 0;
-                for (size_t e = 0; e < P.out_elems; ++e) differ += x[e] != y[e];
-                printf("  %-58s %-9s bit-identical to %s: %s (%ld of %zu words differ)\n", u->v.name, gemm_dist_name[dist], plain_name,
-                       differ ? "FAIL" : "ok", differ, P.out_elems);
-                f |= differ != 0;
-              }
-            }
-            u->failed |= f;
-            if (u->g->kind == 2) { if (f) printf("    (FP8 wgmma with promotion: not a legal variant; measured, not counted)\n"); }
-            else fails += f;
-            ++runs;
-            fb_kernel_unload(&kern);
+            u->ran = 0;
+            free(u->out);
+            u->out = NULL;
           }
-          free(plain);
+          for (int i = 0; i < first_bcopy; ++i) {
+            unit *u = &units[i];
+            if (!u->sel || u->kind != kind || u->mode != mode || u->outer != to) continue;
+            run_unit(i, &P, info.sm_count, &runs);
+          }
+          for (int i = 0; i < first_bcopy; ++i) {
+            unit *u = &units[i];
+            if (u->sel && u->kind == kind && u->mode == mode && u->outer == to && u->kind != 2 && !strcmp(u->res[dist], "FAIL")) ++fails;
+            free(u->out);
+            u->out = NULL;
+          }
           gemm_free_problem(&P);
         }
       }
-  printf("test_gemm: %d runs, %d failed\n", runs, fails);
+  /* per class: what was run and how it went */
+  printf("\ntest_gemm: per class (balanced, skewed with an empty expert):\n");
+  char lab[160];
+  int cls_run = 0, cls_failed = 0, cls_prob = 0;
+  for (int c = 0; c < nclasses; ++c) {
+    if (classes[c].unit < 0 || !units[classes[c].unit].sel) continue;
+    const unit *u = &units[classes[c].unit];
+    class_label(&classes[c].key, lab, sizeof lab);
+    int f = u->failed || (u->dep >= 0 && units[u->dep].failed);
+    ++cls_run, cls_failed += f, cls_prob += !f && u->cprob;
+    /* FAIL: a wrong result (or none); prob: right results, but ptxas's log or the SASS check has a problem (see above) */
+    printf("  %-4s %-66s %-72s %s %s\n", f ? "FAIL" : u->cprob ? "prob" : "ok", lab, u->v.name, u->res[0][0] ? u->res[0] : "-",
+           u->res[1][0] ? u->res[1] : "-");
+  }
+  for (int i = 0; i < first_bcopy; ++i) {
+    const unit *u = &units[i];
+    if (!u->sel || u->role == R_COVER) continue;
+    printf("  %-4s %-66s %-72s %s %s\n", u->failed ? (u->kind == 2 ? "meas" : "FAIL") : "ok", ROLE_NAME[u->role], u->v.name, u->res[0][0] ? u->res[0] : "-",
+           u->res[1][0] ? u->res[1] : "-");
+  }
+  printf("test_gemm: %d classes run, %d failed, %d more with compile problems; %d runs, %d failed (compile problems counted)\n", cls_run,
+         cls_failed, cls_prob, runs, fails);
+
   if (peer) {
     double dense[2] = {0, 0}, pt[NBSHAPES][2], bpeer[2] = {0, 0};
     memset(pt, 0, sizeof pt);
@@ -497,7 +973,7 @@ int main(int argc, char **argv) {
            " ceiling = torch BF16 copy %.0f GB/s, same run\n", bpeer[0], bpeer[1]);
     for (int i = first_bcopy; i < nunits; ++i) {
       unit *u = &units[i];
-      if (u->st != FB_OK || u->failed) continue;
+      if (!u->sel || u->st != FB_OK || u->failed) continue;
       const long long R = 48ll * 4096, K = 5120;
       int src = u->k.q.format == FB_FMT_NVFP4 ? 1 : 2;
       size_t n = (size_t)(R * K), cb = src == 1 ? n / 2 : n, sb = src == 1 ? n / 16 : n / 32;
@@ -547,7 +1023,7 @@ int main(int argc, char **argv) {
       for (int kind = 0; kind < 4; ++kind) {
         if (kind == 1 && b->mode) continue;
         int any = 0;
-        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].g->kind == kind && units[j].g->mode == b->mode && !role_of(units[j].g);
+        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].kind == kind && units[j].mode == b->mode && units[j].sel && (units[j].role == R_COVER || units[j].role == R_FP8);
         if (!any) continue;
         CUdeviceptr A = gemm_balloc(ar * ak * (kind == 0 ? 2 : 1)), B = gemm_balloc(br * ak * (kind == 2 ? 1 : 2));
         CUdeviceptr asf = gemm_balloc(ar * ak / 16), bsf = gemm_balloc(br * ak / 32), ao = gemm_balloc(ar * 4), bo = gemm_balloc((size_t)b->E * 4);
@@ -565,8 +1041,8 @@ int main(int argc, char **argv) {
         gemm_fill_random(bo, (size_t)b->E * 4, 4, 1);
         for (int j = 0; j < first_bcopy; ++j) {
           unit *u = &units[j];
-          if (u->st != FB_OK || (u->failed && kind != 2 && !cheap) || u->g->kind != kind || u->g->mode != b->mode) continue;
-          if (role_of(u->g)) continue; /* the expert layer's cases: checked above, not part of this table */
+          if (u->st != FB_OK || (u->failed && kind != 2 && !cheap) || u->kind != kind || u->mode != b->mode) continue;
+          if (!u->sel || (u->role != R_COVER && u->role != R_FP8)) continue; /* companions, twins, the expert layer's: checked above, not timed */
           fb_gemm_cfg cfg;
           CK(fb_gemm_config(&u->k, &u->v, &cfg));
           if (b->N % cfg.tile_n || (b->mode && b->M % cfg.tile_m)) continue;
