@@ -272,6 +272,8 @@ static int gpu_setup(const char *cmd, const fb_cli_train_cfg *c, const fb_recipe
   else if (lead)
     printf("kernels: no --cache: compiled the default variant of each of %d kernels with NVRTC: %.1f s of compile, %.1f s in all\n",
            st.kernels, st.compile_ms / 1e3, now_s() - t0);
+  if (lead && st.unplanned) /* cannot happen for the shipped recipes (tests/gpu/test_names.c): say so if it does */
+    printf("kernels: %d the plan does not name, so fourbit tune never tuned them (first: %s)\n", st.unplanned, st.unplanned_names[0]);
   if (c->require_tuned && (u->untuned[0] || !c->cache)) {
     fprintf(stderr, "fourbit %s: --require-tuned: no tuned winner for: %s\n", cmd, c->cache ? u->untuned : "(no --cache given)");
     return 2;
