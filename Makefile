@@ -20,14 +20,14 @@ ifeq ($(V),1)
 Q :=
 endif
 
-INCS     := -Iinclude -Iruntime -Igen -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
+INCS     := -Iinclude -Ibase -Iruntime -Igen -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
 CFLAGS   := -std=c11 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread $(INCS)
 CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -ffp-contract=off -pthread $(INCS)
 # Lua and LMDB statically; NVRTC and NCCL dynamically; libcuda.so.1 by dlopen (never linked).
 LDLIBS   := $(LIBDIR)/liblua5.4.a $(LIBDIR)/liblmdb.a -L$(CUDA_HOME)/lib64 -lnvrtc -lnccl \
             -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl -lm -pthread
 
-LIBSRC := $(sort $(wildcard runtime/*.c gen/*.c tuner/*.c cache/*.c recipes/*.c))
+LIBSRC := $(sort $(wildcard base/*.c runtime/*.c gen/*.c tuner/*.c cache/*.c recipes/*.c))
 TEMPLATES := $(sort $(wildcard templates/*.h templates/*.cuh))
 LIBOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIBSRC)) $(BUILD)/obj/embedded.o
 CLISRC := $(sort $(wildcard cli/*.c))
@@ -61,7 +61,7 @@ $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_co
 
 # A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
 # kernel carried out by its CPU reference (it checks buffers, sizes, launch parameters and the data flow, not kernels).
-$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c \
+$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c base/error.c runtime/numerics.c base/str.c \
                                 runtime/model_dense.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $< (a fake CUDA driver)"
@@ -199,8 +199,8 @@ golden: all
 
 # libFuzzer on the recipe loader and the plan (clang, ASan + UBSan), FUZZSECS seconds over a corpus of
 # the shipped recipes and the bad-recipe fixtures. A crash, leak or sanitizer report fails the run.
-FUZZSRC := $(sort $(wildcard runtime/*.c recipes/*.c gen/*.c cache/*.c)) # cache/: the runtime's GPU step reads and writes cubins
-$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard runtime/*.h include/*.h)
+FUZZSRC := $(sort $(wildcard base/*.c runtime/*.c recipes/*.c gen/*.c cache/*.c)) # cache/: the runtime's GPU step reads and writes cubins
+$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h runtime/*.h include/*.h)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CLANG   $@"
 	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \

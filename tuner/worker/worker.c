@@ -40,7 +40,7 @@ typedef struct {
   fb_kp_gemm *gkp;
 } cand;
 
-/* The GEMMs' launch (runtime/cuda_driver.c): build/emu/fourbit-worker links the warp emulator's driver, which has no
+/* The GEMMs' launch (base/cuda_driver.c): build/emu/fourbit-worker links the warp emulator's driver, which has no
  * dynamic shared memory (nor TMA, nor wgmma): there this weak stand-in answers, and the real one replaces it. */
 __attribute__((weak)) fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem,
                                                       const void *params, size_t size) {

@@ -1,5 +1,5 @@
 /* fb_cublas.h — the dense GEMMs of the GPU-resident train step through cuBLAS, loaded with dlopen at first use
- * (libcublas.so.13, else libcublas.so.12: no link-time dependency, as runtime/cuda_driver.c does libcuda).
+ * (libcublas.so.13, else libcublas.so.12: no link-time dependency, as base/cuda_driver.c does libcuda).
  * Row-major operands in BF16, FP32 output and accumulation (cublasGemmEx: CUDA_R_16BF in, CUDA_R_32F out,
  * CUBLAS_COMPUTE_32F), on the default stream (the generated kernels' stream). cuBLAS is run-to-run deterministic on
  * one GPU with a fixed configuration (no atomics unless asked for; we never ask).
