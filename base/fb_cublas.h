@@ -6,7 +6,7 @@
  * Entry points: fb_blas_create(), fb_blas_free(), fb_blas_gemm(), fb_blas_name(). */
 #ifndef FB_CUBLAS_H
 #define FB_CUBLAS_H
-#include "fourbit.h"
+#include "fourbit/base.h"
 
 typedef struct fb_blas fb_blas;
 /* Loads the library (once) and makes a handle on the current CUDA context. */
