@@ -145,6 +145,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 
 # CPU tiers, what CI runs: unit tests of every module, then the CLI end to end.
 test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13
+	$(Q)echo "== tests/test_layers.sh (base/ includes nothing above it)"; bash tests/test_layers.sh
 	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
 	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
