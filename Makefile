@@ -45,18 +45,26 @@ GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm 
             $(BUILD)/gpu/test_train_dev
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
 
-# The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
+# The tuner's check harness (tuner/check/: every kernel against its CPU reference, the GEMMs against FP64), linked
+# into the worker and the GPU tests; an archive of its own, not libfourbit.a: its globals are the harness's state.
+CHECKSRC := $(sort $(wildcard tuner/check/*.c))
+CHECKOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CHECKSRC))
+CHECKLIB := $(BUILD)/libfourbit-check.a
+$(CHECKLIB): $(CHECKOBJ)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# The tuner's measuring process (fourbit tune starts it beside build/fourbit): tuner/check/'s checks, linked
 # with the driver; the emu one links the warp emulator instead (tests/test_tune.sh runs a sweep with it on the CPU).
-WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h \
-              $(BUILD)/libfourbit.a
+WORKERDEPS := tuner/worker/worker.c tuner/tune.h tuner/check/harness.h tuner/check/gemm_harness.h $(CHECKLIB) $(BUILD)/libfourbit.a
 $(BUILD)/fourbit-worker: $(WORKERDEPS)
 	@echo "  CC      tuner/worker/worker.c"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tuner/worker/worker.c $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
 $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      tuner/worker/worker.c (emulated driver)"
-	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/emu/driver_worker.o \
+	$(Q)$(CXX) $(CXXFLAGS) -Ituner/check -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tuner/worker/worker.c $(CHECKLIB) $(BUILD)/emu/driver_worker.o \
 	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 # A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
@@ -75,26 +83,25 @@ $(BUILD)/mockcuda/libcublas.so.13: tests/gpu/mock_libcublas.c $(DEPSOK)
 	  -o $@ $< -ldl
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.
-# test_gemm shares its GEMM checks with the tuner's worker (tests/gpu/gemm_harness.c)
-$(BUILD)/gpu/test_gemm: tests/gpu/test_gemm.c tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h tests/gpu/harness.c tests/gpu/harness.h \
-                        $(BUILD)/libfourbit.a
+# test_gemm shares its GEMM checks with the tuner's worker (tuner/check/gemm_harness.c)
+$(BUILD)/gpu/test_gemm: tests/gpu/test_gemm.c tuner/check/gemm_harness.h tuner/check/harness.h $(CHECKLIB) $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/gemm_harness.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
-$(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ $< $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
+$(BUILD)/gpu/%: tests/gpu/%.c tuner/check/harness.h $(CHECKLIB) $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ $< $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
 
 # The GPU test harness on the CPU: test_kernels linked against tests/emu/driver.cpp, which compiles each generated
 # kernel with the host C++ compiler and runs it under the warp emulator (tests/emu/emu_core.h). Where no GPU is at
 # hand; slow, so: build/emu/test_kernels --quick --only SUBSTR (from the repository root).
-$(BUILD)/emu/test_kernels: tests/gpu/test_kernels.c tests/gpu/harness.c tests/gpu/harness.h tests/emu/driver.cpp \
+$(BUILD)/emu/test_kernels: tests/gpu/test_kernels.c tuner/check/harness.h $(CHECKLIB) tests/emu/driver.cpp \
                            tests/emu/emu_core.h tests/emu/fb_emu.h $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CXX     tests/emu/driver.cpp"
-	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver.o
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tests/gpu/test_kernels.c tests/gpu/harness.c $(BUILD)/emu/driver.o \
+	$(Q)$(CXX) $(CXXFLAGS) -Ituner/check -c tests/emu/driver.cpp -o $(BUILD)/emu/driver.o
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tests/gpu/test_kernels.c $(CHECKLIB) $(BUILD)/emu/driver.o \
 	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 deps: $(DEPSOK)
@@ -218,4 +225,4 @@ fuzz: $(BUILD)/fuzz/fuzz_recipe
 clean:
 	rm -rf $(BUILD)
 
--include $(LIBOBJ:.o=.d) $(CLIOBJ:.o=.d)
+-include $(LIBOBJ:.o=.d) $(CLIOBJ:.o=.d) $(CHECKOBJ:.o=.d)

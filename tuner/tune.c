@@ -572,7 +572,7 @@ static void tune_spec_bucket(run_ctx *x, summary_row *row) {
 }
 
 int fb_tune_measurable(const fb_kernel_spec *k) {
-  (void)k; /* the memory-bound kernels: tests/gpu/harness.c's checks; the GEMMs and bcopy: tests/gpu/gemm_harness.c's */
+  (void)k; /* the memory-bound kernels: tuner/check/harness.c's checks; the GEMMs and bcopy: tuner/check/gemm_harness.c's */
   return 1;
 }
 

@@ -111,7 +111,7 @@ fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe 
 /* `fourbit tune RECIPE --warm-start-bench`: lookup + cuModuleLoadData of every kernel of the recipe from the cache,
  * against NVRTC compiles of the same kernels. Needs a GPU. */
 int fb_tune_warm_start_bench(const fb_tune_opts *o);
-/* Whether the worker can check and time spec k: every op with a template (GEMMs: tests/gpu/gemm_harness.c). */
+/* Whether the worker can check and time spec k: every op with a template (GEMMs: tuner/check/gemm_harness.c). */
 int fb_tune_measurable(const fb_kernel_spec *k);
 /* The device fingerprint of GPU 0 (the driver + this toolchain). */
 fb_status fb_tune_fingerprint(fb_fingerprint *fp);

@@ -2,14 +2,14 @@
  * one that faults (illegal address, launch failure, a hang the driver kills on its deadline) ends this process and
  * not the sweep. It reads requests on stdin and answers on stdout (tuner/tune.h):
  *   HELLO         -> DEVICE: the fingerprint of GPU 0 and its L2 size, or why there is no GPU
- *   LOAD id ...   -> VERIFIED: cuModuleLoadData of the cubin, then the check of tests/gpu/harness.c (run_case: fresh
+ *   LOAD id ...   -> VERIFIED: cuModuleLoadData of the cubin, then the check of tuner/check/harness.c (run_case: fresh
  *                    random inputs, Gaussian and the edge cases of NUMERICS.md, poisoned outputs, bit-exact against
  *                    the CPU reference) at the harness's small sizes
  *   TIME ids ...  -> TIMES: the candidates interleaved at the spec's shape: 2 warm-ups each, then 5 x effort rounds
  *                    in which each candidate runs once between CUDA events, on input sets rotated so that all sets
  *                    together exceed 2.5 x the L2 size (each launch reads its inputs from HBM); median and spread
  *   QUIT
- * The GEMMs (tests/gpu/gemm_harness.c): LOAD checks the variant on a small grouped problem (4 experts of 701, 37, 0
+ * The GEMMs (tuner/check/gemm_harness.c): LOAD checks the variant on a small grouped problem (4 experts of 701, 37, 0
  * and 129 rows; N 768, K 512; wgrad 4 experts of 256, 0, 384, 128 rows, M 512) against the FP64 reference of the
  * exactly dequantized operands: FP32 out within a relative error of 1e-5, BF16 out (SwiGLU and SwiGLU backward
  * included) within 1e-5 beyond BF16's rounding, the S2F6 combine payload dequantized within 2e-2 (S2F6's own error;
@@ -19,8 +19,9 @@
  * operand copy) is checked bit-exact by gemm_bcopy_check.
  * Any CUDA error exits (the harness's CK/CU), which the driver records as the candidate's failure.
  * The FOURBIT_TUNE_FAULT test hook (LOAD.fault): the candidate is first launched with invalid pointers.
- * Linked with tests/gpu/harness.c; build/emu/fourbit-worker links tests/emu/driver.cpp instead of the driver, so the
- * protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which means nothing). */
+ * Linked with tuner/check/ (build/libfourbit-check.a); build/emu/fourbit-worker links tests/emu/driver.cpp instead of
+ * the driver, so the protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which
+ * means nothing). */
 #include "harness.h"
 #include "gemm_harness.h"
 #include "../tune.h"
@@ -93,7 +94,7 @@ static int small_shape(const fb_kernel_spec *k) {
   return k->op == FB_OP_QUANT && !k->col && !k->in_f32 && (k->q.format == FB_FMT_MXFP8 || k->q.outer == FB_GRAN_TOKEN);
 }
 
-/* ---- the GEMMs' and bcopy's check (tests/gpu/gemm_harness.c) ------------------------------------------------ */
+/* ---- the GEMMs' and bcopy's check (tuner/check/gemm_harness.c) ---------------------------------------------- */
 static gemm_problem probs[4][2][2]; /* by kind, mode, tensor outer: made once (the FP64 reference takes a while) */
 static int have_prob[4][2][2];
 

@@ -654,7 +654,7 @@ static int quant_f32_for(const fb_kernel_spec *k, fb_kernel *out, const unit **q
     q->t = t;
     q->v = (fb_variant){.tmpl = "quant_nvfp4.cuh", .nparams = 2, .param = {"rows", "threads"}, .value = {16, 256}};
     snprintf(q->v.name, sizeof q->v.name, "%.160s_r16_t256", t->k.name);
-    CK(fb_gen_source(&t->k, &q->v, "tests/gpu/harness.c", "-", &q->src));
+    CK(fb_gen_source(&t->k, &q->v, "tuner/check/harness.c", "-", &q->src));
     CK(fb_nvrtc_compile(q->v.name, q->src, "sm_90a", &q->cubin));
   }
   pthread_mutex_unlock(&mu);
