@@ -1,32 +1,15 @@
-/* harness.h — shared by the GPU test (test_kernels.c) and the benchmark (bench.c): the kernel specs under
- * test, parallel NVRTC compiles, and one checked run of a kernel against the CPU reference. */
-#ifndef FB_GPU_HARNESS_H
-#define FB_GPU_HARNESS_H
+/* harness.h — the tuner's check of the memory-bound kernels (tuner/check/harness.c): the kernel specs under test,
+ * parallel NVRTC compiles, and one checked run of a kernel against the CPU reference. Shared by the tuner's worker
+ * (tuner/worker/worker.c), the GPU test (tests/gpu/test_kernels.c), the benchmark (tests/gpu/bench.c) and the warp
+ * emulator's driver (tests/emu/driver.cpp). Failures come back as fb_status, the message in fb_errmsg(). */
+#ifndef FB_CHECK_HARNESS_H
+#define FB_CHECK_HARNESS_H
 #include "fb_cuda.h"
 #include "fourbit.h"
 #include "fb_kparams.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define CK(call)                                                                                                       \
-  do {                                                                                                                 \
-    fb_status s_ = (call);                                                                                             \
-    if (s_ != FB_OK) {                                                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_errmsg());                                      \
-      exit(1);                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
-#define CU(call)                                                                                                       \
-  do {                                                                                                                 \
-    CUresult r_ = (call);                                                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                                                          \
-      const char *m_ = "?";                                                                                            \
-      fb_cu.GetErrorString(r_, &m_);                                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, m_);                                               \
-      exit(1);                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
 
 enum { CASE_GAUSS, CASE_WIDE, CASE_EDGE, NCASES };
 extern const char *case_name[];
@@ -56,6 +39,8 @@ uint64_t rnd(void);
 void build_specs(void);
 void *compile_worker(void *arg); /* compiles units[] until none is left */
 void make_input(int kind, long long rows, long long cols, float *x);
-/* One run of unit u (loaded as kern) on fresh inputs of the kind, R x C: returns wrong elements. */
-long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C);
+/* One run of unit u (loaded as kern) on fresh inputs of the kind, R x C: *wrong = the elements that differ from the
+ * reference (0: it passed; the first few are printed on stderr). A CUDA or fourbit failure is returned with its
+ * message and the case's buffers freed; after a CUDA fault the context is lost, and the caller ends the process. */
+fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C, long *wrong);
 #endif
