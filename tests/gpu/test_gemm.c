@@ -583,7 +583,9 @@ int main(int argc, char **argv) {
           fb_gemm_cfg cfg;
           CK(fb_gemm_config(&u->k, &u->v, &cfg));
           if (b->N % cfg.tile_n || (b->mode && b->M % cfg.tile_m)) continue;
-          fb_gemm_args ga = {A, B, out, offs, kind ? asf : 0, kind == 2 ? bsf : 0, kind == 1 ? ao : 0, kind == 1 ? bo : 0, rows, b->E, b->M, b->N, b->K, hbuf, bsf, 0x5A5A0F0Fu};
+          fb_gemm_args ga = {.a = A, .b = B, .out = out, .offsets = offs, .a_sf = kind ? asf : 0, .b_sf = kind == 2 ? bsf : 0,
+                             .a_outer = kind == 1 ? ao : 0, .b_outer = kind == 1 ? bo : 0, .rows = rows, .experts = b->E, .M = b->M,
+                             .N = b->N, .K = b->K, .aux = hbuf, .out_sf = bsf, .signs = 0x5A5A0F0Fu};
           fb_kp_gemm kp;
           CK(fb_gemm_params(&cfg, &ga, &kp));
           fb_kernel kern;

@@ -186,8 +186,9 @@ fb_status gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel
   *fail_out = 1;
   fb_gemm_cfg cfg;
   TRY(fb_gemm_config(k, v, &cfg));
-  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K,
-                     cfg.swiglu == 1 ? P->hout : P->h, P->osf, RHT_SIGNS};
+  fb_gemm_args ga = {.a = P->a, .b = P->b, .out = P->out, .offsets = P->offsets, .a_sf = P->a_sf, .b_sf = P->b_sf,
+                     .a_outer = P->a_outer, .b_outer = P->b_outer, .rows = P->rows, .experts = P->E, .M = P->M, .N = P->N,
+                     .K = P->K, .aux = cfg.swiglu == 1 ? P->hout : P->h, .out_sf = P->osf, .signs = RHT_SIGNS};
   fb_kp_gemm kp;
   TRY(fb_gemm_params(&cfg, &ga, &kp));
   if (cfg.s2f6) {

@@ -370,9 +370,11 @@ static void gemm_params(cand *c, const fb_tune_shape_t *s, const gemm_set *g, fb
   CK(fb_gemm_config(&c->t->k, &c->u->v, cfg));
   int kd = cfg->kind, wgrad = cfg->mode;
   for (int i = 0; i < 1 + (wgrad && s->gm2); ++i) {
-    fb_gemm_args ga = {g->a, g->b, g->out, g->offsets, kd ? g->a_sf : 0, kd == 2 ? g->b_sf : 0, kd == 1 ? g->a_outer : 0,
-                       kd == 1 ? g->b_outer : 0, s->rows, s->experts, wgrad ? (i ? s->gm2 : s->gm) : 0, wgrad ? (i ? s->gn2 : s->gn) : s->gn,
-                       wgrad ? 0 : s->gk, g->h, g->out_sf, 0x5A5A0F0Fu};
+    fb_gemm_args ga = {.a = g->a, .b = g->b, .out = g->out, .offsets = g->offsets, .a_sf = kd ? g->a_sf : 0,
+                       .b_sf = kd == 2 ? g->b_sf : 0, .a_outer = kd == 1 ? g->a_outer : 0, .b_outer = kd == 1 ? g->b_outer : 0,
+                       .rows = s->rows, .experts = s->experts, .M = wgrad ? (i ? s->gm2 : s->gm) : 0,
+                       .N = wgrad ? (i ? s->gn2 : s->gn) : s->gn, .K = wgrad ? 0 : s->gk, .aux = g->h, .out_sf = g->out_sf,
+                       .signs = 0x5A5A0F0Fu};
     CK(fb_gemm_params(cfg, &ga, &kp[i]));
   }
 }
