@@ -20,14 +20,14 @@ ifeq ($(V),1)
 Q :=
 endif
 
-INCS     := -Iinclude -Iruntime -Igen -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
+INCS     := -Iinclude -Ibase -Iruntime -Igen -Itemplates -I/usr/include/lua5.4 -I$(CUDA_HOME)/include
 CFLAGS   := -std=c11 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread $(INCS)
 CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -ffp-contract=off -pthread $(INCS)
 # Lua and LMDB statically; NVRTC dynamically; libnccl.so.2 and libcuda.so.1 by dlopen (never linked).
 LDLIBS   := $(LIBDIR)/liblua5.4.a $(LIBDIR)/liblmdb.a -L$(CUDA_HOME)/lib64 -lnvrtc \
             -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl -lm -pthread
 
-LIBSRC := $(sort $(wildcard runtime/*.c gen/*.c tuner/*.c cache/*.c recipes/*.c))
+LIBSRC := $(sort $(wildcard base/*.c runtime/*.c gen/*.c tuner/*.c cache/*.c recipes/*.c))
 TEMPLATES := $(sort $(wildcard templates/*.h templates/*.cuh))
 LIBOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIBSRC)) $(BUILD)/obj/embedded.o
 CLISRC := $(sort $(wildcard cli/*.c))
@@ -45,23 +45,31 @@ GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm 
             $(BUILD)/gpu/test_train_dev $(BUILD)/gpu/test_names
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
 
-# The tuner's measuring process (fourbit tune starts it beside build/fourbit): tests/gpu/harness.c's checks, linked
+# The tuner's check harness (tuner/check/: every kernel against its CPU reference, the GEMMs against FP64), linked
+# into the worker and the GPU tests; an archive of its own, not libfourbit.a: its globals are the harness's state.
+CHECKSRC := $(sort $(wildcard tuner/check/*.c))
+CHECKOBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CHECKSRC))
+CHECKLIB := $(BUILD)/libfourbit-check.a
+$(CHECKLIB): $(CHECKOBJ)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# The tuner's measuring process (fourbit tune starts it beside build/fourbit): tuner/check/'s checks, linked
 # with the driver; the emu one links the warp emulator instead (tests/test_tune.sh runs a sweep with it on the CPU).
-WORKERDEPS := tuner/worker/worker.c tuner/tune.h tests/gpu/harness.c tests/gpu/harness.h tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h \
-              $(BUILD)/libfourbit.a
+WORKERDEPS := tuner/worker/worker.c tuner/tune.h tuner/check/harness.h tuner/check/gemm_harness.h $(CHECKLIB) $(BUILD)/libfourbit.a
 $(BUILD)/fourbit-worker: $(WORKERDEPS)
 	@echo "  CC      tuner/worker/worker.c"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tuner/worker/worker.c $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
 $(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      tuner/worker/worker.c (emulated driver)"
-	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tuner/worker/worker.c tests/gpu/harness.c tests/gpu/gemm_harness.c $(BUILD)/emu/driver_worker.o \
+	$(Q)$(CXX) $(CXXFLAGS) -Ituner/check -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tuner/worker/worker.c $(CHECKLIB) $(BUILD)/emu/driver_worker.o \
 	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 # A fake libcuda.so.1 (tests/gpu/mock_libcuda.c): make test runs the GPU train step's host side on the CPU with it, every
 # kernel carried out by its CPU reference (it checks buffers, sizes, launch parameters and the data flow, not kernels).
-$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c runtime/error.c runtime/numerics.c runtime/str.c gen/kname.c \
+$(BUILD)/mockcuda/libcuda.so.1: tests/gpu/mock_libcuda.c runtime/ops.c base/error.c runtime/numerics.c base/str.c gen/kname.c \
                                 runtime/model_dense.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $< (a fake CUDA driver)"
@@ -75,26 +83,25 @@ $(BUILD)/mockcuda/libcublas.so.13: tests/gpu/mock_libcublas.c $(DEPSOK)
 	  -o $@ $< -ldl
 
 # GPU test and benchmark programs: built here with everything else, run on the device machine.
-# test_gemm shares its GEMM checks with the tuner's worker (tests/gpu/gemm_harness.c)
-$(BUILD)/gpu/test_gemm: tests/gpu/test_gemm.c tests/gpu/gemm_harness.c tests/gpu/gemm_harness.h tests/gpu/harness.c tests/gpu/harness.h \
-                        $(BUILD)/libfourbit.a
+# test_gemm shares its GEMM checks with the tuner's worker (tuner/check/gemm_harness.c)
+$(BUILD)/gpu/test_gemm: tests/gpu/test_gemm.c tuner/check/gemm_harness.h tuner/check/harness.h $(CHECKLIB) $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/gemm_harness.c tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
-$(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/harness.c tests/gpu/harness.h $(BUILD)/libfourbit.a
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ $< $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
+$(BUILD)/gpu/%: tests/gpu/%.c tuner/check/harness.h $(CHECKLIB) $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< tests/gpu/harness.c $(BUILD)/libfourbit.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ $< $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
 
 # The GPU test harness on the CPU: test_kernels linked against tests/emu/driver.cpp, which compiles each generated
 # kernel with the host C++ compiler and runs it under the warp emulator (tests/emu/emu_core.h). Where no GPU is at
 # hand; slow, so: build/emu/test_kernels --quick --only SUBSTR (from the repository root).
-$(BUILD)/emu/test_kernels: tests/gpu/test_kernels.c tests/gpu/harness.c tests/gpu/harness.h tests/emu/driver.cpp \
+$(BUILD)/emu/test_kernels: tests/gpu/test_kernels.c tuner/check/harness.h $(CHECKLIB) tests/emu/driver.cpp \
                            tests/emu/emu_core.h tests/emu/fb_emu.h $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CXX     tests/emu/driver.cpp"
-	$(Q)$(CXX) $(CXXFLAGS) -Itests/gpu -c tests/emu/driver.cpp -o $(BUILD)/emu/driver.o
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ tests/gpu/test_kernels.c tests/gpu/harness.c $(BUILD)/emu/driver.o \
+	$(Q)$(CXX) $(CXXFLAGS) -Ituner/check -c tests/emu/driver.cpp -o $(BUILD)/emu/driver.o
+	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tests/gpu/test_kernels.c $(CHECKLIB) $(BUILD)/emu/driver.o \
 	  $(BUILD)/libfourbit.a $(LDLIBS) -lstdc++
 
 deps: $(DEPSOK)
@@ -145,6 +152,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 
 # CPU tiers, what CI runs: unit tests of every module, then the CLI end to end.
 test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13
+	$(Q)echo "== tests/test_layers.sh (base/ includes nothing above it)"; bash tests/test_layers.sh
 	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
 	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
@@ -202,8 +210,8 @@ golden: all
 
 # libFuzzer on the recipe loader and the plan (clang, ASan + UBSan), FUZZSECS seconds over a corpus of
 # the shipped recipes and the bad-recipe fixtures. A crash, leak or sanitizer report fails the run.
-FUZZSRC := $(sort $(wildcard runtime/*.c recipes/*.c gen/*.c cache/*.c)) # cache/: the runtime's GPU step reads and writes cubins
-$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard runtime/*.h include/*.h)
+FUZZSRC := $(sort $(wildcard base/*.c runtime/*.c recipes/*.c gen/*.c cache/*.c)) # cache/: the runtime's GPU step reads and writes cubins
+$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h runtime/*.h include/*.h include/fourbit/*.h)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CLANG   $@"
 	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \
@@ -220,4 +228,4 @@ fuzz: $(BUILD)/fuzz/fuzz_recipe
 clean:
 	rm -rf $(BUILD)
 
--include $(LIBOBJ:.o=.d) $(CLIOBJ:.o=.d)
+-include $(LIBOBJ:.o=.d) $(CLIOBJ:.o=.d) $(CHECKOBJ:.o=.d)

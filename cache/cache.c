@@ -20,6 +20,7 @@
  * fb_cache_export()/import(), fb_cache_gc(), fb_cache_default_dir(). */
 #include "fb_error.h"
 #include "fb_str.h"
+#include "fourbit.h"
 
 #include <errno.h>
 #include <lmdb.h>

@@ -188,6 +188,9 @@ int fb_cli_tune(int argc, char **argv) {
     fprintf(stderr, "fourbit tune: the worker %s is missing (make builds it beside fourbit; FOURBIT_TUNE_WORKER names another)\n", o.worker);
     return 1;
   }
-  if (warm) return fb_tune_warm_start_bench(&o);
-  return fb_tune_run(&o);
+  fb_status st = warm ? fb_tune_warm_start_bench(&o) : fb_tune_run(&o);
+  if (st == FB_OK) return 0;
+  fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
+  /* 2: the input is bad (the recipe, its plan, the cache folder); 1: it cannot be done here (no GPU, no winner, ...) */
+  return st == FB_EINVAL || st == FB_ELUA || st == FB_EIO || st == FB_ELMDB ? 2 : 1;
 }

@@ -9,6 +9,7 @@
 #include "fb_embed.h"
 #include "fb_error.h"
 #include "fb_str.h"
+#include "fourbit.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,6 +18,7 @@
  *   gemm_{fwd|dgrad|wgrad}_<A>x<B>_{bf16|f32|<q>}[_swiglu|_swiglubwd]  adamw_f32_<q>  s2f6_{quant|dequant}[_rht32][_f32]
  *   dense */
 #include "fb_error.h"
+#include "fourbit.h"
 
 #include <stdarg.h>
 #include <stdio.h>

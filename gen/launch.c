@@ -1,6 +1,7 @@
 /* launch.c — the launch geometry of each template, in one place for the tests, the tuner and the runtime.
  * Entry point: fb_launch_dims(). */
 #include "fb_error.h"
+#include "fourbit.h"
 
 #include <string.h>
 

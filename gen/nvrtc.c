@@ -5,6 +5,7 @@
  * into the log. Entry points: fb_nvrtc_compile(), fb_cubin_free(). NVRTC is thread-safe. */
 #include "fb_embed.h"
 #include "fb_error.h"
+#include "fourbit.h"
 
 #include <nvrtc.h>
 #include <stdio.h>

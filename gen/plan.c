@@ -10,6 +10,7 @@
  * GEMM's K for dgrad/fwd) or _col (down the columns, stored transposed: the K of wgrad). */
 #include "fb_error.h"
 #include "fb_str.h"
+#include "fourbit.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -6,6 +6,7 @@
  *
  * Entry points: fb_spec_*(), fb_gpu_layer_kernels(), fb_gpu_step_kernels(). */
 #include "fb_error.h"
+#include "fourbit.h"
 
 #include <stdio.h>
 #include <string.h>

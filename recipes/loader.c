@@ -11,6 +11,7 @@
  * returns is remembered with the file:line that made it, so validation errors name a line even for
  * fields of plain tables inside it. Errors read "file:line: field.path: message". */
 #include "fb_error.h"
+#include "fourbit.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -17,6 +17,7 @@
  *    transpose symmetry that is the point of 2D). */
 #include "fb_error.h"
 #include "fb_philox.h"
+#include "fourbit.h"
 
 #include <float.h>
 #include <pthread.h>

@@ -18,6 +18,7 @@
 #include "fb_error.h"
 #include "fb_kparams.h"
 #include "fb_math.h"
+#include "fourbit.h"
 
 #include <float.h>
 #include <math.h>

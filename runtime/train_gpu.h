@@ -1,7 +1,7 @@
 /* train_gpu.h — the GPU-resident train step (runtime/train_gpu.c): `fourbit train --device gpu` runs the whole step on
  * the GPU. The parameters (FP32 masters, gradients, AdamW moments, the BF16 copies the forward reads) live in device
  * memory for the whole run; the forward and backward of every non-expert piece run as templates/dense.cuh kernels and
- * cuBLAS GEMMs (runtime/fb_cublas.h), the router as the plan's router kernel, the expert layers as
+ * cuBLAS GEMMs (base/fb_cublas.h), the router as the plan's router kernel, the expert layers as
  * fb_gpu_experts_forward_dev / _backward_dev (experts_gpu.h), the gradient norm as a deterministic device reduction
  * and AdamW as templates/adamw.cuh. The trainer's host copies of the parameters are refreshed only when someone reads
  * them (fb_train_param, fb_train_save) and uploaded again after fb_train_load.

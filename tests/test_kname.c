@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "fb_error.h"
+#include "fourbit.h"
 
 #include <glob.h>
 #include <stdio.h>

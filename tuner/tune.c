@@ -572,8 +572,8 @@ static void tune_spec_bucket(run_ctx *x, summary_row *row) {
   free(x->ids), free(skip), free(rank);
 }
 
-/* Whether the worker checks and times k (the memory-bound kernels: tests/gpu/harness.c's checks and the worker's timing
- * buffers; the GEMMs and bcopy: tests/gpu/gemm_harness.c's). The others are compiled into the cache with their default
+/* Whether the worker checks and times k (the memory-bound kernels: tuner/check/harness.c's checks and the worker's timing
+ * buffers; the GEMMs and bcopy: tuner/check/gemm_harness.c's). The others are compiled into the cache with their default
  * variant, so that train start finds them, and left untimed (make test-gpu checks them: test_kernels, test_train_gpu). */
 const char *fb_tune_untimed(const fb_kernel_spec *k) {
   if (k->op == FB_OP_DENSE) return "one fixed variant";
@@ -586,10 +586,10 @@ const char *fb_tune_untimed(const fb_kernel_spec *k) {
 int fb_tune_measurable(const fb_kernel_spec *k) { return fb_tune_untimed(k) == NULL; }
 
 /* ---- the plan's kernels and their variants ----------------------------------------------------------------- */
-static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, kspec **out, int *nout) {
+static fb_status collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, kspec **out, int *nout) {
   kspec *ks = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *ks);
   int n = 0, notemp = 0;
-  if (!ks) return -1;
+  if (!ks) return FB_ERR(FB_ENOMEM, "%d kernel specs", p->nkernels);
   for (int k = 0; k < p->nkernels; ++k) {
     const fb_kernel_spec *s = &p->kernels[k];
     if (o->only && !strstr(s->name, o->only)) continue;
@@ -637,10 +637,11 @@ static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, 
     x->n = nv;
     for (int v = 0; v < nv; ++v) {
       x->c[v].var = vs[v];
-      if (fb_gen_source(s, &vs[v], r->path, p->sha256, &x->c[v].src) != FB_OK) {
-        fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
+      fb_status st = fb_gen_source(s, &vs[v], r->path, p->sha256, &x->c[v].src);
+      if (st != FB_OK) { /* the caller frees what was collected, this spec included */
         free(vs);
-        return -1;
+        *out = ks, *nout = n + 1;
+        return st;
       }
     }
     free(vs);
@@ -648,7 +649,7 @@ static int collect(const fb_tune_opts *o, const fb_recipe *r, const fb_plan *p, 
   }
   if (notemp) printf("%d kernels of the plan have no template yet (fourbit gen lists them): not tuned\n", notemp);
   *out = ks, *nout = n;
-  return 0;
+  return FB_OK;
 }
 
 static void free_specs(kspec *ks, int n) {
@@ -659,12 +660,16 @@ static void free_specs(kspec *ks, int n) {
   free(ks);
 }
 
-int fb_tune_run(const fb_tune_opts *o) {
+/* s with what the caller was doing before fb_errmsg() ("--cache: ..."); the message keeps its own file:line */
+static fb_status context(fb_status s, const char *what) {
+  char m[1024];
+  snprintf(m, sizeof m, "%s", fb_errmsg());
+  return fb_seterr(s, NULL, 0, "%s: %s", what, m);
+}
+
+fb_status fb_tune_run(const fb_tune_opts *o) {
   fb_recipe *r = NULL;
-  if (fb_recipe_load(o->recipe, &r) != FB_OK) {
-    fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
-    return 2;
-  }
+  FB_TRY(fb_recipe_load(o->recipe, &r));
   long long shapes[16];
   int ns = o->nshapes;
   memcpy(shapes, o->shapes, sizeof shapes);
@@ -679,7 +684,7 @@ int fb_tune_run(const fb_tune_opts *o) {
   }
   char dirbuf[512];
   const char *dir = o->cache_dir ? o->cache_dir : fb_cache_default_dir(dirbuf, sizeof dirbuf);
-  int rc = 0;
+  fb_status rc = FB_OK;
   fb_plan *p = NULL;
   kspec *ks = NULL;
   int nks = 0;
@@ -690,22 +695,17 @@ int fb_tune_run(const fb_tune_opts *o) {
   const char *arch = "sm_90a";
   if (!o->dry_run) { /* the device first: it decides the arch, and without one there is nothing to measure */
     if (worker_start(&w)) {
-      fprintf(stderr, "fourbit tune: no GPU to measure on: %s\n", w.dev.msg);
+      rc = fb_seterr(FB_ECUDA, NULL, 0, "no GPU to measure on: %s", w.dev.msg); /* the worker's message has its file:line */
       fb_recipe_free(r);
-      return 1;
+      return rc;
     }
     arch = arch_of(&w.dev.fp);
   }
-  if (fb_plan_resolve(r, arch, &p) != FB_OK) {
-    fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
-    rc = 2;
-    goto done;
-  }
-  if (collect(o, r, p, &ks, &nks)) { rc = 1; goto done; }
+  FB_TRY_GOTO(fb_plan_resolve(r, arch, &p), done);
+  FB_TRY_GOTO(collect(o, r, p, &ks, &nks), done);
   struct stat st;
-  if ((!o->dry_run || stat(dir, &st) == 0) && fb_cache_open(dir, &cache) != FB_OK) {
-    fprintf(stderr, "fourbit tune: --cache: %s\n", fb_errmsg());
-    rc = 2;
+  if ((!o->dry_run || stat(dir, &st) == 0) && (rc = fb_cache_open(dir, &cache)) != FB_OK) {
+    rc = context(rc, "--cache");
     goto done;
   }
   int total = 0;
@@ -813,14 +813,16 @@ int fb_tune_run(const fb_tune_opts *o) {
     if (s->runner[0]) snprintf(ru, sizeof ru, "%s (%.4f)", s->runner, s->runner_ms);
     printf("%-48s %8lld %11s %11.4f %8s  %-22s %-30s %5d %6d\n", s->spec, s->bucket, def, s->tuned_ms, sp, s->winner, ru, s->cands, s->failed);
   }
+  int untimed_bad = 0;
   for (int i = 0; i < nks; ++i)
-    if (ks[i].untimed && (rc |= !ks[i].c[0].compiled, 1))
+    if (ks[i].untimed && (untimed_bad += !ks[i].c[0].compiled, 1))
       printf("%-48s %8s %11s %11s %8s  %-22s (untimed: %s; its default is in the cache)\n", ks[i].spec.name, "-", "-", "-", "-",
              ks[i].c[0].compiled ? ks[i].c[0].var.name + strlen(ks[i].spec.name) + 1 : "NOT COMPILED", ks[i].untimed);
   printf("\n%d winners stored in %s (%d without one); %d kernels untimed, their defaults in the cache; the worker was replaced %d "
          "times; %.1f s measuring\n", nrows - nowin, dir, nowin, nuntimed, w.deaths, (double)(fb_tune_now_ms() - x.t_start) / 1000);
   free(rows);
-  rc = rc || nowin ? 1 : 0;
+  if (nowin) rc = FB_ERR(FB_ENOTFOUND, "%d of %d kernel spec and bucket searches found no winner", nowin, nrows);
+  else if (untimed_bad) rc = FB_ERR(FB_ENVRTC, "%d untimed kernels' default variants did not compile", untimed_bad);
 done:
   if (w.ch.pid > 0) {
     fb_tune_send(w.ch.in, FB_MSG_QUIT, NULL, 0, NULL, 0, NULL, 0);
@@ -903,40 +905,30 @@ static void *warm_compile(void *arg) {
   }
 }
 
-int fb_tune_warm_start_bench(const fb_tune_opts *o) {
-  if (fb_cuda_use_device(0) != FB_OK) {
-    fprintf(stderr, "fourbit tune --warm-start-bench: no GPU: %s\n", fb_errmsg());
-    return 1;
-  }
+fb_status fb_tune_warm_start_bench(const fb_tune_opts *o) {
+  fb_status rc = fb_cuda_use_device(0);
+  if (rc != FB_OK) return context(rc, "--warm-start-bench: no GPU");
   fb_fingerprint fp;
-  if (fb_tune_fingerprint(&fp) != FB_OK) {
-    fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
-    return 1;
-  }
+  FB_TRY(fb_tune_fingerprint(&fp));
   fb_recipe *r = NULL;
-  if (fb_recipe_load(o->recipe, &r) != FB_OK) {
-    fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
-    return 2;
-  }
+  FB_TRY(fb_recipe_load(o->recipe, &r));
   long long tokens = o->nshapes ? o->shapes[0] : r->tokens;
   char dirbuf[512];
   const char *dir = o->cache_dir ? o->cache_dir : fb_cache_default_dir(dirbuf, sizeof dirbuf);
   fb_plan *p = NULL;
-  int rc = 0;
-  if (fb_plan_resolve(r, arch_of(&fp), &p) != FB_OK) {
-    fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
+  if ((rc = fb_plan_resolve(r, arch_of(&fp), &p)) != FB_OK) {
     fb_recipe_free(r);
-    return 2;
+    return rc;
   }
   /* warm start: open the cache, then per kernel: lookup, cuModuleLoadData, cuModuleGetFunction */
   long long t0 = fb_tune_now_ms();
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
   fb_cache *c = NULL;
-  if (fb_cache_open(dir, &c) != FB_OK) {
-    fprintf(stderr, "fourbit tune: --cache: %s\n", fb_errmsg());
+  if ((rc = fb_cache_open(dir, &c)) != FB_OK) {
+    rc = context(rc, "--cache");
     fb_plan_free(p), fb_recipe_free(r);
-    return 2;
+    return rc;
   }
   int n = 0, winners = 0, defaults = 0, missing = 0;
   fb_kernel *kern = calloc((size_t)p->nkernels + 1, sizeof *kern);
@@ -1009,7 +1001,7 @@ int fb_tune_warm_start_bench(const fb_tune_opts *o) {
   for (int i = 0; i < n; ++i) fb_kernel_unload(&kern[i]);
   for (int i = 0; i < m; ++i) free(src[i]), free(names[i]);
   free(kern), free(src), free(names);
-  rc = missing ? 1 : 0;
+  if (missing) rc = FB_ERR(FB_ENOTFOUND, "%d of %d kernels are not in the cache %s", missing, n + missing, dir);
   fb_cache_close(c);
   fb_plan_free(p);
   fb_recipe_free(r);

@@ -94,8 +94,9 @@ typedef struct {
   const char *fault;         /* FOURBIT_TUNE_FAULT: variants whose name contains this fault on purpose */
   int tty;                   /* progress line */
 } fb_tune_opts;
-/* 0 ok, 1 failure while running (no GPU included), 2 bad input; messages printed. */
-int fb_tune_run(const fb_tune_opts *o);
+/* The sweep, its progress and summary printed. FB_ECUDA without a GPU to measure on; FB_ENOTFOUND when a spec and
+ * bucket got no winner; the recipe's, plan's or cache's own status when one of them is bad. */
+fb_status fb_tune_run(const fb_tune_opts *o);
 
 /* One kernel at train start: the winner for spec at tokens (nearest bucket), else the default variant (the first
  * legal one), loaded from the cache without compiling. note says which and why. FB_ENOTFOUND when the cubin of
@@ -109,9 +110,9 @@ typedef struct {
 fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe *r, const fb_plan *p, const fb_kernel_spec *k,
                          long long tokens, fb_tune_choice *ch, void **cubin, size_t *size, char *note, size_t notelen);
 /* `fourbit tune RECIPE --warm-start-bench`: lookup + cuModuleLoadData of every kernel of the recipe from the cache,
- * against NVRTC compiles of the same kernels. Needs a GPU. */
-int fb_tune_warm_start_bench(const fb_tune_opts *o);
-/* Whether the worker can check and time spec k: every op with a template (GEMMs: tests/gpu/gemm_harness.c). */
+ * against NVRTC compiles of the same kernels. Needs a GPU (FB_ECUDA); FB_ENOTFOUND when a kernel is missing. */
+fb_status fb_tune_warm_start_bench(const fb_tune_opts *o);
+/* Whether the worker can check and time spec k: every op with a template (GEMMs: tuner/check/gemm_harness.c). */
 int fb_tune_measurable(const fb_kernel_spec *k);
 /* Why the worker does not check and time k (NULL: it does); tune compiles such a kernel's default into the cache. */
 const char *fb_tune_untimed(const fb_kernel_spec *k);

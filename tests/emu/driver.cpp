@@ -1,7 +1,7 @@
 /* driver.cpp — the CUDA driver as tests/gpu/test_kernels uses it, on the CPU: build/emu/test_kernels is
- * tests/gpu/test_kernels.c + harness.c linked against this file instead of runtime/cuda_driver.c. Device memory is
- * host memory; fb_kernel_load compiles the unit's generated source (the same text NVRTC compiled) with the host
- * C++ compiler against fb_emu.h into a shared library and loads it; fb_kernel_launch runs it under the warp
+ * tests/gpu/test_kernels.c + tuner/check/harness.c linked against this file instead of base/cuda_driver.c. Device
+ * memory is host memory; fb_kernel_load compiles the unit's generated source (the same text NVRTC compiled) with
+ * the host C++ compiler against fb_emu.h into a shared library and loads it; fb_kernel_launch runs it under the warp
  * emulator (emu_core.h). So the GPU test harness — its inputs, buffer sizes, launches and comparisons — and the
  * kernels' logic are checked where no GPU is at hand. Slow (a coroutine switch per warp collective): use
  * --quick and --only. Run from the repository root (it compiles against templates/ and tests/emu/).

@@ -20,6 +20,7 @@
  * launches (p.pass = 0..3) inside one pair of events, and the router's small inputs (12.6 MB of logits)
  * rotated over 8 sets so that each launch reads them from HBM, not from L2.
  * usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR] [--all]  (--all: every timed variant's time too) */
+#include "ck.h"
 #include "harness.h"
 
 #include <math.h>
@@ -587,8 +588,10 @@ int main(int argc, char **argv) {
       const int moe = moe_op(&u->t->k);
       long long cr, cc;
       check_size(&u->t->k, rows[i].ngroups, &cr, &cc);
-      long wrong = run_case(u, &kern, CASE_WIDE, (unsigned)(rnd() & 0xFFFF), cr, cc);
-      if (moe || rows[i].gauss) wrong += run_case(u, &kern, CASE_GAUSS, (unsigned)(rnd() & 0xFFFF), cr, cc);
+      long wrong, w2 = 0;
+      CK(run_case(u, &kern, CASE_WIDE, (unsigned)(rnd() & 0xFFFF), cr, cc, &wrong));
+      if (moe || rows[i].gauss) CK(run_case(u, &kern, CASE_GAUSS, (unsigned)(rnd() & 0xFFFF), cr, cc, &w2));
+      wrong += w2;
       wrong_total += wrong;
       if (wrong) {
         fprintf(stderr, "bench: %s failed its check (%ld wrong): not timed\n", u->v.name, wrong);

@@ -1,5 +1,5 @@
 /* mock_libcublas.c — a fake libcublas.so.13 for the CPU machines (build/mockcuda/libcublas.so.13, beside the fake
- * libcuda.so.1 of mock_libcuda.c, whose device memory is host memory). runtime/cublas.c loads it through
+ * libcuda.so.1 of mock_libcuda.c, whose device memory is host memory). base/cublas.c loads it through
  * LD_LIBRARY_PATH. cublasGemmEx computes what the CPU path's fbr_gemm_* (runtime/model_gemm.c) compute for the same
  * product: BF16 operands taken exactly, FP32 accumulation for each output element in increasing k from +0 (beta 0)
  * or from C (beta 1), products and sums rounded separately (-ffp-contract=off). So a GPU-resident train step under

@@ -737,7 +737,7 @@ static int run_unit(int i, const gemm_problem *P, int sms, int *runs) {
   }
   fb_kernel kern;
   CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-  f = gemm_run(&u->k, &u->v, &kern, P, sms, stdout, 0);
+  CK(gemm_run(&u->k, &u->v, &kern, P, sms, stdout, 0, &f));
   fb_kernel_unload(&kern);
   ++*runs;
   if (!fused(u->epi) && gemm_companion) { /* gemm_run kept this FP32 output */
@@ -897,7 +897,10 @@ int main(int argc, char **argv) {
     if (u->st != FB_OK) { ++fails; continue; }
     fb_kernel kern;
     CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-    int f = gemm_bcopy_check(&u->k, &u->v, &kern, 77, 320, stdout) | gemm_bcopy_check(&u->k, &u->v, &kern, 1024, 2048, stdout);
+    int f, f2;
+    CK(gemm_bcopy_check(&u->k, &u->v, &kern, 77, 320, stdout, &f));
+    CK(gemm_bcopy_check(&u->k, &u->v, &kern, 1024, 2048, stdout, &f2));
+    f |= f2;
     u->failed |= f, fails += f, runs += 2;
     fb_kernel_unload(&kern);
   }
@@ -909,7 +912,7 @@ int main(int argc, char **argv) {
         if (!any) continue;
         for (int dist = 0; dist < 2; ++dist) {
           gemm_problem P;
-          gemm_make_problem(&P, kind, mode, to, dist);
+          CK(gemm_make_problem(&P, kind, mode, to, dist));
           if (kind == 1 && to) printf("  (per-tensor problem, %s: S_dec(A) = %.6g, S_dec(B) = %.6g)\n", gemm_dist_name[dist], P.a_sdec, P.b_sdec);
           for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
@@ -977,9 +980,12 @@ int main(int argc, char **argv) {
       const long long R = 48ll * 4096, K = 5120;
       int src = u->k.q.format == FB_FMT_NVFP4 ? 1 : 2;
       size_t n = (size_t)(R * K), cb = src == 1 ? n / 2 : n, sb = src == 1 ? n / 16 : n / 32;
-      CUdeviceptr dc = gemm_balloc(cb), ds = gemm_balloc(sb), dout = gemm_balloc(n * 2);
-      gemm_fill_random(dc, cb, 1, 1);
-      gemm_fill_random(ds, sb, src == 1 ? 2 : 3, 1);
+      CUdeviceptr dc, ds, dout;
+      CK(gemm_balloc(cb, &dc));
+      CK(gemm_balloc(sb, &ds));
+      CK(gemm_balloc(n * 2, &dout));
+      CK(gemm_fill_random(dc, cb, 1, 1));
+      CK(gemm_fill_random(ds, sb, src == 1 ? 2 : 3, 1));
       fb_kp_mem kpm;
       memset(&kpm, 0, sizeof kpm);
       kpm.in = dc, kpm.scales = ds, kpm.out = dout, kpm.rows = R, kpm.cols = K;
@@ -1025,20 +1031,26 @@ int main(int argc, char **argv) {
         int any = 0;
         for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].kind == kind && units[j].mode == b->mode && units[j].sel && (units[j].role == R_COVER || units[j].role == R_FP8);
         if (!any) continue;
-        CUdeviceptr A = gemm_balloc(ar * ak * (kind == 0 ? 2 : 1)), B = gemm_balloc(br * ak * (kind == 2 ? 1 : 2));
-        CUdeviceptr asf = gemm_balloc(ar * ak / 16), bsf = gemm_balloc(br * ak / 32), ao = gemm_balloc(ar * 4), bo = gemm_balloc((size_t)b->E * 4);
-        CUdeviceptr out = gemm_balloc(outn * 4), offs = gemm_up(off, sizeof(long long) * (size_t)(b->E + 1));
-        CUdeviceptr hbuf = gemm_balloc(b->mode ? 16 : (size_t)rows * 2 * b->N * 2); /* H for the SwiGLU backward */
+        CUdeviceptr A, B, asf, bsf, ao, bo, out, offs, hbuf;
+        CK(gemm_balloc(ar * ak * (kind == 0 ? 2 : 1), &A));
+        CK(gemm_balloc(br * ak * (kind == 2 ? 1 : 2), &B));
+        CK(gemm_balloc(ar * ak / 16, &asf));
+        CK(gemm_balloc(br * ak / 32, &bsf));
+        CK(gemm_balloc(ar * 4, &ao));
+        CK(gemm_balloc((size_t)b->E * 4, &bo));
+        CK(gemm_balloc(outn * 4, &out));
+        CK(gemm_up(off, sizeof(long long) * (size_t)(b->E + 1), &offs));
+        CK(gemm_balloc(b->mode ? 16 : (size_t)rows * 2 * b->N * 2, &hbuf)); /* H for the SwiGLU backward */
         /* A of order 1, B scaled by 1/sqrt(K): outputs of order 1 */
         const float bscale = (float)(1.0 / sqrt((double)ak));
-        if (!b->mode) gemm_fill_random(hbuf, (size_t)rows * 2 * b->N * 2, 0, 1);
-        gemm_fill_random(A, ar * ak * (kind == 0 ? 2 : 1), kind == 0 ? 0 : 1, 1);
-        if (kind == 2) gemm_fill_random(B, br * ak, 1, 1);
-        else gemm_fill_random(B, br * ak * 2, 0, bscale);
-        gemm_fill_random(asf, ar * ak / 16, kind == 1 ? 2 : 3, 1); /* kind 3 reads the first ar * ak / 32 as E8M0 */
-        gemm_fill_random(bsf, br * ak / 32, 3, 1);
-        gemm_fill_random(ao, ar * 4, 4, 1);
-        gemm_fill_random(bo, (size_t)b->E * 4, 4, 1);
+        if (!b->mode) CK(gemm_fill_random(hbuf, (size_t)rows * 2 * b->N * 2, 0, 1));
+        CK(gemm_fill_random(A, ar * ak * (kind == 0 ? 2 : 1), kind == 0 ? 0 : 1, 1));
+        if (kind == 2) CK(gemm_fill_random(B, br * ak, 1, 1));
+        else CK(gemm_fill_random(B, br * ak * 2, 0, bscale));
+        CK(gemm_fill_random(asf, ar * ak / 16, kind == 1 ? 2 : 3, 1)); /* kind 3 reads the first ar * ak / 32 as E8M0 */
+        CK(gemm_fill_random(bsf, br * ak / 32, 3, 1));
+        CK(gemm_fill_random(ao, ar * 4, 4, 1));
+        CK(gemm_fill_random(bo, (size_t)b->E * 4, 4, 1));
         for (int j = 0; j < first_bcopy; ++j) {
           unit *u = &units[j];
           if (u->st != FB_OK || (u->failed && kind != 2 && !cheap) || u->kind != kind || u->mode != b->mode) continue;
@@ -1051,7 +1063,8 @@ int main(int argc, char **argv) {
           CK(fb_gemm_params(&cfg, &ga, &kp));
           fb_kernel kern;
           CK(fb_kernel_load(u->cubin.cubin, u->v.name, &kern));
-          float ms = gemm_time(&kern, &cfg, &kp, info.sm_count);
+          float ms;
+          CK(gemm_time(&kern, &cfg, &kp, info.sm_count, &ms));
           fb_kernel_unload(&kern);
           /* peer: torch's FP8 row-wise grouped GEMM for MXFP8 kinds, BF16 otherwise; ceiling: the dense rate of the
              instruction the kernel runs (FP8 for kind 2, BF16 for the rest) */

@@ -9,6 +9,7 @@
  *                               variant of each spec; specs with none are left out, amax's kept for the checks)
  * Exit status 0 only if every element of every run matched. Needs a GPU (libcuda.so.1); without one it
  * says SKIPPED and exits 77. Variants come from recipes/tiny.lua's tune families (the requantizers': inkling2_small's). */
+#include "ck.h"
 #include "harness.h"
 
 #include <pthread.h>
@@ -109,7 +110,8 @@ int main(int argc, char **argv) {
       for (int c = 0; c < (quick ? 1 : NCASES); ++c) {
         for (int rep = 0; rep < (quick ? 1 : 2); ++rep) { /* fresh inputs and seeds each time */
           long R = specs[s].shape ? 77 : 256, C = specs[s].shape ? 320 : 1024;
-          long w = run_case(&units[i], &kern, c, (unsigned)(rnd() & 0xFFFF), R, C);
+          long w;
+          CK(run_case(&units[i], &kern, c, (unsigned)(rnd() & 0xFFFF), R, C, &w));
           if (w) fprintf(stderr, "  %s: %ld wrong on %s inputs\n", units[i].v.name, w, case_name[c]);
           wrong += w;
           ++cases;

@@ -11,6 +11,7 @@
 #include "experts_gpu.h"
 #include "fb_cuda.h"
 #include "fb_error.h"
+#include "fourbit.h"
 #include "fourbit_train.h"
 #include "train_gpu.h"
 

@@ -515,7 +515,7 @@ int main(int argc, char **argv) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  inputs in = {TOKENS, (size_t)SHAPE.d_model, (size_t)SHAPE.d_ff, (size_t)SHAPE.experts, (size_t)SHAPE.top_k, 0, 0, 0, 0, 0, 0};
+  inputs in = {.T = TOKENS, .D = (size_t)SHAPE.d_model, .F = (size_t)SHAPE.d_ff, .E = (size_t)SHAPE.experts, .K = (size_t)SHAPE.top_k};
   make_inputs(&in);
   for (int i = 0; i < NRECIPES; ++i) {
     fb_recipe *r = NULL;

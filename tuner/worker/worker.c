@@ -2,14 +2,14 @@
  * one that faults (illegal address, launch failure, a hang the driver kills on its deadline) ends this process and
  * not the sweep. It reads requests on stdin and answers on stdout (tuner/tune.h):
  *   HELLO         -> DEVICE: the fingerprint of GPU 0 and its L2 size, or why there is no GPU
- *   LOAD id ...   -> VERIFIED: cuModuleLoadData of the cubin, then the check of tests/gpu/harness.c (run_case: fresh
+ *   LOAD id ...   -> VERIFIED: cuModuleLoadData of the cubin, then the check of tuner/check/harness.c (run_case: fresh
  *                    random inputs, Gaussian and the edge cases of docs/numerics.md, poisoned outputs, bit-exact against
  *                    the CPU reference) at the harness's small sizes
  *   TIME ids ...  -> TIMES: the candidates interleaved at the spec's shape: 2 warm-ups each, then 5 x effort rounds
  *                    in which each candidate runs once between CUDA events, on input sets rotated so that all sets
  *                    together exceed 2.5 x the L2 size (each launch reads its inputs from HBM); median and spread
  *   QUIT
- * The GEMMs (tests/gpu/gemm_harness.c): LOAD checks the variant on a small grouped problem (4 experts of 701, 37, 0
+ * The GEMMs (tuner/check/gemm_harness.c): LOAD checks the variant on a small grouped problem (4 experts of 701, 37, 0
  * and 129 rows; N 768, K 512; wgrad 4 experts of 256, 0, 384, 128 rows, M 512) against the FP64 reference of the
  * exactly dequantized operands: FP32 out within a relative error of 1e-5, BF16 out (SwiGLU and SwiGLU backward
  * included) within 1e-5 beyond BF16's rounding, the S2F6 combine payload dequantized within 2e-2 (S2F6's own error;
@@ -17,19 +17,41 @@
  * TIME runs the GEMM at the bucket's shape (shape.c: the model's widths, balanced rows per expert padded to 128) on
  * operands at training magnitudes; the wgrad spec's time is one dW2 and one dW13 launch together. bcopy (the BF16
  * operand copy) is checked bit-exact by gemm_bcopy_check.
- * Any CUDA error exits (the harness's CK/CU), which the driver records as the candidate's failure.
+ * A CUDA or fourbit error, the harness's (returned as fb_status) or this file's, is printed and ends the worker
+ * (exit 1: after a fault the context is lost), which the driver records as the candidate's failure.
  * The FOURBIT_TUNE_FAULT test hook (LOAD.fault): the candidate is first launched with invalid pointers.
- * Linked with tests/gpu/harness.c; build/emu/fourbit-worker links tests/emu/driver.cpp instead of the driver, so the
- * protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which means nothing). */
+ * Linked with tuner/check/ (build/libfourbit-check.a); build/emu/fourbit-worker links tests/emu/driver.cpp instead of
+ * the driver, so the protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which
+ * means nothing). */
 #include "harness.h"
 #include "gemm_harness.h"
 #include "../tune.h"
 #include "fb_error.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* the worker's exits: the failing call, where, and why on stderr, then status 1 */
+#define CK(call)                                                                                                       \
+  do {                                                                                                                 \
+    fb_status s_ = (call);                                                                                             \
+    if (s_ != FB_OK) {                                                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_errmsg());                                      \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
+  } while (0)
+#define CU(call)                                                                                                       \
+  do {                                                                                                                 \
+    int r_ = (int)(call);                                                                                              \
+    if (r_ != 0) {                                                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_cu_errstr(r_));                                \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
+  } while (0)
 
 typedef struct {
   int id, loaded;
@@ -40,7 +62,7 @@ typedef struct {
   fb_kp_gemm *gkp;
 } cand;
 
-/* The GEMMs' launch (runtime/cuda_driver.c): build/emu/fourbit-worker links the warp emulator's driver, which has no
+/* The GEMMs' launch (base/cuda_driver.c): build/emu/fourbit-worker links the warp emulator's driver, which has no
  * dynamic shared memory (nor TMA, nor wgmma): there this weak stand-in answers, and the real one replaces it. */
 __attribute__((weak)) fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem,
                                                       const void *params, size_t size) {
@@ -93,7 +115,7 @@ static int small_shape(const fb_kernel_spec *k) {
   return k->op == FB_OP_QUANT && !k->col && !k->in_f32 && (k->q.format == FB_FMT_MXFP8 || k->q.outer == FB_GRAN_TOKEN);
 }
 
-/* ---- the GEMMs' and bcopy's check (tests/gpu/gemm_harness.c) ------------------------------------------------ */
+/* ---- the GEMMs' and bcopy's check (tuner/check/gemm_harness.c) ---------------------------------------------- */
 static gemm_problem probs[4][2][2]; /* by kind, mode, tensor outer: made once (the FP64 reference takes a while) */
 static int have_prob[4][2][2];
 
@@ -104,18 +126,21 @@ static void check_gemm(cand *c, const fb_msg_load *m, fb_msg_verified *r) {
   if (!log) exit(1);
   int fail = 0;
   if (m->spec.op == FB_OP_BCOPY) {
-    fail = gemm_bcopy_check(&m->spec, &m->var, &c->kern, 77, 320, log) | gemm_bcopy_check(&m->spec, &m->var, &c->kern, 256, 1024, log);
+    int f1, f2;
+    CK(gemm_bcopy_check(&m->spec, &m->var, &c->kern, 77, 320, log, &f1));
+    CK(gemm_bcopy_check(&m->spec, &m->var, &c->kern, 256, 1024, log, &f2));
+    fail = f1 | f2;
   } else {
     fb_gemm_cfg cfg;
     CK(fb_gemm_config(&m->spec, &m->var, &cfg));
     int to = m->spec.src.outer == FB_GRAN_TENSOR && cfg.kind == 1;
     if (!have_prob[cfg.kind][cfg.mode][to]) {
-      gemm_make_problem(&probs[cfg.kind][cfg.mode][to], cfg.kind, cfg.mode, to, 1); /* skewed: an empty expert */
+      CK(gemm_make_problem(&probs[cfg.kind][cfg.mode][to], cfg.kind, cfg.mode, to, 1)); /* skewed: an empty expert */
       have_prob[cfg.kind][cfg.mode][to] = 1;
     }
     free(gemm_companion); /* no bit-exact companion here: the check against the FP64 reference only */
     gemm_companion = NULL;
-    fail = gemm_run(&m->spec, &m->var, &c->kern, &probs[cfg.kind][cfg.mode][to], sms, log, 1);
+    CK(gemm_run(&m->spec, &m->var, &c->kern, &probs[cfg.kind][cfg.mode][to], sms, log, 1, &fail));
     free(gemm_companion);
     gemm_companion = NULL;
   }
@@ -200,7 +225,11 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
     ensure_amax(m->spec.q.outer == FB_GRAN_EXPERT ? 2 : 0);
   long long R = c->t->shape ? 77 : 256, C = c->t->shape ? 320 : 1024;
   static const int kinds[2] = {CASE_GAUSS, CASE_EDGE};
-  for (int i = 0; i < 2; ++i) wrong += run_case(u, &c->kern, kinds[i], (unsigned)(rnd() & 0xFFFF), R, C);
+  for (int i = 0; i < 2; ++i) {
+    long w;
+    CK(run_case(u, &c->kern, kinds[i], (unsigned)(rnd() & 0xFFFF), R, C, &w));
+    wrong += w;
+  }
   r.wrong = wrong;
   r.ok = wrong == 0;
   if (wrong) snprintf(r.msg, sizeof r.msg, "%ld wrong elements against the CPU reference (gauss + edge inputs, %lld x %lld)", wrong, R, C);
@@ -302,8 +331,12 @@ static void routing(long long T, int K, int E, int32_t *idx, float *w) {
 static CUdeviceptr gdev(int set, int i, size_t n, int what, float scale) {
   CUdeviceptr p = dev(n, 0, 0);
   if (what < 0) return p;
-  if (set == 0) gemm_fill_random(p, n, what, scale), g0[i] = p;
-  else CU(fb_cu.MemcpyDtoD(p, g0[i], n));
+  if (set == 0) {
+    CK(gemm_fill_random(p, n, what, scale));
+    g0[i] = p;
+  } else {
+    CU(fb_cu.MemcpyDtoD(p, g0[i], n));
+  }
   return p;
 }
 
@@ -337,9 +370,11 @@ static void gemm_params(cand *c, const fb_tune_shape_t *s, const gemm_set *g, fb
   CK(fb_gemm_config(&c->t->k, &c->u->v, cfg));
   int kd = cfg->kind, wgrad = cfg->mode;
   for (int i = 0; i < 1 + (wgrad && s->gm2); ++i) {
-    fb_gemm_args ga = {g->a, g->b, g->out, g->offsets, kd ? g->a_sf : 0, kd == 2 ? g->b_sf : 0, kd == 1 ? g->a_outer : 0,
-                       kd == 1 ? g->b_outer : 0, s->rows, s->experts, wgrad ? (i ? s->gm2 : s->gm) : 0, wgrad ? (i ? s->gn2 : s->gn) : s->gn,
-                       wgrad ? 0 : s->gk, g->h, g->out_sf, 0x5A5A0F0Fu};
+    fb_gemm_args ga = {.a = g->a, .b = g->b, .out = g->out, .offsets = g->offsets, .a_sf = kd ? g->a_sf : 0,
+                       .b_sf = kd == 2 ? g->b_sf : 0, .a_outer = kd == 1 ? g->a_outer : 0, .b_outer = kd == 1 ? g->b_outer : 0,
+                       .rows = s->rows, .experts = s->experts, .M = wgrad ? (i ? s->gm2 : s->gm) : 0,
+                       .N = wgrad ? (i ? s->gn2 : s->gn) : s->gn, .K = wgrad ? 0 : s->gk, .aux = g->h, .out_sf = g->out_sf,
+                       .signs = 0x5A5A0F0Fu};
     CK(fb_gemm_params(cfg, &ga, &kp[i]));
   }
 }
@@ -406,8 +441,8 @@ static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem
   case FB_OP_BCOPY: { /* codes and block scales in, the BF16 copy out (2 bytes an element) */
     int nv = k->q.format == FB_FMT_NVFP4;
     q->in = dev(nv ? n / 2 : n, 0, 0), q->scales = dev(nv ? n / 16 : n / 32, 0, 0), q->out = dev(n * 2, 0, 0);
-    gemm_fill_random(q->in, nv ? n / 2 : n, 1, 1);
-    gemm_fill_random(q->scales, nv ? n / 16 : n / 32, nv ? 2 : 3, 1);
+    CK(gemm_fill_random(q->in, nv ? n / 2 : n, 1, 1));
+    CK(gemm_fill_random(q->scales, nv ? n / 16 : n / 32, nv ? 2 : 3, 1));
     q->rows = R, q->cols = C, q->ngroups = 1;
     return;
   }

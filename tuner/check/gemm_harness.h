@@ -1,7 +1,8 @@
-/* gemm_harness.h — the GEMM checks shared by tests/gpu/test_gemm.c and the tuner's worker (tuner/worker/worker.c):
- * see gemm_harness.c. Exits (status 1, a message on stderr) on a CUDA or fourbit error, as the GPU tests do. */
-#ifndef FB_GPU_GEMM_HARNESS_H
-#define FB_GPU_GEMM_HARNESS_H
+/* gemm_harness.h — the tuner's check of the GEMMs (tuner/check/gemm_harness.c), shared by the worker
+ * (tuner/worker/worker.c) and tests/gpu/test_gemm.c. A CUDA or fourbit failure comes back as fb_status with its
+ * message in fb_errmsg(); a check that runs and finds the output wrong sets *fail. */
+#ifndef FB_CHECK_GEMM_HARNESS_H
+#define FB_CHECK_GEMM_HARNESS_H
 #include "fb_cuda.h"
 #include "fb_gemm_host.h"
 #include "fourbit.h"
@@ -31,18 +32,22 @@ extern float *gemm_companion;
  * dist 0 balanced, 1 skewed (an empty expert). 4 experts, N 768, K (or M) 512. NVFP4 with tensor_outer: one S_dec for
  * A and one for B, uploaded as a row's / an expert's worth of floats whose entries past [0] are NaN (a kernel that
  * indexes them per row or per expert writes NaN). */
-void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, int dist);
+fb_status gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, int dist); /* P zeroed on failure */
 void gemm_free_problem(gemm_problem *P);
-int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, const gemm_problem *P, int sms, FILE *log, int loose);
+/* One checked run of variant v on P (a line on log): *fail 0 pass (gemm_harness.c says what passes). */
+fb_status gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, const gemm_problem *P, int sms, FILE *log,
+                   int loose, int *fail);
 /* The BF16 copy kernel (FB_OP_BCOPY) on rows x K random codes and scales, bit-exact (any NaN equals any NaN) against
- * fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref (a line on log): 0 pass. */
-int gemm_bcopy_check(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, long long rows, long long K, FILE *log);
+ * fb_gemm_weights_bf16_ref / fb_gemm_mxfp8_bf16_ref (a line on log): *fail 0 pass. */
+fb_status gemm_bcopy_check(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, long long rows, long long K, FILE *log,
+                           int *fail);
 /* n bytes at training magnitudes. what 0: BF16 N(0, scale^2); 1: E4M3 codes 2^-2..2^1 (E2M1 nibbles: any);
  * 2: E4M3 block scales 0.5..0.94; 3: E8M0 2^-1..2^1; 4: FP32 1.0 */
-void gemm_fill_random(CUdeviceptr p, size_t n, int what, float scale);
-CUdeviceptr gemm_balloc(size_t n);
-CUdeviceptr gemm_up(const void *h, size_t n);
+fb_status gemm_fill_random(CUdeviceptr p, size_t n, int what, float scale);
+/* n bytes of device memory (16 for n = 0) in *p: uninitialized (balloc), or h's bytes (up) */
+fb_status gemm_balloc(size_t n, CUdeviceptr *p);
+fb_status gemm_up(const void *h, size_t n, CUdeviceptr *p);
 int gemm_cmpf(const void *a, const void *b);
-/* median ms of 10 launches after 3 warm-ups */
-float gemm_time(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms);
+/* *ms: the median of 10 launches after 3 warm-ups */
+fb_status gemm_time(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms, float *ms);
 #endif

@@ -1,13 +1,14 @@
-/* harness.c (from test_kernels.c) — every generated memory-bound kernel and every tile variant against the CPU reference
- * (runtime/numerics.c; runtime/ops.c for the router, permute, unpermute, SwiGLU and AdamW kernels), on the GPU: fresh random inputs (Gaussian, wide dynamic range) and the edge
- * cases of docs/numerics.md (zeros, -0, NaN, Inf, subnormals, saturating values, underflowing blocks), output
- * buffers poisoned first, bit-exact comparison, the count of wrong elements printed per kernel.
- *   test_kernels [--quick]      all specs and variants (quick: one variant of each template, one case:
- *                               what compute-sanitizer runs)
- *   test_kernels --only SUBSTR  only specs whose name contains SUBSTR
- * Exit status 0 only if every element of every run matched. Needs a GPU (libcuda.so.1); without one it
- * says SKIPPED and exits 77. Variants come from recipes/tiny.lua's tune families. */
+/* harness.c — the tuner's check of the memory-bound kernels (tuner/check/, declared in harness.h): every generated
+ * kernel and tile variant against the CPU reference (runtime/numerics.c; runtime/ops.c for the router, permute,
+ * unpermute, SwiGLU and AdamW kernels), on the GPU: fresh random inputs (Gaussian, wide dynamic range) and the edge
+ * cases of docs/numerics.md (zeros, -0, NaN, Inf, subnormals, saturating values, underflowing blocks), output buffers
+ * poisoned first, bit-exact comparison, the wrong elements counted and the first few printed.
+ * Entry points: build_specs() (the specs under test), compile_worker() (parallel NVRTC compiles of units[]),
+ * make_input(), run_case() (one checked run). A CUDA or fourbit failure is returned as fb_status with its message
+ * (every buffer of the case freed), never exited on: the worker (tuner/worker/worker.c) reports it, as do the GPU
+ * tests (tests/gpu/test_kernels.c, bench.c), which build their specs' variants from recipes/tiny.lua's families. */
 #include "fb_cuda.h"
+#include "fb_error.h"
 #include "fb_kparams.h"
 #include "fourbit.h"
 #include "harness.h"
@@ -21,7 +22,7 @@
 
 static void build_moe_specs(void); /* the MoE and optimizer kernels: at the end of this file */
 static int is_moe(const fb_kernel_spec *k);
-static long run_moe_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C);
+static fb_status run_moe_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C, long *w);
 
 static uint64_t rs = 88172645463325252ull;
 uint64_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
@@ -147,12 +148,54 @@ void *compile_worker(void *arg) {
   }
 }
 
-/* ---- device buffers ---- */
-static CUdeviceptr dalloc(size_t n) {
-  CUdeviceptr p;
-  CU(fb_cu.MemAlloc(&p, n ? n : 1));
-  CU(fb_cu.MemsetD8(p, 0xA5, n ? n : 1)); /* poison */
+/* ---- one case's buffers ---- */
+/* The host and device buffers of one case, freed together on every path (scratch_free). The first failure is kept in
+ * rc with its message, and later allocations and copies are skipped: a batch of them is checked once, TRY(S.rc). */
+typedef struct {
+  void *host[48];
+  CUdeviceptr dev[16];
+  int nhost, ndev;
+  fb_status rc;
+} scratch;
+
+#define TRY(call) FB_TRY_GOTO((call), out)
+#define TRY_CU(call) CU_CHECK_GOTO((call), out)
+/* a driver call inside a scratch helper: its failure becomes s->rc (the first only); nonzero when it failed */
+#define S_CU(s, call) s_failed((s), (int)(call), #call, __LINE__)
+static int s_failed(scratch *s, int r, const char *call, int line) {
+  if (r && s->rc == FB_OK) s->rc = fb_seterr(FB_ECUDA, __FILE__, line, "%s: %s", call, fb_cu_errstr(r));
+  return r != 0;
+}
+
+static void *hnew(scratch *s, size_t n) {
+  if (s->rc != FB_OK) return NULL;
+  if (s->nhost == (int)(sizeof s->host / sizeof s->host[0])) {
+    s->rc = FB_ERR(FB_ENOMEM, "more than %d host buffers in one case", s->nhost);
+    return NULL;
+  }
+  void *p = malloc(n ? n : 1);
+  if (!p) s->rc = FB_ERR(FB_ENOMEM, "%zu bytes", n);
+  else s->host[s->nhost++] = p;
   return p;
+}
+
+static CUdeviceptr dalloc(scratch *s, size_t n) { /* poisoned */
+  CUdeviceptr p = 0;
+  if (s->rc != FB_OK) return 0;
+  if (s->ndev == (int)(sizeof s->dev / sizeof s->dev[0])) {
+    s->rc = FB_ERR(FB_ENOMEM, "more than %d device buffers in one case", s->ndev);
+    return 0;
+  }
+  if (S_CU(s, fb_cu.MemAlloc(&p, n ? n : 1))) return 0;
+  s->dev[s->ndev++] = p;
+  S_CU(s, fb_cu.MemsetD8(p, 0xA5, n ? n : 1));
+  return p;
+}
+
+static void scratch_free(scratch *s) {
+  for (int i = 0; i < s->nhost; ++i) free(s->host[i]);
+  for (int i = 0; i < s->ndev; ++i) fb_cu.MemFree(s->dev[i]);
+  s->nhost = s->ndev = 0;
 }
 
 static long count_diff8(const uint8_t *a, const uint8_t *b, size_t n, const char *what, const char *name, int *shown) {
@@ -180,27 +223,33 @@ static long count_diff32(const void *a, const void *b, size_t n, const char *wha
 
 fb_kernel amax_kernel[3]; /* by mode, compiled from the first variant of each amax spec */
 
-/* Run one unit on one input case; returns wrong elements. */
-long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
+/* Run one unit on one input case; *wrong = the elements that differ. */
+fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C, long *wrong_out) {
   const fb_kernel_spec *k = &u->t->k;
-  if (is_moe(k)) return run_moe_case(u, kern, kind, seed, R, C);
+  *wrong_out = 0;
+  if (is_moe(k)) return run_moe_case(u, kern, kind, seed, R, C, wrong_out);
+  scratch S = {0};
+  fb_status rc = FB_OK;
   long long n = R * C;
   long long offs[5] = {0, R * 5 / 32, R * 5 / 32, R / 2 + 2, R}; /* an empty group; boundaries off the 16-row grid */
   unsigned ng = 4;
   size_t goff[5] = {0};
   for (int i = 0; i < 5; ++i) goff[i] = (size_t)offs[i];
-  float *x = malloc(n * 4);
-  uint16_t *xb = malloc(n * 2);
+  float *x = hnew(&S, n * 4);
+  uint16_t *xb = hnew(&S, n * 2);
+  TRY(S.rc);
   make_input(kind, R, C, x);
   for (long long i = 0; i < n; ++i) xb[i] = to_bf16(x[i]);
   fb_kp_mem p;
   memset(&p, 0, sizeof p);
   p.rows = R, p.cols = C, p.ngroups = ng, p.seed = seed, p.stream = 3 + seed % 5, p.step = seed * 7 + 1;
   p.signs = fb_rht_signs(seed, 0);
-  CUdeviceptr din = dalloc(n * 4), dout = dalloc(n * 4), dsc = dalloc(n), dsd = dalloc(R * 4 + 64), damax = dalloc(R * 4 + 64),
-              doff = dalloc(sizeof offs), dflags = dalloc(4), dss = dalloc(n), dssd = dalloc(R * 4 + 64);
-  CU(fb_cu.MemcpyHtoD(doff, offs, sizeof offs));
-  CU(fb_cu.MemsetD8(dflags, 0, 4));
+  CUdeviceptr din = dalloc(&S, n * 4), dout = dalloc(&S, n * 4), dsc = dalloc(&S, n), dsd = dalloc(&S, R * 4 + 64),
+              damax = dalloc(&S, R * 4 + 64), doff = dalloc(&S, sizeof offs), dflags = dalloc(&S, 4), dss = dalloc(&S, n),
+              dssd = dalloc(&S, R * 4 + 64);
+  TRY(S.rc);
+  TRY_CU(fb_cu.MemcpyHtoD(doff, offs, sizeof offs));
+  TRY_CU(fb_cu.MemsetD8(dflags, 0, 4));
   p.in = din, p.out = dout, p.scales = dsc, p.s_dec = dsd, p.amax = damax, p.group_offsets = doff, p.flags = dflags;
   p.src_scales = dss, p.src_s_dec = dssd;
   fb_nvfp4_opts no = {.outer = k->q.outer == FB_GRAN_TOKEN ? FB_OUTER_ROW : k->q.outer == FB_GRAN_EXPERT ? FB_OUTER_GROUP : FB_OUTER_TENSOR,
@@ -210,16 +259,18 @@ long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, lon
   long wrong = 0;
   int shown = 0;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, &u->v, R, C, ng, &gx, &gy, &th));
+  TRY(fb_launch_dims(k, &u->v, R, C, ng, &gx, &gy, &th));
   const char *nm = u->v.name;
   if (k->op == FB_OP_AMAX) {
-    CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
-    CU(fb_cu.MemsetD8(damax, 0, R * 4 + 64));
-    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-    CU(fb_cu.CtxSynchronize());
+    TRY_CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
+    TRY_CU(fb_cu.MemsetD8(damax, 0, R * 4 + 64));
+    TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    TRY_CU(fb_cu.CtxSynchronize());
     int mode = k->q.outer == FB_GRAN_TOKEN ? 1 : k->q.outer == FB_GRAN_EXPERT ? 2 : 0;
     int m = mode == 1 ? (int)R : mode == 2 ? (int)ng : 1;
-    float *ref = calloc((size_t)m, 4), *got = malloc((size_t)m * 4);
+    float *ref = hnew(&S, (size_t)m * 4), *got = hnew(&S, (size_t)m * 4);
+    TRY(S.rc);
+    memset(ref, 0, (size_t)m * 4);
     int bad = 0;
     for (long long r = 0; r < R; ++r) {
       int g = mode == 1 ? (int)r : 0;
@@ -231,138 +282,141 @@ long run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, lon
       }
     }
     unsigned flags;
-    CU(fb_cu.MemcpyDtoH(got, damax, (size_t)m * 4));
-    CU(fb_cu.MemcpyDtoH(&flags, dflags, 4));
+    TRY_CU(fb_cu.MemcpyDtoH(got, damax, (size_t)m * 4));
+    TRY_CU(fb_cu.MemcpyDtoH(&flags, dflags, 4));
     wrong += count_diff32(got, ref, (size_t)m, "amax", nm, &shown);
     if ((int)(flags & 1) != bad) {
       fprintf(stderr, "    %s: non-finite flag %u, expected %d\n", nm, flags & 1, bad);
       ++wrong;
     }
-    free(ref), free(got);
   } else if (k->op == FB_OP_QUANT && k->q.format == FB_FMT_NVFP4) {
-    CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
+    TRY_CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
     if (k->q.outer != FB_GRAN_TOKEN) { /* the amax pass first, as the runtime runs it */
       int mode = k->q.outer == FB_GRAN_EXPERT ? 2 : 0;
       fb_kernel_spec ak = {.op = FB_OP_AMAX};
       ak.q.outer = k->q.outer;
       fb_variant av = {.tmpl = "amax.cuh", .nparams = 1, .param = {"threads"}, .value = {256}};
       unsigned ax, ay, at;
-      CK(fb_launch_dims(&ak, &av, R, C, ng, &ax, &ay, &at));
-      CU(fb_cu.MemsetD8(damax, 0, R * 4 + 64));
-      CK(fb_kernel_launch(&amax_kernel[mode], ax, ay, at, &p, sizeof p));
+      TRY(fb_launch_dims(&ak, &av, R, C, ng, &ax, &ay, &at));
+      TRY_CU(fb_cu.MemsetD8(damax, 0, R * 4 + 64));
+      TRY(fb_kernel_launch(&amax_kernel[mode], ax, ay, at, &p, sizeof p));
     }
-    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-    CU(fb_cu.CtxSynchronize());
+    TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    TRY_CU(fb_cu.CtxSynchronize());
     size_t no_ = fb_nvfp4_nouter(&no, (size_t)R);
-    uint8_t *rc = malloc(n / 2), *rsf = malloc(n / 16), *gc = malloc(n / 2), *gsf = malloc(n / 16);
-    float *rsd = malloc(no_ * 4), *gsd = malloc(no_ * 4);
-    CK(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &no, rc, rsf, rsd, NULL));
-    CU(fb_cu.MemcpyDtoH(gc, dout, n / 2));
-    CU(fb_cu.MemcpyDtoH(gsf, dsc, n / 16));
-    CU(fb_cu.MemcpyDtoH(gsd, dsd, no_ * 4));
-    wrong += count_diff8(gc, rc, n / 2, "codes", nm, &shown) + count_diff8(gsf, rsf, n / 16, "scales", nm, &shown) +
+    uint8_t *rc_ = hnew(&S, n / 2), *rsf = hnew(&S, n / 16), *gc = hnew(&S, n / 2), *gsf = hnew(&S, n / 16);
+    float *rsd = hnew(&S, no_ * 4), *gsd = hnew(&S, no_ * 4);
+    TRY(S.rc);
+    TRY(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &no, rc_, rsf, rsd, NULL));
+    TRY_CU(fb_cu.MemcpyDtoH(gc, dout, n / 2));
+    TRY_CU(fb_cu.MemcpyDtoH(gsf, dsc, n / 16));
+    TRY_CU(fb_cu.MemcpyDtoH(gsd, dsd, no_ * 4));
+    wrong += count_diff8(gc, rc_, n / 2, "codes", nm, &shown) + count_diff8(gsf, rsf, n / 16, "scales", nm, &shown) +
              count_diff32(gsd, rsd, no_, "s_dec", nm, &shown);
-    free(rc), free(rsf), free(gc), free(gsf), free(rsd), free(gsd);
   } else if (k->op == FB_OP_QUANT || k->op == FB_OP_REQUANT) { /* MXFP8 rows, columns, requantize */
     uint8_t *srcq = NULL, *srcs = NULL;
     float *srcd = NULL;
     if (k->op == FB_OP_QUANT) {
-      CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
+      TRY_CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
     } else if (k->src.format == FB_FMT_NVFP4) { /* the saved tensor, quantized by the reference */
       fb_nvfp4_opts sno = no;
       sno.outer = k->src.outer == FB_GRAN_TOKEN ? FB_OUTER_ROW : k->src.outer == FB_GRAN_EXPERT ? FB_OUTER_GROUP : FB_OUTER_TENSOR;
       sno.four_over_six = k->src.four_over_six, sno.two_d = 0, sno.rounding = FB_ROUND_RN;
       size_t nso = fb_nvfp4_nouter(&sno, (size_t)R);
-      srcq = malloc(n / 2), srcs = malloc(n / 16), srcd = malloc(nso * 4);
-      CK(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &sno, srcq, srcs, srcd, NULL));
-      CU(fb_cu.MemcpyHtoD(din, srcq, n / 2));
-      CU(fb_cu.MemcpyHtoD(dss, srcs, n / 16));
-      CU(fb_cu.MemcpyHtoD(dssd, srcd, nso * 4));
+      srcq = hnew(&S, n / 2), srcs = hnew(&S, n / 16), srcd = hnew(&S, nso * 4);
+      TRY(S.rc);
+      TRY(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &sno, srcq, srcs, srcd, NULL));
+      TRY_CU(fb_cu.MemcpyHtoD(din, srcq, n / 2));
+      TRY_CU(fb_cu.MemcpyHtoD(dss, srcs, n / 16));
+      TRY_CU(fb_cu.MemcpyHtoD(dssd, srcd, nso * 4));
       no = sno;
     } else {
-      srcq = malloc(n), srcs = malloc(n / 32);
-      CK(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, FB_MX_ROWWISE, NULL, srcq, srcs));
-      CU(fb_cu.MemcpyHtoD(din, srcq, n));
-      CU(fb_cu.MemcpyHtoD(dss, srcs, n / 32));
+      srcq = hnew(&S, n), srcs = hnew(&S, n / 32);
+      TRY(S.rc);
+      TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, FB_MX_ROWWISE, NULL, srcq, srcs));
+      TRY_CU(fb_cu.MemcpyHtoD(din, srcq, n));
+      TRY_CU(fb_cu.MemcpyHtoD(dss, srcs, n / 32));
     }
-    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-    CU(fb_cu.CtxSynchronize());
-    uint8_t *rc = malloc(n), *rsc = malloc(n / 32), *gc = malloc(n), *gsc = malloc(n / 32);
-    if (k->op == FB_OP_QUANT) CK(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, k->col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, rc, rsc));
-    else if (k->src.format == FB_FMT_NVFP4) CK(fb_requant_nvfp4_to_mxfp8t(srcq, srcs, srcd, (size_t)R, (size_t)C, &no, &so, rc, rsc));
-    else CK(fb_requant_mxfp8_to_mxfp8t(srcq, srcs, (size_t)R, (size_t)C, &so, rc, rsc));
-    CU(fb_cu.MemcpyDtoH(gc, dout, n));
-    CU(fb_cu.MemcpyDtoH(gsc, dsc, n / 32));
-    wrong += count_diff8(gc, rc, n, "codes", nm, &shown) + count_diff8(gsc, rsc, n / 32, "scales", nm, &shown);
-    free(rc), free(rsc), free(gc), free(gsc), free(srcq), free(srcs), free(srcd);
+    TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    TRY_CU(fb_cu.CtxSynchronize());
+    uint8_t *rc_ = hnew(&S, n), *rsc = hnew(&S, n / 32), *gc = hnew(&S, n), *gsc = hnew(&S, n / 32);
+    TRY(S.rc);
+    if (k->op == FB_OP_QUANT) TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, k->col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, rc_, rsc));
+    else if (k->src.format == FB_FMT_NVFP4) TRY(fb_requant_nvfp4_to_mxfp8t(srcq, srcs, srcd, (size_t)R, (size_t)C, &no, &so, rc_, rsc));
+    else TRY(fb_requant_mxfp8_to_mxfp8t(srcq, srcs, (size_t)R, (size_t)C, &so, rc_, rsc));
+    TRY_CU(fb_cu.MemcpyDtoH(gc, dout, n));
+    TRY_CU(fb_cu.MemcpyDtoH(gsc, dsc, n / 32));
+    wrong += count_diff8(gc, rc_, n, "codes", nm, &shown) + count_diff8(gsc, rsc, n / 32, "scales", nm, &shown);
   } else if (k->op == FB_OP_S2F6_Q) {
-    CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
-    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-    CU(fb_cu.CtxSynchronize());
-    int8_t *rq = malloc(n), *gq = malloc(n);
-    uint8_t *re = malloc(n / 32), *ge = malloc(n / 32);
-    CK(fb_s2f6_quantize(x, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, rq, re));
-    CU(fb_cu.MemcpyDtoH(gq, dout, n));
-    CU(fb_cu.MemcpyDtoH(ge, dsc, n / 32));
+    TRY_CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
+    TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    TRY_CU(fb_cu.CtxSynchronize());
+    int8_t *rq = hnew(&S, n), *gq = hnew(&S, n);
+    uint8_t *re = hnew(&S, n / 32), *ge = hnew(&S, n / 32);
+    TRY(S.rc);
+    TRY(fb_s2f6_quantize(x, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, rq, re));
+    TRY_CU(fb_cu.MemcpyDtoH(gq, dout, n));
+    TRY_CU(fb_cu.MemcpyDtoH(ge, dsc, n / 32));
     wrong += count_diff8((uint8_t *)gq, (uint8_t *)rq, n, "codes", nm, &shown) + count_diff8(ge, re, n / 32, "scales", nm, &shown);
-    free(rq), free(gq), free(re), free(ge);
   } else if (k->op == FB_OP_S2F6_DQ) {
-    int8_t *q = malloc(n);
-    uint8_t *e = malloc(n / 32);
-    CK(fb_s2f6_quantize(x, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, q, e));
+    int8_t *q = hnew(&S, n);
+    uint8_t *e = hnew(&S, n / 32);
+    TRY(S.rc);
+    TRY(fb_s2f6_quantize(x, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, q, e));
     for (long long i = 0; i < n; i += 97) q[i] = (int8_t)(rnd() & 255); /* every code, -128 too */
     for (long long i = 0; i < n / 32; i += 13) e[i] = (uint8_t)(rnd() & 255);
-    CU(fb_cu.MemcpyHtoD(din, q, n));
-    CU(fb_cu.MemcpyHtoD(dsc, e, n / 32));
-    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-    CU(fb_cu.CtxSynchronize());
-    float *ry = malloc(n * 4), *gy_ = malloc(n * 4);
-    CK(fb_s2f6_dequantize(q, e, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, ry));
-    CU(fb_cu.MemcpyDtoH(gy_, dout, n * 4));
+    TRY_CU(fb_cu.MemcpyHtoD(din, q, n));
+    TRY_CU(fb_cu.MemcpyHtoD(dsc, e, n / 32));
+    TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    TRY_CU(fb_cu.CtxSynchronize());
+    float *ry = hnew(&S, n * 4), *gy_ = hnew(&S, n * 4);
+    TRY(S.rc);
+    TRY(fb_s2f6_dequantize(q, e, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, ry));
+    TRY_CU(fb_cu.MemcpyDtoH(gy_, dout, n * 4));
     wrong += count_diff32(gy_, ry, n, "values", nm, &shown);
-    free(q), free(e), free(ry), free(gy_);
   } else if (k->op == FB_OP_TCOPY) { /* source BF16 / FP32 / NVFP4 (x quantized as the spec's outer says), out in place
                                         when scaling (as the expert layer runs it) */
     int nv = k->src.format == FB_FMT_NVFP4 && !k->in_f32, tok = nv && k->src.outer == FB_GRAN_TOKEN, scale = k->act.rht;
-    uint8_t *qc = malloc(n / 2 + 1), *qs = malloc(n / 16 + 1);
-    float *qd = malloc(R * 4 + 4), sab[2] = {(float)unif() * 3.0f + 0.25f, (float)unif() * 0.01f + 1e-3f};
+    uint8_t *qc = hnew(&S, n / 2 + 1), *qs = hnew(&S, n / 16 + 1);
+    float *qd = hnew(&S, R * 4 + 4), sab[2] = {(float)unif() * 3.0f + 0.25f, (float)unif() * 0.01f + 1e-3f};
+    TRY(S.rc);
     if (nv) {
       fb_nvfp4_opts o = {.outer = tok ? FB_OUTER_ROW : FB_OUTER_TENSOR};
-      CK(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &o, qc, qs, qd, NULL));
+      TRY(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &o, qc, qs, qd, NULL));
       for (long long i = 0; i < n / 2; i += 61) qc[i] = (uint8_t)(rnd() & 255); /* every code */
-      CU(fb_cu.MemcpyHtoD(din, qc, n / 2));
-      CU(fb_cu.MemcpyHtoD(dss, qs, n / 16));
-      CU(fb_cu.MemcpyHtoD(dssd, qd, (tok ? R : 1) * 4));
+      TRY_CU(fb_cu.MemcpyHtoD(din, qc, n / 2));
+      TRY_CU(fb_cu.MemcpyHtoD(dss, qs, n / 16));
+      TRY_CU(fb_cu.MemcpyHtoD(dssd, qd, (tok ? R : 1) * 4));
     } else {
-      CU(fb_cu.MemcpyHtoD(din, k->in_f32 ? (void *)x : (void *)xb, n * (k->in_f32 ? 4 : 2)));
+      TRY_CU(fb_cu.MemcpyHtoD(din, k->in_f32 ? (void *)x : (void *)xb, n * (k->in_f32 ? 4 : 2)));
     }
     if (scale) {
-      CU(fb_cu.MemcpyHtoD(dsd, &sab[0], 4));
-      CU(fb_cu.MemcpyHtoD(damax, &sab[1], 4));
+      TRY_CU(fb_cu.MemcpyHtoD(dsd, &sab[0], 4));
+      TRY_CU(fb_cu.MemcpyHtoD(damax, &sab[1], 4));
       p.out = din;
     }
-    CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-    CU(fb_cu.CtxSynchronize());
+    TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+    TRY_CU(fb_cu.CtxSynchronize());
     size_t ob = k->out_bf16 ? 2 : 4;
-    void *ref = malloc(n * ob), *got = malloc(n * ob);
-    CK(fb_tcopy_ref(nv ? (const void *)qc : k->in_f32 ? (const void *)x : (const void *)xb, qs, qd, nv ? FB_FMT_NVFP4 : FB_FMT_BF16, k->in_f32,
-                    tok, (size_t)R, (size_t)C, k->col, k->q.rht, p.signs, scale, scale ? &sab[0] : NULL, scale ? &sab[1] : NULL,
-                    k->out_bf16, ref));
-    CU(fb_cu.MemcpyDtoH(got, scale ? din : dout, n * ob));
+    void *ref = hnew(&S, n * ob), *got = hnew(&S, n * ob);
+    TRY(S.rc);
+    TRY(fb_tcopy_ref(nv ? (const void *)qc : k->in_f32 ? (const void *)x : (const void *)xb, qs, qd, nv ? FB_FMT_NVFP4 : FB_FMT_BF16, k->in_f32,
+                     tok, (size_t)R, (size_t)C, k->col, k->q.rht, p.signs, scale, scale ? &sab[0] : NULL, scale ? &sab[1] : NULL,
+                     k->out_bf16, ref));
+    TRY_CU(fb_cu.MemcpyDtoH(got, scale ? din : dout, n * ob));
     if (k->out_bf16) { /* as FP32 bit patterns, so that any NaN equals any NaN */
-      uint32_t *a = malloc(n * 4), *b = malloc(n * 4);
+      uint32_t *a = hnew(&S, n * 4), *b = hnew(&S, n * 4);
+      TRY(S.rc);
       for (long long i = 0; i < n; ++i) a[i] = (uint32_t)((uint16_t *)got)[i] << 16, b[i] = (uint32_t)((uint16_t *)ref)[i] << 16;
       wrong += count_diff32(a, b, n, "values", nm, &shown);
-      free(a), free(b);
     } else {
       wrong += count_diff32(got, ref, n, "values", nm, &shown);
     }
-    free(qc), free(qs), free(qd), free(ref), free(got);
   }
-  CUdeviceptr all[] = {din, dout, dsc, dsd, damax, doff, dflags, dss, dssd};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fb_cu.MemFree(all[i]);
-  free(x), free(xb);
-  return wrong;
+  *wrong_out = wrong;
+out:
+  scratch_free(&S);
+  return rc;
 }
 
 /* ---- the MoE and optimizer kernels: router, permute, unpermute, SwiGLU, AdamW (runtime/ops.c) ---------------- */
@@ -417,14 +471,14 @@ static int is_moe(const fb_kernel_spec *k) {
          k->op == FB_OP_SWIGLU_BWD || k->op == FB_OP_ADAMW || (k->op == FB_OP_QUANT && k->in_f32);
 }
 
-static CUdeviceptr dput(const void *h, size_t n) { /* poisoned, then the host data */
-  CUdeviceptr p = dalloc(n);
-  if (h && n) CU(fb_cu.MemcpyHtoD(p, h, n));
+static CUdeviceptr dput(scratch *s, const void *h, size_t n) { /* poisoned, then the host data */
+  CUdeviceptr p = dalloc(s, n);
+  if (p && h && n) S_CU(s, fb_cu.MemcpyHtoD(p, h, n));
   return p;
 }
-static void *dget(CUdeviceptr p, size_t n) {
-  void *h = malloc(n ? n : 1);
-  if (n) CU(fb_cu.MemcpyDtoH(h, p, n));
+static void *dget(scratch *s, CUdeviceptr p, size_t n) {
+  void *h = hnew(s, n);
+  if (h && n) S_CU(s, fb_cu.MemcpyDtoH(h, p, n));
   return h;
 }
 static long count_diff16(const uint16_t *a, const uint16_t *b, size_t n, const char *what, const char *name, int *shown) {
@@ -447,10 +501,6 @@ static long count_diff_i32(const int32_t *a, const int32_t *b, size_t n, const c
     }
   return w;
 }
-static void free_dev(CUdeviceptr *d, int n) {
-  for (int i = 0; i < n; ++i)
-    if (d[i]) fb_cu.MemFree(d[i]);
-}
 
 /* top-k expert indices: gauss uniform (repeats allowed), wide skewed (most experts empty), edge all to one expert
  * with dropped entries: -1, and indices out of range, which the kernel drops alike (ref: idx_ref, -1) */
@@ -464,14 +514,18 @@ static void make_topk(int kind, long long T, int K, int E, int32_t *idx, int32_t
   }
 }
 
-static long moe_router(const unit *u, const fb_kernel *kern, int kind, long long T, int E, int K) {
+/* Each MoE case below adds the elements that differ to *wrong (0 on entry to run_moe_case) and returns the status. */
+static fb_status moe_router(const unit *u, const fb_kernel *kern, int kind, long long T, int E, int K, long *wrong) {
+  scratch S = {0};
+  fb_status rc = FB_OK;
   fb_kernel_spec ks = u->t->k, *k = &ks;
   ks.experts = E, ks.top_k = K;
   const char *nm = u->v.name;
   int shown = 0;
   size_t nl = (size_t)T * E, nk = (size_t)T * K;
-  float *l = malloc(nl * 4), *rp = malloc(nl * 4), *rw = malloc(nk * 4);
-  int32_t *ri = malloc(nk * 4);
+  float *l = hnew(&S, nl * 4), *rp = hnew(&S, nl * 4), *rw = hnew(&S, nk * 4);
+  int32_t *ri = hnew(&S, nk * 4);
+  TRY(S.rc);
   for (size_t i = 0; i < nl; ++i)
     l[i] = kind == CASE_GAUSS ? 2.0f * gauss() : kind == CASE_WIDE ? 30.0f * gauss() : (float)(rnd() % 4); /* edge: ties */
   if (kind == CASE_EDGE && T > 8) {
@@ -482,162 +536,189 @@ static long moe_router(const unit *u, const fb_kernel *kern, int kind, long long
   }
   fb_kp_moe p;
   memset(&p, 0, sizeof p);
-  CUdeviceptr d[4] = {dput(l, nl * 4), dalloc(nl * 4), dalloc(nk * 4), dalloc(nk * 4)};
+  CUdeviceptr d[4] = {dput(&S, l, nl * 4), dalloc(&S, nl * 4), dalloc(&S, nk * 4), dalloc(&S, nk * 4)};
+  TRY(S.rc);
   p.in = d[0], p.probs = d[1], p.topk_idx = d[2], p.topk_w = d[3], p.rows = T, p.experts = E, p.top_k = K;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, &u->v, T, E, 0, &gx, &gy, &th));
-  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-  CU(fb_cu.CtxSynchronize());
-  CK(fb_router_ref(l, (size_t)T, E, K, rp, ri, rw));
-  float *gp = dget(d[1], nl * 4), *gw = dget(d[3], nk * 4);
-  int32_t *gi = dget(d[2], nk * 4);
-  long wrong = count_diff32(gp, rp, nl, "probs", nm, &shown) + count_diff_i32(gi, ri, nk, "topk_idx", nm, &shown) +
-               count_diff32(gw, rw, nk, "topk_w", nm, &shown);
-  free_dev(d, 4);
-  free(l), free(rp), free(rw), free(ri), free(gp), free(gw), free(gi);
-  return wrong;
+  TRY(fb_launch_dims(k, &u->v, T, E, 0, &gx, &gy, &th));
+  TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  TRY_CU(fb_cu.CtxSynchronize());
+  TRY(fb_router_ref(l, (size_t)T, E, K, rp, ri, rw));
+  float *gp = dget(&S, d[1], nl * 4), *gw = dget(&S, d[3], nk * 4);
+  int32_t *gi = dget(&S, d[2], nk * 4);
+  TRY(S.rc);
+  *wrong += count_diff32(gp, rp, nl, "probs", nm, &shown) + count_diff_i32(gi, ri, nk, "topk_idx", nm, &shown) +
+            count_diff32(gw, rw, nk, "topk_w", nm, &shown);
+out:
+  scratch_free(&S);
+  return rc;
 }
 
-static long moe_permute(const unit *u, const fb_kernel *kern, int kind, long long T, long long C, int E, int K) {
+static fb_status moe_permute(const unit *u, const fb_kernel *kern, int kind, long long T, long long C, int E, int K, long *wrong) {
+  scratch S = {0};
+  fb_status rc = FB_OK;
   fb_kernel_spec ks = u->t->k, *k = &ks;
   ks.experts = E, ks.top_k = K;
   const char *nm = u->v.name;
   int shown = 0, tile = kind == CASE_WIDE ? (rnd() & 1 ? 1 : 48) : 128;
   size_t n = (size_t)T * K, maxr = fb_permute_max_rows((size_t)T, K, E, tile), nch = (n + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK, b[3],
          total = 0;
-  CK(fb_payload_planes(k->q.format, k->q.format == FB_FMT_NVFP4 && k->q.outer == FB_GRAN_TOKEN, (size_t)C, b));
-  int32_t *idx = malloc(n * 4), *idx_ref = malloc(n * 4), *rc = malloc((size_t)E * 4), *rrow = malloc(n * 4), *rtok = malloc(maxr * 4);
-  long long *roff = malloc((size_t)(E + 1) * 8);
+  TRY(fb_payload_planes(k->q.format, k->q.format == FB_FMT_NVFP4 && k->q.outer == FB_GRAN_TOKEN, (size_t)C, b));
+  int32_t *idx = hnew(&S, n * 4), *idx_ref = hnew(&S, n * 4), *rcnt = hnew(&S, (size_t)E * 4), *rrow = hnew(&S, n * 4),
+          *rtok = hnew(&S, maxr * 4);
+  long long *roff = hnew(&S, (size_t)(E + 1) * 8);
+  TRY(S.rc);
   make_topk(kind, T, K, E, idx, idx_ref);
-  CK(fb_permute_ref(idx_ref, (size_t)T, K, E, tile, rc, roff, rrow, rtok, &total));
+  TRY(fb_permute_ref(idx_ref, (size_t)T, K, E, tile, rcnt, roff, rrow, rtok, &total));
   void *in[3] = {0}, *rout[3] = {0};
   for (int q = 0; q < 3; ++q) {
-    in[q] = malloc((size_t)T * b[q] + 1), rout[q] = malloc(total * b[q] + 1);
+    in[q] = hnew(&S, (size_t)T * b[q] + 1), rout[q] = hnew(&S, total * b[q] + 1);
+    TRY(S.rc);
     for (size_t i = 0; i < (size_t)T * b[q]; ++i) ((uint8_t *)in[q])[i] = (uint8_t)rnd();
   }
-  CK(fb_permute_gather_ref((const void *const *)in, b, (size_t)T, rtok, total, rout));
-  CUdeviceptr d[12] = {dput(idx, n * 4), dalloc(nch * E * 4), dalloc((size_t)E * 4), dalloc((size_t)(E + 1) * 8), dalloc(n * 4), dalloc(maxr * 4)};
-  for (int q = 0; q < 3; ++q) d[6 + q] = dput(in[q], (size_t)T * b[q]), d[9 + q] = dalloc(maxr * b[q]);
+  TRY(fb_permute_gather_ref((const void *const *)in, b, (size_t)T, rtok, total, rout));
+  CUdeviceptr d[12] = {dput(&S, idx, n * 4), dalloc(&S, nch * E * 4), dalloc(&S, (size_t)E * 4), dalloc(&S, (size_t)(E + 1) * 8),
+                       dalloc(&S, n * 4), dalloc(&S, maxr * 4)};
+  for (int q = 0; q < 3; ++q) d[6 + q] = dput(&S, in[q], (size_t)T * b[q]), d[9 + q] = dalloc(&S, maxr * b[q]);
+  TRY(S.rc);
   fb_kp_moe p;
   memset(&p, 0, sizeof p);
   p.topk_idx = d[0], p.chunk_counts = d[1], p.counts = d[2], p.offsets = d[3], p.row_of = d[4], p.token_of = d[5];
   p.in = d[6], p.in_scales = d[7], p.in_outer = d[8], p.out = d[9], p.out_scales = d[10], p.out_outer = d[11];
   p.rows = T, p.cols = C, p.experts = E, p.top_k = K, p.tile = tile;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, &u->v, T, C, 0, &gx, &gy, &th));
-  for (p.pass = 0; p.pass < 4; ++p.pass) CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p)); /* one stream, in order */
-  CU(fb_cu.CtxSynchronize());
-  int32_t *gc = dget(d[2], (size_t)E * 4), *grow = dget(d[4], n * 4);
-  long long *goff = dget(d[3], (size_t)(E + 1) * 8);
-  long wrong = count_diff_i32(gc, rc, (size_t)E, "counts", nm, &shown) +
-               count_diff_i32((int32_t *)goff, (int32_t *)roff, 2 * (size_t)(E + 1), "offsets (32-bit halves)", nm, &shown) +
-               count_diff_i32(grow, rrow, n, "row_of", nm, &shown);
+  TRY(fb_launch_dims(k, &u->v, T, C, 0, &gx, &gy, &th));
+  for (p.pass = 0; p.pass < 4; ++p.pass) TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p)); /* one stream, in order */
+  TRY_CU(fb_cu.CtxSynchronize());
+  int32_t *gc = dget(&S, d[2], (size_t)E * 4), *grow = dget(&S, d[4], n * 4);
+  long long *goff = dget(&S, d[3], (size_t)(E + 1) * 8);
+  TRY(S.rc);
+  *wrong += count_diff_i32(gc, rcnt, (size_t)E, "counts", nm, &shown) +
+            count_diff_i32((int32_t *)goff, (int32_t *)roff, 2 * (size_t)(E + 1), "offsets (32-bit halves)", nm, &shown) +
+            count_diff_i32(grow, rrow, n, "row_of", nm, &shown);
   if (goff[E] == roff[E]) { /* the rows exist on both sides */
-    int32_t *gtok = dget(d[5], total * 4);
-    wrong += count_diff_i32(gtok, rtok, total, "token_of", nm, &shown);
+    int32_t *gtok = dget(&S, d[5], total * 4);
+    TRY(S.rc);
+    *wrong += count_diff_i32(gtok, rtok, total, "token_of", nm, &shown);
     static const char *pn[3] = {"rows", "scales", "outer"};
     for (int q = 0; q < 3; ++q) {
-      uint8_t *go = dget(d[9 + q], total * b[q]);
-      wrong += count_diff8(go, rout[q], total * b[q], pn[q], nm, &shown);
-      free(go);
+      uint8_t *go = dget(&S, d[9 + q], total * b[q]);
+      TRY(S.rc);
+      *wrong += count_diff8(go, rout[q], total * b[q], pn[q], nm, &shown);
     }
-    free(gtok);
   }
-  free_dev(d, 12);
-  for (int q = 0; q < 3; ++q) free(in[q]), free(rout[q]);
-  free(idx), free(idx_ref), free(rc), free(rrow), free(rtok), free(roff), free(gc), free(grow), free(goff);
-  return wrong;
+out:
+  scratch_free(&S);
+  return rc;
 }
 
-static long moe_unpermute(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long T, long long C, int E, int K) {
+static fb_status moe_unpermute(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long T, long long C, int E, int K,
+                               long *wrong) {
+  scratch S = {0};
+  fb_status rc = FB_OK;
   fb_kernel_spec ks = u->t->k, *k = &ks;
   ks.experts = E, ks.top_k = K;
   const char *nm = u->v.name;
   int shown = 0, s2f6 = k->q.format == FB_FMT_S2F6, weighted = kind != CASE_WIDE;
   size_t n = (size_t)T * K, maxr = fb_permute_max_rows((size_t)T, K, E, 16), total = 0, nout = (size_t)T * C;
-  int32_t *idx = malloc(n * 4), *idx_ref = malloc(n * 4), *rc = malloc((size_t)E * 4), *row_of = malloc(n * 4), *tok = malloc(maxr * 4);
-  long long *off = malloc((size_t)(E + 1) * 8);
+  int32_t *idx = hnew(&S, n * 4), *idx_ref = hnew(&S, n * 4), *rcnt = hnew(&S, (size_t)E * 4), *row_of = hnew(&S, n * 4),
+          *tok = hnew(&S, maxr * 4);
+  long long *off = hnew(&S, (size_t)(E + 1) * 8);
+  TRY(S.rc);
   make_topk(kind, T, K, E, idx, idx_ref);
-  CK(fb_permute_ref(idx_ref, (size_t)T, K, E, 16, rc, off, row_of, tok, &total));
+  TRY(fb_permute_ref(idx_ref, (size_t)T, K, E, 16, rcnt, off, row_of, tok, &total));
   size_t ny = total * C;
-  void *y = malloc(ny * 2 + 1);
-  uint8_t *e8 = malloc(ny / 32 + 1);
+  void *y = hnew(&S, ny * 2 + 1);
+  uint8_t *e8 = hnew(&S, ny / 32 + 1);
+  TRY(S.rc);
   if (s2f6) {
     for (size_t i = 0; i < ny; ++i) ((uint8_t *)y)[i] = (uint8_t)rnd();
     for (size_t i = 0; i < ny / 32; ++i) e8[i] = (uint8_t)(kind == CASE_EDGE && i % 11 == 0 ? (i % 3 ? 254 + i % 2 : 0) : 100 + rnd() % 40);
   } else {
-    float *yf = malloc(ny * 4 + 4);
+    float *yf = hnew(&S, ny * 4 + 4);
+    TRY(S.rc);
     make_input(kind, (long long)total, C, yf);
     for (size_t i = 0; i < ny; ++i) ((uint16_t *)y)[i] = to_bf16(yf[i]);
-    free(yf);
   }
-  float *w = malloc(n * 4);
+  float *w = hnew(&S, n * 4);
+  TRY(S.rc);
   for (size_t i = 0; i < n; ++i) w[i] = (float)unif();
   if (kind == CASE_EDGE)
     for (size_t i = 0; i < n; i += 13) w[i] = i % 2 ? 0.0f : -w[i];
   uint32_t signs = fb_rht_signs(seed, 0);
-  float *rf = malloc(nout * 4);
-  uint16_t *rb = malloc(nout * 2);
-  CK(fb_unpermute_ref(y, s2f6 ? e8 : NULL, total, k->q.format, s2f6 && k->q.rht, signs, row_of, weighted ? w : NULL, (size_t)T, K,
-                      (size_t)C, rf, rb));
-  CUdeviceptr d[5] = {dput(y, s2f6 ? ny : ny * 2), s2f6 ? dput(e8, ny / 32) : 0, dput(row_of, n * 4), dput(w, n * 4), dalloc(nout * 4)};
+  float *rf = hnew(&S, nout * 4);
+  uint16_t *rb = hnew(&S, nout * 2);
+  TRY(S.rc);
+  TRY(fb_unpermute_ref(y, s2f6 ? e8 : NULL, total, k->q.format, s2f6 && k->q.rht, signs, row_of, weighted ? w : NULL, (size_t)T, K,
+                       (size_t)C, rf, rb));
+  CUdeviceptr d[5] = {dput(&S, y, s2f6 ? ny : ny * 2), s2f6 ? dput(&S, e8, ny / 32) : 0, dput(&S, row_of, n * 4), dput(&S, w, n * 4),
+                      dalloc(&S, nout * 4)};
+  TRY(S.rc);
   fb_kp_moe p;
   memset(&p, 0, sizeof p);
   p.in = d[0], p.in_scales = d[1], p.row_of = d[2], p.topk_w = weighted ? d[3] : 0, p.out = d[4];
   p.rows = T, p.cols = C, p.experts = E, p.top_k = K, p.signs = signs;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, &u->v, T, C, 0, &gx, &gy, &th));
-  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-  CU(fb_cu.CtxSynchronize());
-  void *g = dget(d[4], nout * (k->out_bf16 ? 2 : 4));
-  long wrong = k->out_bf16 ? count_diff16(g, rb, nout, "out (bf16)", nm, &shown) : count_diff32(g, rf, nout, "out", nm, &shown);
-  free_dev(d, 5);
-  free(idx), free(idx_ref), free(rc), free(row_of), free(tok), free(off), free(y), free(e8), free(w), free(rf), free(rb), free(g);
-  return wrong;
+  TRY(fb_launch_dims(k, &u->v, T, C, 0, &gx, &gy, &th));
+  TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  TRY_CU(fb_cu.CtxSynchronize());
+  void *g = dget(&S, d[4], nout * (k->out_bf16 ? 2 : 4));
+  TRY(S.rc);
+  *wrong += k->out_bf16 ? count_diff16(g, rb, nout, "out (bf16)", nm, &shown) : count_diff32(g, rf, nout, "out", nm, &shown);
+out:
+  scratch_free(&S);
+  return rc;
 }
 
-static long moe_swiglu(const unit *u, const fb_kernel *kern, int kind, long long R, long long F) {
+static fb_status moe_swiglu(const unit *u, const fb_kernel *kern, int kind, long long R, long long F, long *wrong) {
+  scratch S = {0};
+  fb_status rc = FB_OK;
   const fb_kernel_spec *k = &u->t->k;
   const char *nm = u->v.name;
   int bwd = k->op == FB_OP_SWIGLU_BWD, shown = 0;
   size_t nh = (size_t)R * 2 * F, na = (size_t)R * F, no = bwd ? nh : na;
-  float *x = malloc(nh * 4);
-  uint16_t *h = malloc(nh * 2), *da = malloc(na * 2), *ref = malloc(no * 2);
+  float *x = hnew(&S, nh * 4);
+  uint16_t *h = hnew(&S, nh * 2), *da = hnew(&S, na * 2), *ref = hnew(&S, no * 2);
+  TRY(S.rc);
   make_input(kind, R, 2 * F, x);
   for (size_t i = 0; i < nh; ++i) h[i] = to_bf16(kind == CASE_GAUSS ? 3.0f * x[i] : x[i]);
   make_input(kind == CASE_EDGE ? CASE_EDGE : CASE_GAUSS, R, F, x);
   for (size_t i = 0; i < na; ++i) da[i] = to_bf16(x[i]);
-  if (bwd) CK(fb_swiglu_bwd_ref(h, da, (size_t)R, (size_t)F, ref));
-  else CK(fb_swiglu_fwd_ref(h, (size_t)R, (size_t)F, ref));
-  CUdeviceptr d[3] = {dput(h, nh * 2), dput(da, na * 2), dalloc(no * 2)};
+  if (bwd) TRY(fb_swiglu_bwd_ref(h, da, (size_t)R, (size_t)F, ref));
+  else TRY(fb_swiglu_fwd_ref(h, (size_t)R, (size_t)F, ref));
+  CUdeviceptr d[3] = {dput(&S, h, nh * 2), dput(&S, da, na * 2), dalloc(&S, no * 2)};
+  TRY(S.rc);
   fb_kp_moe p;
   memset(&p, 0, sizeof p);
   p.in = d[0], p.in2 = d[1], p.out = d[2], p.rows = R, p.cols = F;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, &u->v, R, F, 0, &gx, &gy, &th));
-  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-  CU(fb_cu.CtxSynchronize());
-  uint16_t *g = dget(d[2], no * 2);
-  long wrong = count_diff16(g, ref, no, bwd ? "dH" : "A", nm, &shown);
-  free_dev(d, 3);
-  free(x), free(h), free(da), free(ref), free(g);
-  return wrong;
+  TRY(fb_launch_dims(k, &u->v, R, F, 0, &gx, &gy, &th));
+  TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  TRY_CU(fb_cu.CtxSynchronize());
+  uint16_t *g = dget(&S, d[2], no * 2);
+  TRY(S.rc);
+  *wrong += count_diff16(g, ref, no, bwd ? "dH" : "A", nm, &shown);
+out:
+  scratch_free(&S);
+  return rc;
 }
 
-/* quant_nvfp4 with FB_IN_F32 for spec k (NVFP4, tensor or expert outer), from units[] or compiled here once */
-static int quant_f32_for(const fb_kernel_spec *k, fb_kernel *out, const unit **qu) {
+/* quant_nvfp4 with FB_IN_F32 for spec k (NVFP4, tensor or expert outer), from units[] or compiled here once; loaded
+ * into *out. FB_ENOTFOUND when there is none and no room to compile one. */
+static fb_status quant_f32_for(const fb_kernel_spec *k, fb_kernel *out, const unit **qu) {
   for (int i = 0; i < nunits; ++i) {
     const fb_kernel_spec *q = &units[i].t->k;
     if (q->op == FB_OP_QUANT && q->in_f32 && q->q.format == FB_FMT_NVFP4 && q->q.outer == k->q.outer && q->q.two_d == k->q.two_d &&
         q->q.four_over_six == k->q.four_over_six && q->q.rounding == k->q.rounding && units[i].st == FB_OK) {
-      CK(fb_kernel_load(units[i].cubin.cubin, units[i].v.name, out));
+      FB_TRY(fb_kernel_load(units[i].cubin.cubin, units[i].v.name, out));
       *qu = &units[i];
-      return 1;
+      return FB_OK;
     }
   }
   static unit own[8];
   static tspec own_t[8];
   static int nown;
+  fb_status rc = FB_OK;
   pthread_mutex_lock(&mu);
   int hit = -1;
   for (int i = 0; i < nown && hit < 0; ++i)
@@ -645,39 +726,44 @@ static int quant_f32_for(const fb_kernel_spec *k, fb_kernel *out, const unit **q
         own_t[i].k.q.rounding == k->q.rounding)
       hit = i;
   if (hit < 0 && nown < 8) {
-    hit = nown++;
-    tspec *t = &own_t[hit];
+    tspec *t = &own_t[nown];
     memset(t, 0, sizeof *t);
     t->k.op = FB_OP_QUANT, t->k.q = k->q, t->k.in_f32 = 1, t->family = "quant";
     snprintf(t->k.name, sizeof t->k.name, "quant_nvfp4_f32_for_%s", k->name);
-    unit *q = &own[hit];
+    unit *q = &own[nown];
+    memset(q, 0, sizeof *q);
     q->t = t;
     q->v = (fb_variant){.tmpl = "quant_nvfp4.cuh", .nparams = 2, .param = {"rows", "threads"}, .value = {16, 256}};
     snprintf(q->v.name, sizeof q->v.name, "%.160s_r16_t256", t->k.name);
-    CK(fb_gen_source(&t->k, &q->v, "tests/gpu/harness.c", "-", &q->src));
-    CK(fb_nvrtc_compile(q->v.name, q->src, "sm_90a", &q->cubin));
+    rc = fb_gen_source(&t->k, &q->v, "tuner/check/harness.c", "-", &q->src);
+    if (rc == FB_OK) rc = fb_nvrtc_compile(q->v.name, q->src, "sm_90a", &q->cubin);
+    if (rc == FB_OK) hit = nown++; /* kept only when it compiled: a failure is tried again next time */
+    else free(q->src), q->src = NULL;
   }
   pthread_mutex_unlock(&mu);
-  if (hit < 0) return 0;
-  CK(fb_kernel_load(own[hit].cubin.cubin, own[hit].v.name, out));
+  FB_TRY(rc);
+  if (hit < 0) return FB_ERR(FB_ENOTFOUND, "%s: no FB_IN_F32 quantizer (the harness's own 8 are taken)", k->name);
+  FB_TRY(fb_kernel_load(own[hit].cubin.cubin, own[hit].v.name, out));
   *qu = &own[hit];
-  return 1;
+  return FB_OK;
 }
 
 /* launch quant_nvfp4 (FB_IN_F32) over the FP32 rows x cols at din, with the amax already in damax */
-static void run_quant_f32(const fb_kernel *qk, const unit *qu, CUdeviceptr din, CUdeviceptr damax, CUdeviceptr doff, unsigned ng,
-                          long long R, long long C, unsigned seed, CUdeviceptr dcodes, CUdeviceptr dsc, CUdeviceptr dsd) {
+static fb_status run_quant_f32(const fb_kernel *qk, const unit *qu, CUdeviceptr din, CUdeviceptr damax, CUdeviceptr doff, unsigned ng,
+                               long long R, long long C, unsigned seed, CUdeviceptr dcodes, CUdeviceptr dsc, CUdeviceptr dsd) {
   fb_kp_mem q;
   memset(&q, 0, sizeof q);
   q.in = din, q.out = dcodes, q.scales = dsc, q.s_dec = dsd, q.amax = damax, q.group_offsets = doff, q.rows = R, q.cols = C;
   q.ngroups = ng, q.seed = seed, q.stream = 2, q.step = seed * 7 + 1;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(&qu->t->k, &qu->v, R, C, ng, &gx, &gy, &th));
-  CK(fb_kernel_launch(qk, gx, gy, th, &q, sizeof q));
+  FB_TRY(fb_launch_dims(&qu->t->k, &qu->v, R, C, ng, &gx, &gy, &th));
+  return fb_kernel_launch(qk, gx, gy, th, &q, sizeof q);
 }
 
 /* The standalone FB_IN_F32 quantizer: full-precision FP32 input (not BF16 values), the amax from the host. */
-static long moe_quant_f32(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
+static fb_status moe_quant_f32(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C, long *wrong) {
+  scratch S = {0};
+  fb_status rc = FB_OK;
   const fb_kernel_spec *k = &u->t->k;
   const char *nm = u->v.name;
   int grp = k->q.outer == FB_GRAN_EXPERT, shown = 0;
@@ -685,7 +771,8 @@ static long moe_quant_f32(const unit *u, const fb_kernel *kern, int kind, unsign
   long long offs[5] = {0, R * 5 / 32, R * 5 / 32, R / 2 + 2, R}; /* an empty group; boundaries off the 16-row grid */
   size_t goff[5], n = (size_t)R * C;
   for (int i = 0; i < 5; ++i) goff[i] = (size_t)offs[i];
-  float *x = malloc(n * 4), amax[4] = {0};
+  float *x = hnew(&S, n * 4), amax[4] = {0};
+  TRY(S.rc);
   make_input(kind, R, C, x);
   for (size_t i = 0; i < n; ++i) { /* below-BF16 mantissa bits, as FP32 masters have */
     uint32_t b;
@@ -700,28 +787,36 @@ static long moe_quant_f32(const unit *u, const fb_kernel *kern, int kind, unsign
   }
   fb_nvfp4_opts o = {.outer = grp ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = goff, .ngroups = ng, .two_d = k->q.two_d,
                      .four_over_six = k->q.four_over_six, .rounding = k->q.rounding, .seed = seed, .stream = 2, .step = seed * 7 + 1};
-  uint8_t *rc = malloc(n / 2), *rs_ = malloc(n / 16);
+  uint8_t *rcode = hnew(&S, n / 2), *rs_ = hnew(&S, n / 16);
   float rsd[4];
-  CK(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &o, rc, rs_, rsd, NULL));
-  CUdeviceptr d[6] = {dput(x, n * 4), dput(amax, sizeof amax), dput(offs, sizeof offs), dalloc(n / 2), dalloc(n / 16), dalloc(16)};
-  run_quant_f32(kern, u, d[0], d[1], d[2], ng, R, C, seed, d[3], d[4], d[5]);
-  CU(fb_cu.CtxSynchronize());
-  uint8_t *gc = dget(d[3], n / 2), *gs = dget(d[4], n / 16);
-  float *gsd = dget(d[5], ng * 4);
-  long wrong = count_diff8(gc, rc, n / 2, "codes", nm, &shown) + count_diff8(gs, rs_, n / 16, "scales", nm, &shown) +
-               count_diff32(gsd, rsd, ng, "s_dec", nm, &shown);
-  free_dev(d, 6);
-  free(x), free(rc), free(rs_), free(gc), free(gs), free(gsd);
-  return wrong;
+  TRY(S.rc);
+  TRY(fb_nvfp4_quantize(x, (size_t)R, (size_t)C, &o, rcode, rs_, rsd, NULL));
+  CUdeviceptr d[6] = {dput(&S, x, n * 4), dput(&S, amax, sizeof amax), dput(&S, offs, sizeof offs), dalloc(&S, n / 2), dalloc(&S, n / 16),
+                      dalloc(&S, 16)};
+  TRY(S.rc);
+  TRY(run_quant_f32(kern, u, d[0], d[1], d[2], ng, R, C, seed, d[3], d[4], d[5]));
+  TRY_CU(fb_cu.CtxSynchronize());
+  uint8_t *gc = dget(&S, d[3], n / 2), *gs = dget(&S, d[4], n / 16);
+  float *gsd = dget(&S, d[5], ng * 4);
+  TRY(S.rc);
+  *wrong += count_diff8(gc, rcode, n / 2, "codes", nm, &shown) + count_diff8(gs, rs_, n / 16, "scales", nm, &shown) +
+            count_diff32(gsd, rsd, ng, "s_dec", nm, &shown);
+out:
+  scratch_free(&S);
+  return rc;
 }
 
-static long moe_adamw(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
+static fb_status moe_adamw(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C, long *wrong) {
+  scratch S = {0};
+  fb_status rc = FB_OK;
+  fb_kernel qk = {0};
   const fb_kernel_spec *k = &u->t->k;
   const char *nm = u->v.name;
   int E = k->experts, shown = 0, fmt = k->q.format, grp = k->q.outer == FB_GRAN_EXPERT;
-  if (E < 1 || R % E) { fprintf(stderr, "    %s: %lld rows are not %d experts\n", nm, R, E); return 1; }
+  if (E < 1 || R % E) { fprintf(stderr, "    %s: %lld rows are not %d experts\n", nm, R, E); ++*wrong; return FB_OK; }
   size_t n = (size_t)R * C;
-  float *w = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4), *g = malloc(n * 4), *x = malloc(n * 4);
+  float *w = hnew(&S, n * 4), *m = hnew(&S, n * 4), *v = hnew(&S, n * 4), *g = hnew(&S, n * 4), *x = hnew(&S, n * 4);
+  TRY(S.rc);
   make_input(kind, R, C, x); /* the gradient: gauss, wide, or the edge values (NaN, Inf, ...) */
   for (size_t i = 0; i < n; ++i) {
     float s = kind == CASE_WIDE ? ldexpf(1.0f, (int)((i / 64) % 41) - 20) : 1.0f;
@@ -735,78 +830,89 @@ static long moe_adamw(const unit *u, const fb_kernel *kern, int kind, unsigned s
   hp.bc1 = 1.0f - powf(hp.b1, t), hp.bc2 = 1.0f - powf(hp.b2, t);
   long long offs[65];
   for (int e = 0; e <= E && e < 65; ++e) offs[e] = (long long)e * (R / E);
-  CUdeviceptr d[12] = {dput(w, n * 4), dput(m, n * 4), dput(v, n * 4), dput(g, n * 4), dalloc(n * 2), dalloc(n / 16), dalloc((size_t)E * 4),
-                       dalloc(4), dput(offs, (size_t)(E + 1) * 8), dalloc((size_t)E * 4)};
-  CU(fb_cu.MemsetD8(d[6], 0, (size_t)E * 4)); /* amax starts at zero */
-  CU(fb_cu.MemsetD8(d[7], 0, 4));
+  CUdeviceptr d[12] = {dput(&S, w, n * 4), dput(&S, m, n * 4), dput(&S, v, n * 4), dput(&S, g, n * 4), dalloc(&S, n * 2), dalloc(&S, n / 16),
+                       dalloc(&S, (size_t)E * 4), dalloc(&S, 4), dput(&S, offs, (size_t)(E + 1) * 8), dalloc(&S, (size_t)E * 4)};
+  TRY(S.rc);
+  TRY_CU(fb_cu.MemsetD8(d[6], 0, (size_t)E * 4)); /* amax starts at zero */
+  TRY_CU(fb_cu.MemsetD8(d[7], 0, 4));
   fb_kp_moe p;
   memset(&p, 0, sizeof p);
   p.master = d[0], p.m = d[1], p.v = d[2], p.in = d[3], p.out = d[4], p.out_scales = d[5], p.amax = d[6], p.flags = d[7];
   p.rows = R, p.cols = C, p.experts = E, p.seed = seed, p.stream = 2, p.step = seed * 7 + 1;
   p.lr = hp.lr, p.b1 = hp.b1, p.b2 = hp.b2, p.eps = hp.eps, p.wd = hp.wd, p.bc1 = hp.bc1, p.bc2 = hp.bc2, p.gscale = hp.gscale;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, &u->v, R, C, (unsigned)E, &gx, &gy, &th));
-  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-  fb_kernel qk = {0};
+  TRY(fb_launch_dims(k, &u->v, R, C, (unsigned)E, &gx, &gy, &th));
+  TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
   const unit *qu = NULL;
   if (fmt == FB_FMT_NVFP4) { /* the second launch of the pipeline, on the new masters */
-    d[10] = dalloc(n / 2);
-    if (!quant_f32_for(k, &qk, &qu)) { fprintf(stderr, "    %s: no FB_IN_F32 quantizer\n", nm); return 1; }
-    run_quant_f32(&qk, qu, d[0], d[6], d[8], grp ? (unsigned)E : 1u, R, C, seed, d[10], d[5], d[9]);
+    d[10] = dalloc(&S, n / 2);
+    TRY(S.rc);
+    rc = quant_f32_for(k, &qk, &qu);
+    if (rc == FB_ENOTFOUND) { fprintf(stderr, "    %s: %s\n", nm, fb_errmsg()); ++*wrong; rc = FB_OK; goto out; }
+    TRY(rc);
+    TRY(run_quant_f32(&qk, qu, d[0], d[6], d[8], grp ? (unsigned)E : 1u, R, C, seed, d[10], d[5], d[9]));
   }
-  CU(fb_cu.CtxSynchronize());
+  TRY_CU(fb_cu.CtxSynchronize());
   /* the reference: fb_adamw_ref with the next step's weights */
-  uint8_t *rc = malloc(n * 2), *rsc = malloc(n / 16 + 1);
+  uint8_t *rcode = hnew(&S, n * 2), *rsc = hnew(&S, n / 16 + 1);
   float rsd[64], ram[64];
-  fb_adamw_next nx = {.q = k->q, .experts = E, .seed = seed, .stream = 2, .step = seed * 7 + 1, .codes = rc, .scales = rsc, .s_dec = rsd,
+  TRY(S.rc);
+  fb_adamw_next nx = {.q = k->q, .experts = E, .seed = seed, .stream = 2, .step = seed * 7 + 1, .codes = rcode, .scales = rsc, .s_dec = rsd,
                       .amax = ram};
-  CK(fb_adamw_ref(w, m, v, g, (size_t)R, (size_t)C, &hp, &nx));
-  float *gw = dget(d[0], n * 4), *gm = dget(d[1], n * 4), *gv = dget(d[2], n * 4);
-  long wrong = count_diff32(gw, w, n, "master", nm, &shown) + count_diff32(gm, m, n, "m", nm, &shown) + count_diff32(gv, v, n, "v", nm, &shown);
+  TRY(fb_adamw_ref(w, m, v, g, (size_t)R, (size_t)C, &hp, &nx));
+  float *gw = dget(&S, d[0], n * 4), *gm = dget(&S, d[1], n * 4), *gv = dget(&S, d[2], n * 4);
+  TRY(S.rc);
+  *wrong += count_diff32(gw, w, n, "master", nm, &shown) + count_diff32(gm, m, n, "m", nm, &shown) + count_diff32(gv, v, n, "v", nm, &shown);
   if (fmt == FB_FMT_BF16) {
-    uint16_t *gb = dget(d[4], n * 2);
-    wrong += count_diff16(gb, (uint16_t *)rc, n, "bf16 copy", nm, &shown);
-    free(gb);
+    uint16_t *gb = dget(&S, d[4], n * 2);
+    TRY(S.rc);
+    *wrong += count_diff16(gb, (uint16_t *)rcode, n, "bf16 copy", nm, &shown);
   } else if (fmt == FB_FMT_MXFP8) {
-    uint8_t *gc = dget(d[4], n), *gs = dget(d[5], n / 32);
-    wrong += count_diff8(gc, rc, n, "codes", nm, &shown) + count_diff8(gs, rsc, n / 32, "scales", nm, &shown);
-    free(gc), free(gs);
+    uint8_t *gc = dget(&S, d[4], n), *gs = dget(&S, d[5], n / 32);
+    TRY(S.rc);
+    *wrong += count_diff8(gc, rcode, n, "codes", nm, &shown) + count_diff8(gs, rsc, n / 32, "scales", nm, &shown);
   } else {
     unsigned ng = grp ? (unsigned)E : 1u;
-    float *ga = dget(d[6], ng * 4), *gsd = dget(d[9], ng * 4);
-    uint8_t *gc = dget(d[10], n / 2), *gs = dget(d[5], n / 16);
-    wrong += count_diff32(ga, ram, ng, "amax", nm, &shown) + count_diff8(gc, rc, n / 2, "codes", nm, &shown) +
-             count_diff8(gs, rsc, n / 16, "scales", nm, &shown) + count_diff32(gsd, rsd, ng, "s_dec", nm, &shown);
-    free(ga), free(gsd), free(gc), free(gs);
-    fb_kernel_unload(&qk);
+    float *ga = dget(&S, d[6], ng * 4), *gsd = dget(&S, d[9], ng * 4);
+    uint8_t *gc = dget(&S, d[10], n / 2), *gs = dget(&S, d[5], n / 16);
+    TRY(S.rc);
+    *wrong += count_diff32(ga, ram, ng, "amax", nm, &shown) + count_diff8(gc, rcode, n / 2, "codes", nm, &shown) +
+              count_diff8(gs, rsc, n / 16, "scales", nm, &shown) + count_diff32(gsd, rsd, ng, "s_dec", nm, &shown);
   }
   unsigned flags, bad = 0;
-  CU(fb_cu.MemcpyDtoH(&flags, d[7], 4));
+  TRY_CU(fb_cu.MemcpyDtoH(&flags, d[7], 4));
   for (size_t i = 0; i < n; ++i) bad |= !(fabsf(w[i]) <= 3.4028235e38f);
   if ((flags & 1) != bad) {
     fprintf(stderr, "    %s: non-finite flag %u, expected %u\n", nm, flags & 1, bad);
-    ++wrong;
+    ++*wrong;
   }
-  free_dev(d, 12);
-  free(w), free(m), free(v), free(g), free(x), free(rc), free(rsc), free(gw), free(gm), free(gv);
-  return wrong;
+out:
+  fb_kernel_unload(&qk);
+  scratch_free(&S);
+  return rc;
 }
 
 /* R x C is the spec's shape (256 x 1024); each op adds configurations of its own: odd token counts (a partial
  * last CTA), few and many experts, top-1 to top-64 */
-static long run_moe_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C) {
-  long w = 0;
+static fb_status run_moe_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed, long long R, long long C, long *w) {
   switch (u->t->k.op) {
   case FB_OP_ROUTER:
-    w += moe_router(u, kern, kind, R, 8, 2) + moe_router(u, kern, kind, 77, 384, 8) + moe_router(u, kern, kind, R, 33, 1);
-    return w + moe_router(u, kern, kind, 64, 4096, 64);
+    FB_TRY(moe_router(u, kern, kind, R, 8, 2, w));
+    FB_TRY(moe_router(u, kern, kind, 77, 384, 8, w));
+    FB_TRY(moe_router(u, kern, kind, R, 33, 1, w));
+    return moe_router(u, kern, kind, 64, 4096, 64, w);
   case FB_OP_PERMUTE:
-    w += moe_permute(u, kern, kind, 77, 320, 8, 2) + moe_permute(u, kern, kind, R, C, 64, 8);
-    return w + moe_permute(u, kern, kind, 300, 96, 384, 4); /* more experts than entries: most are empty */
-  case FB_OP_UNPERMUTE: return moe_unpermute(u, kern, kind, seed, 77, 320, 8, 2) + moe_unpermute(u, kern, kind, seed, R, C, 64, 8);
+    FB_TRY(moe_permute(u, kern, kind, 77, 320, 8, 2, w));
+    FB_TRY(moe_permute(u, kern, kind, R, C, 64, 8, w));
+    return moe_permute(u, kern, kind, 300, 96, 384, 4, w); /* more experts than entries: most are empty */
+  case FB_OP_UNPERMUTE:
+    FB_TRY(moe_unpermute(u, kern, kind, seed, 77, 320, 8, 2, w));
+    return moe_unpermute(u, kern, kind, seed, R, C, 64, 8, w);
   case FB_OP_SWIGLU_FWD:
-  case FB_OP_SWIGLU_BWD: return moe_swiglu(u, kern, kind, R, C) + moe_swiglu(u, kern, kind, 77, 320);
-  case FB_OP_ADAMW: return moe_adamw(u, kern, kind, seed, R, C);
-  default: return moe_quant_f32(u, kern, kind, seed, R, C);
+  case FB_OP_SWIGLU_BWD:
+    FB_TRY(moe_swiglu(u, kern, kind, R, C, w));
+    return moe_swiglu(u, kern, kind, 77, 320, w);
+  case FB_OP_ADAMW: return moe_adamw(u, kern, kind, seed, R, C, w);
+  default: return moe_quant_f32(u, kern, kind, seed, R, C, w);
   }
 }

@@ -3,7 +3,7 @@
  * Entry points: fb_cuda_load() (fourbit.h), fb_cu (the function table, valid after FB_OK). */
 #ifndef FB_CUDA_H
 #define FB_CUDA_H
-#include "fourbit.h"
+#include "fourbit/base.h"
 #include <cuda.h>
 
 typedef struct {

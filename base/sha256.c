@@ -1,6 +1,6 @@
 /* sha256.c — SHA-256 (FIPS 180-4) for content hashes: plan hashes in generated headers, cache keys.
  * Entry points: fb_sha256(data, len, out32), fb_sha256_hex(data, len, out65). */
-#include "fourbit.h"
+#include "fourbit/base.h"
 
 #include <stdio.h>
 #include <string.h>

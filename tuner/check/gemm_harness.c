@@ -1,8 +1,10 @@
-/* gemm_harness.c — the GEMM checks shared by tests/gpu/test_gemm.c and the tuner's worker (tuner/worker/worker.c):
- * a small grouped problem with operands quantized by the CPU reference and an FP64 reference GEMM, one checked run
- * of a GEMM variant on it, the check of the BF16 operand copy (gemm_bcopy.cuh), benchmark data at training
- * magnitudes, and the timing of test_gemm's benchmark. Declared in gemm_harness.h. */
+/* gemm_harness.c — the tuner's check of the GEMMs (tuner/check/), shared by the worker (tuner/worker/worker.c) and
+ * tests/gpu/test_gemm.c: a small grouped problem with operands quantized by the CPU reference and an FP64 reference
+ * GEMM, one checked run of a GEMM variant on it, the check of the BF16 operand copy (gemm_bcopy.cuh), benchmark data
+ * at training magnitudes, and the timing of test_gemm's benchmark. Declared in gemm_harness.h; every entry point
+ * returns fb_status (the message in fb_errmsg()) and frees what it allocated when it fails. */
 #include "gemm_harness.h"
+#include "fb_error.h"
 #include "fb_math.h"
 #include "fb_moe.h"
 
@@ -10,9 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIE(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), exit(1))
-#define CK(call) do { fb_status s_ = (call); if (s_ != FB_OK) DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, fb_errmsg()); } while (0)
-#define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { const char *m_ = "?"; fb_cu.GetErrorString(r_, &m_); DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, m_); } } while (0)
+#define TRY(call) FB_TRY_GOTO((call), out)
+#define TRY_CU(call) CU_CHECK_GOTO((call), out)
 
 /* ---- data (one generator: test_gemm's sequence of problems and benchmark data is what it was) ---- */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
@@ -23,14 +24,20 @@ static float gauss(void) { return (float)(sqrt(-2 * log(unif())) * cos(6.2831853
 
 const char *gemm_dist_name[] = {"balanced", "skewed"};
 
-CUdeviceptr gemm_up(const void *h, size_t n) {
-  CUdeviceptr p;
-  CU(fb_cu.MemAlloc(&p, n ? n : 16));
-  if (n) CU(fb_cu.MemcpyHtoD(p, h, n));
-  return p;
+fb_status gemm_up(const void *h, size_t n, CUdeviceptr *p) {
+  *p = 0;
+  CU_CHECK(fb_cu.MemAlloc(p, n ? n : 16));
+  int r = n ? (int)fb_cu.MemcpyHtoD(*p, h, n) : 0;
+  if (r) {
+    fb_cu.MemFree(*p);
+    *p = 0;
+    return FB_ERR(FB_ECUDA, "fb_cu.MemcpyHtoD(%zu bytes): %s", n, fb_cu_errstr(r));
+  }
+  return FB_OK;
 }
 
-void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, int dist) {
+fb_status gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, int dist) {
+  fb_status rc = FB_OK;
   memset(P, 0, sizeof *P);
   P->kind = kind, P->mode = mode, P->tensor_outer = tensor_outer, P->dist = dist;
   P->E = 4, P->N = 768;
@@ -42,66 +49,75 @@ void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, in
   /* logical operands: A is ar x ak, B is br x ak (both K-major) */
   size_t ar = mode ? (size_t)P->M : (size_t)P->rows, ak = mode ? (size_t)P->rows : (size_t)P->K;
   size_t br = mode ? (size_t)P->N : (size_t)P->E * P->N;
+  /* the host copies of whichever kind this is: freed on every path */
+  uint8_t *ca = NULL, *sa = NULL, *cb = NULL, *sb = NULL;
+  uint16_t *ha = NULL, *hb = NULL, *wcopy = NULL;
+  float *da = NULL, *db = NULL, *pa = NULL, *pb = NULL;
   float *A = malloc(ar * ak * 4), *B = malloc(br * ak * 4), *Ad = malloc(ar * ak * 4), *Bd = malloc(br * ak * 4);
+  if (!A || !B || !Ad || !Bd) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: operands"); goto out; }
   for (size_t i = 0; i < ar * ak; ++i) A[i] = gauss() * ldexpf(1.0f, (int)((i / ak) % 7) - 3);
   for (size_t i = 0; i < br * ak; ++i) B[i] = gauss() * 0.05f;
   if (kind == 0) {
-    uint16_t *ha = malloc(ar * ak * 2), *hb = malloc(br * ak * 2);
+    ha = malloc(ar * ak * 2), hb = malloc(br * ak * 2);
+    if (!ha || !hb) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: BF16 operands"); goto out; }
     for (size_t i = 0; i < ar * ak; ++i) ha[i] = fb_bf16_from_f32(A[i]), Ad[i] = fb_bf16_to_f32(ha[i]);
     for (size_t i = 0; i < br * ak; ++i) hb[i] = fb_bf16_from_f32(B[i]), Bd[i] = fb_bf16_to_f32(hb[i]);
-    P->a = gemm_up(ha, ar * ak * 2), P->b = gemm_up(hb, br * ak * 2);
-    free(ha), free(hb);
+    TRY(gemm_up(ha, ar * ak * 2, &P->a));
+    TRY(gemm_up(hb, br * ak * 2, &P->b));
   } else if (kind == 1) {
     fb_nvfp4_opts oa = {.outer = tensor_outer ? FB_OUTER_TENSOR : FB_OUTER_ROW, .four_over_six = 1};
     size_t goff[9];
     for (int e = 0; e <= P->E; ++e) goff[e] = (size_t)e * P->N;
     fb_nvfp4_opts ob = {.outer = tensor_outer ? FB_OUTER_TENSOR : FB_OUTER_GROUP, .group_offsets = goff, .ngroups = (size_t)P->E};
-    uint8_t *ca = malloc(ar * ak / 2), *sa = malloc(ar * ak / 16), *cb = malloc(br * ak / 2), *sb = malloc(br * ak / 16);
-    float *da = malloc(fb_nvfp4_nouter(&oa, ar) * 4), *db = malloc(fb_nvfp4_nouter(&ob, br) * 4);
-    CK(fb_nvfp4_quantize(A, ar, ak, &oa, ca, sa, da, NULL));
-    CK(fb_nvfp4_quantize(B, br, ak, &ob, cb, sb, db, NULL));
-    CK(fb_nvfp4_dequantize(ca, sa, da, ar, ak, &oa, Ad));
-    CK(fb_nvfp4_dequantize(cb, sb, db, br, ak, &ob, Bd));
-    uint16_t *wcopy = malloc(br * ak * 2);
-    CK(fb_gemm_weights_bf16_ref(cb, sb, br, ak, wcopy));
-    P->a = gemm_up(ca, ar * ak / 2), P->a_sf = gemm_up(sa, ar * ak / 16), P->b = gemm_up(wcopy, br * ak * 2);
+    ca = malloc(ar * ak / 2), sa = malloc(ar * ak / 16), cb = malloc(br * ak / 2), sb = malloc(br * ak / 16);
+    da = malloc(fb_nvfp4_nouter(&oa, ar) * 4), db = malloc(fb_nvfp4_nouter(&ob, br) * 4);
+    wcopy = malloc(br * ak * 2);
+    if (!ca || !sa || !cb || !sb || !da || !db || !wcopy) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: NVFP4 operands"); goto out; }
+    TRY(fb_nvfp4_quantize(A, ar, ak, &oa, ca, sa, da, NULL));
+    TRY(fb_nvfp4_quantize(B, br, ak, &ob, cb, sb, db, NULL));
+    TRY(fb_nvfp4_dequantize(ca, sa, da, ar, ak, &oa, Ad));
+    TRY(fb_nvfp4_dequantize(cb, sb, db, br, ak, &ob, Bd));
+    TRY(fb_gemm_weights_bf16_ref(cb, sb, br, ak, wcopy));
+    TRY(gemm_up(ca, ar * ak / 2, &P->a));
+    TRY(gemm_up(sa, ar * ak / 16, &P->a_sf));
+    TRY(gemm_up(wcopy, br * ak * 2, &P->b));
     if (tensor_outer) { /* S_dec[0] then NaN where a per-row / per-expert index would read */
-      float *pa = malloc(ar * 4), *pb = malloc((size_t)P->E * 4);
+      pa = malloc(ar * 4), pb = malloc((size_t)P->E * 4);
+      if (!pa || !pb) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: outer scales"); goto out; }
       for (size_t i = 0; i < ar; ++i) pa[i] = i ? NAN : da[0];
       for (int e = 0; e < P->E; ++e) pb[e] = e ? NAN : db[0];
       P->a_sdec = da[0], P->b_sdec = db[0];
-      if (da[0] == 1.0f || db[0] == 1.0f) DIE("gemm_make_problem: a per-tensor S_dec of 1 would not test its use");
-      P->a_outer = gemm_up(pa, ar * 4), P->b_outer = gemm_up(pb, (size_t)P->E * 4);
-      free(pa), free(pb);
+      if (da[0] == 1.0f || db[0] == 1.0f) { rc = FB_ERR(FB_EINVAL, "gemm_make_problem: a per-tensor S_dec of 1 would not test its use"); goto out; }
+      TRY(gemm_up(pa, ar * 4, &P->a_outer));
+      TRY(gemm_up(pb, (size_t)P->E * 4, &P->b_outer));
     } else {
-      P->a_outer = gemm_up(da, fb_nvfp4_nouter(&oa, ar) * 4), P->b_outer = gemm_up(db, fb_nvfp4_nouter(&ob, br) * 4);
+      TRY(gemm_up(da, fb_nvfp4_nouter(&oa, ar) * 4, &P->a_outer));
+      TRY(gemm_up(db, fb_nvfp4_nouter(&ob, br) * 4, &P->b_outer));
     }
-    free(ca), free(sa), free(cb), free(sb), free(da), free(db), free(wcopy);
-  } else if (kind == 3) {
-    fb_sr_opts rn = {FB_ROUND_RN, 0, 0, 0};
-    uint8_t *ca = malloc(ar * ak), *sa = malloc(ar * ak / 32), *cb = malloc(br * ak), *sb = malloc(br * ak / 32);
-    uint16_t *bcopy = malloc(br * ak * 2);
-    CK(fb_mxfp8_quantize(A, ar, ak, FB_MX_ROWWISE, &rn, ca, sa));
-    CK(fb_mxfp8_quantize(B, br, ak, FB_MX_ROWWISE, &rn, cb, sb));
-    CK(fb_mxfp8_dequantize(ca, sa, ar, ak, Ad));
-    CK(fb_mxfp8_dequantize(cb, sb, br, ak, Bd));
-    CK(fb_gemm_mxfp8_bf16_ref(cb, sb, br, ak, bcopy));
-    P->a = gemm_up(ca, ar * ak), P->a_sf = gemm_up(sa, ar * ak / 32), P->b = gemm_up(bcopy, br * ak * 2);
-    free(ca), free(sa), free(cb), free(sb), free(bcopy);
   } else {
     fb_sr_opts rn = {FB_ROUND_RN, 0, 0, 0};
-    uint8_t *ca = malloc(ar * ak), *sa = malloc(ar * ak / 32), *cb = malloc(br * ak), *sb = malloc(br * ak / 32);
-    CK(fb_mxfp8_quantize(A, ar, ak, FB_MX_ROWWISE, &rn, ca, sa));
-    CK(fb_mxfp8_quantize(B, br, ak, FB_MX_ROWWISE, &rn, cb, sb));
-    CK(fb_mxfp8_dequantize(ca, sa, ar, ak, Ad));
-    CK(fb_mxfp8_dequantize(cb, sb, br, ak, Bd));
-    P->a = gemm_up(ca, ar * ak), P->a_sf = gemm_up(sa, ar * ak / 32), P->b = gemm_up(cb, br * ak), P->b_sf = gemm_up(sb, br * ak / 32);
-    free(ca), free(sa), free(cb), free(sb);
+    ca = malloc(ar * ak), sa = malloc(ar * ak / 32), cb = malloc(br * ak), sb = malloc(br * ak / 32);
+    if (kind == 3) wcopy = malloc(br * ak * 2);
+    if (!ca || !sa || !cb || !sb || (kind == 3 && !wcopy)) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: MXFP8 operands"); goto out; }
+    TRY(fb_mxfp8_quantize(A, ar, ak, FB_MX_ROWWISE, &rn, ca, sa));
+    TRY(fb_mxfp8_quantize(B, br, ak, FB_MX_ROWWISE, &rn, cb, sb));
+    TRY(fb_mxfp8_dequantize(ca, sa, ar, ak, Ad));
+    TRY(fb_mxfp8_dequantize(cb, sb, br, ak, Bd));
+    TRY(gemm_up(ca, ar * ak, &P->a));
+    TRY(gemm_up(sa, ar * ak / 32, &P->a_sf));
+    if (kind == 3) { /* MXFP8 x the BF16 copy of B */
+      TRY(fb_gemm_mxfp8_bf16_ref(cb, sb, br, ak, wcopy));
+      TRY(gemm_up(wcopy, br * ak * 2, &P->b));
+    } else {
+      TRY(gemm_up(cb, br * ak, &P->b));
+      TRY(gemm_up(sb, br * ak / 32, &P->b_sf));
+    }
   }
-  P->offsets = gemm_up(P->off, sizeof(long long) * (size_t)(P->E + 1));
+  TRY(gemm_up(P->off, sizeof(long long) * (size_t)(P->E + 1), &P->offsets));
   /* the FP64 reference */
   P->out_elems = mode ? (size_t)P->E * P->M * P->N : (size_t)P->rows * P->N;
   P->ref = calloc(P->out_elems, sizeof(double));
+  if (!P->ref) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: the FP64 reference"); goto out; }
   for (int e = 0; e < P->E; ++e) {
     if (!mode) {
       for (long long r = P->off[e]; r < P->off[e + 1]; ++r)
@@ -121,15 +137,20 @@ void gemm_make_problem(gemm_problem *P, int kind, int mode, int tensor_outer, in
         }
     }
   }
-  CU(fb_cu.MemAlloc(&P->out, P->out_elems * 4 * 2));
-  CU(fb_cu.MemAlloc(&P->osf, P->out_elems / 32 + 16));
+  TRY_CU(fb_cu.MemAlloc(&P->out, P->out_elems * 4 * 2));
+  TRY_CU(fb_cu.MemAlloc(&P->osf, P->out_elems / 32 + 16));
   if (!mode) {
     P->hh = malloc((size_t)P->rows * 2 * P->N * 2);
+    if (!P->hh) { rc = FB_ERR(FB_ENOMEM, "gemm_make_problem: H"); goto out; }
     for (size_t i = 0; i < (size_t)P->rows * 2 * P->N; ++i) P->hh[i] = fb_bf16_from_f32(gauss());
-    P->h = gemm_up(P->hh, (size_t)P->rows * 2 * P->N * 2);
-    CU(fb_cu.MemAlloc(&P->hout, (size_t)P->rows * P->N * 2));
+    TRY(gemm_up(P->hh, (size_t)P->rows * 2 * P->N * 2, &P->h));
+    TRY_CU(fb_cu.MemAlloc(&P->hout, (size_t)P->rows * P->N * 2));
   }
-  free(A), free(B), free(Ad), free(Bd);
+out:
+  free(A), free(B), free(Ad), free(Bd), free(ha), free(hb), free(wcopy);
+  free(ca), free(sa), free(cb), free(sb), free(da), free(db), free(pa), free(pb);
+  if (rc != FB_OK) gemm_free_problem(P);
+  return rc;
 }
 
 void gemm_free_problem(gemm_problem *P) {
@@ -150,38 +171,46 @@ static double bf16_ulp(double x) {
 #define RHT_SIGNS 0x9D2C5680u /* any fixed mask */
 float *gemm_companion; /* the FP32 result of the last plain FP32 variant run */
 
-/* Run variant v (spec k, loaded as kern) on P once and check it (a line on log): 0 pass. FP32 out: relative Frobenius
- * error <= 1e-5; BF16 out: the error beyond BF16 rounding <= 1e-5; SwiGLU / SwiGLU backward also bit-exact against
- * the CPU epilogue of gemm_companion when set; S2F6: codes and scales bit-exact against the CPU S2F6 of
+/* Run variant v (spec k, loaded as kern) on P once and check it (a line on log): *fail 0 pass. FP32 out: relative
+ * Frobenius error <= 1e-5; BF16 out: the error beyond BF16 rounding <= 1e-5; SwiGLU / SwiGLU backward also bit-exact
+ * against the CPU epilogue of gemm_companion when set; S2F6: codes and scales bit-exact against the CPU S2F6 of
  * gemm_companion, or with loose (no companion: the tuner) the dequantized payload within 2e-2 of the FP64 reference. */
-int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, const gemm_problem *P, int sms, FILE *log, int loose) {
+fb_status gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, const gemm_problem *P, int sms, FILE *log,
+                   int loose, int *fail_out) {
+  fb_status rc = FB_OK;
+  int8_t *q = NULL, *qr = NULL;
+  uint8_t *e = NULL, *er = NULL;
+  float *y = NULL;
+  void *h = NULL;
+  uint16_t *hw = NULL;
+  *fail_out = 1;
   fb_gemm_cfg cfg;
-  CK(fb_gemm_config(k, v, &cfg));
-  fb_gemm_args ga = {P->a, P->b, P->out, P->offsets, P->a_sf, P->b_sf, P->a_outer, P->b_outer, P->rows, P->E, P->M, P->N, P->K,
-                     cfg.swiglu == 1 ? P->hout : P->h, P->osf, RHT_SIGNS};
+  TRY(fb_gemm_config(k, v, &cfg));
+  fb_gemm_args ga = {.a = P->a, .b = P->b, .out = P->out, .offsets = P->offsets, .a_sf = P->a_sf, .b_sf = P->b_sf,
+                     .a_outer = P->a_outer, .b_outer = P->b_outer, .rows = P->rows, .experts = P->E, .M = P->M, .N = P->N,
+                     .K = P->K, .aux = cfg.swiglu == 1 ? P->hout : P->h, .out_sf = P->osf, .signs = RHT_SIGNS};
   fb_kp_gemm kp;
-  CK(fb_gemm_params(&cfg, &ga, &kp));
+  TRY(fb_gemm_params(&cfg, &ga, &kp));
   if (cfg.s2f6) {
     /* bit-exact against fb_s2f6_quantize (RHT-32, the same signs) of the FP32 result of the plain variant with these
        tiles (the companion); and how far the dequantized payload is from the FP64 reference (S2F6's own error) */
     size_t n = P->out_elems, ns = n / 32;
-    CU(fb_cu.MemsetD8(P->out, 0xAA, n));
-    CU(fb_cu.MemsetD8(P->osf, 0xAA, ns));
-    CK(fb_gemm_launch(kern, &cfg, &kp, sms));
-    CU(fb_cu.CtxSynchronize());
-    int8_t *q = malloc(n), *qr = malloc(n);
-    uint8_t *e = malloc(ns), *er = malloc(ns);
-    CU(fb_cu.MemcpyDtoH(q, P->out, n));
-    CU(fb_cu.MemcpyDtoH(e, P->osf, ns));
+    TRY_CU(fb_cu.MemsetD8(P->out, 0xAA, n));
+    TRY_CU(fb_cu.MemsetD8(P->osf, 0xAA, ns));
+    TRY(fb_gemm_launch(kern, &cfg, &kp, sms));
+    TRY_CU(fb_cu.CtxSynchronize());
+    q = malloc(n), qr = malloc(n), e = malloc(ns), er = malloc(ns), y = malloc(n * 4);
+    if (!q || !qr || !e || !er || !y) { rc = FB_ERR(FB_ENOMEM, "gemm_run: the S2F6 payload"); goto out; }
+    TRY_CU(fb_cu.MemcpyDtoH(q, P->out, n));
+    TRY_CU(fb_cu.MemcpyDtoH(e, P->osf, ns));
     long badq = -1, bade = -1;
     if (gemm_companion) {
-      CK(fb_s2f6_quantize(gemm_companion, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, qr, er));
+      TRY(fb_s2f6_quantize(gemm_companion, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, qr, er));
       badq = bade = 0;
       for (size_t i = 0; i < n; ++i) badq += q[i] != qr[i];
       for (size_t i = 0; i < ns; ++i) bade += e[i] != er[i];
     }
-    float *y = malloc(n * 4);
-    CK(fb_s2f6_dequantize(q, e, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, y));
+    TRY(fb_s2f6_dequantize(q, e, (size_t)P->rows, (size_t)P->N, cfg.s2f6 == 2, RHT_SIGNS, y));
     double num = 0, den = 0;
     for (size_t i = 0; i < n; ++i) num += (y[i] - P->ref[i]) * (y[i] - P->ref[i]), den += P->ref[i] * P->ref[i];
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
@@ -190,21 +219,23 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
     int fail = loose ? !(rel < 2e-2) || badq > 0 || bade > 0 : badq != 0 || bade != 0;
     fprintf(log, "  %-58s %-9s payload vs CPU S2F6 of the FP32 GEMM: codes %ld, scales %ld differ; dequantized vs FP64: rel %.2e  %s\n",
            v->name, gemm_dist_name[P->dist], badq, bade, sqrt(num / den), fail ? (gemm_companion ? "FAIL" : "FAIL (no companion run)") : "ok");
-    free(q), free(qr), free(e), free(er), free(y);
-    return fail;
+    *fail_out = fail;
+    goto out;
   }
   size_t nout = cfg.swiglu == 1 ? P->out_elems / 2 : cfg.swiglu == 2 ? P->out_elems * 2 : P->out_elems;
   size_t ob = nout * (cfg.out_bf16 ? 2 : 4);
-  CU(fb_cu.MemsetD8(P->out, 0xFF, ob)); /* NaN in both BF16 and FP32 */
-  if (cfg.swiglu == 1) CU(fb_cu.MemsetD8(P->hout, 0xFF, P->out_elems * 2));
+  TRY_CU(fb_cu.MemsetD8(P->out, 0xFF, ob)); /* NaN in both BF16 and FP32 */
+  if (cfg.swiglu == 1) TRY_CU(fb_cu.MemsetD8(P->hout, 0xFF, P->out_elems * 2));
   if (getenv("FB_GEMM_DEBUG")) fprintf(log, "host: experts %d N %d K %d rows %lld smem %zu threads %u\n", kp.experts, kp.N, kp.K, kp.rows, fb_gemm_smem_bytes(&cfg), fb_gemm_threads(&cfg));
-  CK(fb_gemm_launch(kern, &cfg, &kp, sms));
-  CU(fb_cu.CtxSynchronize());
-  void *h = malloc(ob);
-  CU(fb_cu.MemcpyDtoH(h, P->out, ob));
+  TRY(fb_gemm_launch(kern, &cfg, &kp, sms));
+  TRY_CU(fb_cu.CtxSynchronize());
+  h = malloc(ob);
+  if (!h) { rc = FB_ERR(FB_ENOMEM, "gemm_run: the output"); goto out; }
+  TRY_CU(fb_cu.MemcpyDtoH(h, P->out, ob));
   if (!cfg.out_bf16 && !cfg.swiglu && !cfg.s2f6) {
     free(gemm_companion);
     gemm_companion = malloc(ob);
+    if (!gemm_companion) { rc = FB_ERR(FB_ENOMEM, "gemm_run: the companion output"); goto out; }
     memcpy(gemm_companion, h, ob);
   }
   double num = 0, den = 0, worst = 0, exc = 0;
@@ -251,10 +282,10 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
   if (cfg.swiglu == 1 && gemm_companion) { /* bit-exact against the CPU SwiGLU (fb_math.h) of the FP32 GEMM result: H
                                               (BF16, written beside A) and A = bf16(silu(g) * u) of the BF16 g, u */
     mism = 0;
-    uint16_t *hw = malloc(P->out_elems * 2);
-    CU(fb_cu.MemcpyDtoH(hw, P->hout, P->out_elems * 2));
+    hw = malloc(P->out_elems * 2);
+    if (!hw) { rc = FB_ERR(FB_ENOMEM, "gemm_run: H"); goto out; }
+    TRY_CU(fb_cu.MemcpyDtoH(hw, P->hout, P->out_elems * 2));
     for (size_t i = 0; i < P->out_elems; ++i) mism += hw[i] != fb_bf16_from_f32(gemm_companion[i]);
-    free(hw);
     for (size_t i = 0; i < nout; ++i) {
       size_t row = i / (size_t)f, n = i % (size_t)f;
       float gg = fb_bf16_to_f32(fb_bf16_from_f32(gemm_companion[row * P->N + n]));
@@ -262,7 +293,6 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
       if (((uint16_t *)h)[i] != fb_bf16_from_f32(fbm_siluf(gg) * uu)) ++mism;
     }
   }
-  free(h);
   double rel = den > 0 ? sqrt(num / den) : sqrt(num), relx = den > 0 ? sqrt(exc / den) : sqrt(exc);
   /* FP32 output: the error itself; BF16 output: what exceeds half a BF16 ulp of the reference (the rounding) */
   /* SwiGLU epilogues round H (or dA) to BF16 before their math, as the unfused path stores them: where the FP32 and
@@ -274,45 +304,60 @@ int gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern
   if (mism >= 0) fprintf(log, "  vs CPU %s of the FP32 GEMM: %ld differ", cfg.swiglu == 2 ? "SwiGLU bwd" : "SwiGLU", mism);
   if (mism > 0) fail = 1;
   fprintf(log, "  %s\n", fail ? "FAIL" : "ok");
-  return fail;
+  *fail_out = fail;
+out:
+  free(q), free(qr), free(e), free(er), free(y), free(h), free(hw);
+  return rc;
 }
 
-int gemm_bcopy_check(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, long long rows, long long K, FILE *log) {
+fb_status gemm_bcopy_check(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel *kern, long long rows, long long K, FILE *log,
+                           int *fail) {
+  fb_status rc = FB_OK;
   int src = k->q.format == FB_FMT_NVFP4 ? 1 : 2;
   size_t n = (size_t)(rows * K), cb = src == 1 ? n / 2 : n, sb = src == 1 ? n / 16 : n / 32;
+  CUdeviceptr dc = 0, ds = 0, dout = 0;
   uint8_t *c = malloc(cb), *sc = malloc(sb);
+  uint16_t *ref = malloc(n * 2), *got = malloc(n * 2);
+  *fail = 1;
+  if (!c || !sc || !ref || !got) { rc = FB_ERR(FB_ENOMEM, "gemm_bcopy_check: %lld x %lld", rows, K); goto out; }
   for (size_t i = 0; i < cb; ++i) c[i] = (uint8_t)rnd();
   for (size_t i = 0; i < sb; ++i) sc[i] = (uint8_t)(i % 5 ? 0x30 + rnd() % 40 : rnd()); /* mostly normal, some anything */
-  uint16_t *ref = malloc(n * 2), *got = malloc(n * 2);
-  if (src == 1) CK(fb_gemm_weights_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
-  else CK(fb_gemm_mxfp8_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
-  CUdeviceptr dc = gemm_up(c, cb), ds = gemm_up(sc, sb), dout;
-  CU(fb_cu.MemAlloc(&dout, n * 2));
-  CU(fb_cu.MemsetD8(dout, 0xA5, n * 2));
+  if (src == 1) TRY(fb_gemm_weights_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
+  else TRY(fb_gemm_mxfp8_bf16_ref(c, sc, (size_t)rows, (size_t)K, ref));
+  TRY(gemm_up(c, cb, &dc));
+  TRY(gemm_up(sc, sb, &ds));
+  TRY_CU(fb_cu.MemAlloc(&dout, n * 2));
+  TRY_CU(fb_cu.MemsetD8(dout, 0xA5, n * 2));
   fb_kp_mem p;
   memset(&p, 0, sizeof p);
   p.in = dc, p.scales = ds, p.out = dout, p.rows = rows, p.cols = K;
   unsigned gx, gy, th;
-  CK(fb_launch_dims(k, v, rows, K, 0, &gx, &gy, &th));
-  CK(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
-  CU(fb_cu.CtxSynchronize());
-  CU(fb_cu.MemcpyDtoH(got, dout, n * 2));
+  TRY(fb_launch_dims(k, v, rows, K, 0, &gx, &gy, &th));
+  TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
+  TRY_CU(fb_cu.CtxSynchronize());
+  TRY_CU(fb_cu.MemcpyDtoH(got, dout, n * 2));
   long bad = 0;
   /* a NaN is any NaN: the hardware's product with a NaN scale or code carries its own payload */
   for (size_t i = 0; i < n; ++i) bad += got[i] != ref[i] && !((got[i] & 0x7FFF) > 0x7F80 && (ref[i] & 0x7FFF) > 0x7F80);
   fprintf(log, "  %-58s %lld x %lld  %ld of %zu differ  %s\n", v->name, rows, K, bad, n, bad ? "FAIL" : "ok");
-  fb_cu.MemFree(dc), fb_cu.MemFree(ds), fb_cu.MemFree(dout);
+  *fail = bad != 0;
+out:
+  if (dc) fb_cu.MemFree(dc);
+  if (ds) fb_cu.MemFree(ds);
+  if (dout) fb_cu.MemFree(dout);
   free(c), free(sc), free(ref), free(got);
-  return bad != 0;
+  return rc;
 }
 
 /* Benchmark data at training-like magnitudes (outputs of order 1), so that epilogues with special-case paths (SwiGLU's
  * division when exp overflows, S2F6's scales) take the paths real activations take:
  * what 0: BF16 N(0, scale^2); 1: E4M3 codes of magnitude 2^-2..2^1 (E2M1 nibbles: any); 2: E4M3 block scales 0.5..0.94;
  * 3: E8M0 scales 2^-1..2^1; 4: FP32 1.0 */
-void gemm_fill_random(CUdeviceptr p, size_t n, int what, float scale) {
+fb_status gemm_fill_random(CUdeviceptr p, size_t n, int what, float scale) {
+  fb_status rc = FB_OK;
   size_t blk = 32u << 20;
   uint8_t *h = malloc(blk);
+  if (!h) return FB_ERR(FB_ENOMEM, "gemm_fill_random: %zu bytes", blk);
   for (size_t i = 0; i < blk; i += 2) {
     uint64_t r = rnd();
     if (what == 0) { uint16_t v = fb_bf16_from_f32(gauss() * scale); memcpy(h + i, &v, 2); }
@@ -321,14 +366,16 @@ void gemm_fill_random(CUdeviceptr p, size_t n, int what, float scale) {
     else if (what == 3) h[i] = h[i + 1] = (uint8_t)(126 + (r % 3));
     else { float one = 1.0f; memcpy(h + (i & ~(size_t)3), &one, 4); }
   }
-  for (size_t o = 0; o < n; o += blk) CU(fb_cu.MemcpyHtoD(p + o, h, n - o < blk ? n - o : blk));
+  for (size_t o = 0; o < n; o += blk) TRY_CU(fb_cu.MemcpyHtoD(p + o, h, n - o < blk ? n - o : blk));
+out:
   free(h);
+  return rc;
 }
 
-CUdeviceptr gemm_balloc(size_t n) {
-  CUdeviceptr p;
-  CU(fb_cu.MemAlloc(&p, n ? n : 16));
-  return p;
+fb_status gemm_balloc(size_t n, CUdeviceptr *p) {
+  *p = 0;
+  CU_CHECK(fb_cu.MemAlloc(p, n ? n : 16));
+  return FB_OK;
 }
 
 int gemm_cmpf(const void *a, const void *b) {
@@ -337,20 +384,24 @@ int gemm_cmpf(const void *a, const void *b) {
 }
 
 /* median ms of 10 launches after 3 warm-ups */
-float gemm_time(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms) {
-  CUevent a, b;
-  CU(fb_cu.EventCreate(&a, 0));
-  CU(fb_cu.EventCreate(&b, 0));
+fb_status gemm_time(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms, float *ms) {
+  fb_status rc = FB_OK;
+  CUevent a = NULL, b = NULL;
+  TRY_CU(fb_cu.EventCreate(&a, 0));
+  TRY_CU(fb_cu.EventCreate(&b, 0));
   float t[10];
-  for (int i = 0; i < 3; ++i) CK(fb_gemm_launch(k, c, p, sms));
+  for (int i = 0; i < 3; ++i) TRY(fb_gemm_launch(k, c, p, sms));
   for (int i = 0; i < 10; ++i) {
-    CU(fb_cu.EventRecord(a, NULL));
-    CK(fb_gemm_launch(k, c, p, sms));
-    CU(fb_cu.EventRecord(b, NULL));
-    CU(fb_cu.EventSynchronize(b));
-    CU(fb_cu.EventElapsedTime(&t[i], a, b));
+    TRY_CU(fb_cu.EventRecord(a, NULL));
+    TRY(fb_gemm_launch(k, c, p, sms));
+    TRY_CU(fb_cu.EventRecord(b, NULL));
+    TRY_CU(fb_cu.EventSynchronize(b));
+    TRY_CU(fb_cu.EventElapsedTime(&t[i], a, b));
   }
-  fb_cu.EventDestroy(a), fb_cu.EventDestroy(b);
   qsort(t, 10, sizeof t[0], gemm_cmpf);
-  return (t[4] + t[5]) / 2;
+  *ms = (t[4] + t[5]) / 2;
+out:
+  if (a) fb_cu.EventDestroy(a);
+  if (b) fb_cu.EventDestroy(b);
+  return rc;
 }

@@ -5,7 +5,7 @@
  * the libraries it actually calls (cuda.h, nvrtc.h, lmdb.h, nccl.h, lua.h). */
 #ifndef FB_ERROR_H
 #define FB_ERROR_H
-#include "fourbit.h"
+#include "fourbit/base.h"
 
 #if defined(__GNUC__)
 #define FB_PRINTF(a, b) __attribute__((format(printf, a, b)))
