@@ -34,7 +34,9 @@ cs=$(sed -n 's/^train step kernels: [0-9]* ([0-9]* from the cache, \([0-9][0-9]*
 grep -E '^(kernels|train step kernels):' "$LOG/train_small_moe.log"
 echo "train small_moe --cache: expert layer compiled ${ce:-?}, resident step compiled ${cs:-?}"
 [ "${ce:-x}" = 0 ] && [ "${cs:-x}" = 0 ] || fail=1
-build/gpu/bench_layer --routing balanced --cache "$d/cache_inkling2_small" > "$LOG/bench_layer_cache.log" 2>&1 || { tail -20 "$LOG/bench_layer_cache.log"; fail=1; }
+# LAYER_PEER: the eager PyTorch layer's times (tests/gpu/bench_layer_peer.py, as make bench makes them) to print beside
+build/gpu/bench_layer --routing balanced --cache "$d/cache_inkling2_small" ${LAYER_PEER:+--peer "$LAYER_PEER"} > "$LOG/bench_layer_cache.log" 2>&1 || { tail -20 "$LOG/bench_layer_cache.log"; fail=1; }
+grep -v '^  kernel' "$LOG/bench_layer_cache.log" | tail -25
 cb=$(sed -n 's/^kernels: .*; \([0-9][0-9]*\) compiled with NVRTC.*/\1/p' "$LOG/bench_layer_cache.log")
 grep -E '^kernels:' "$LOG/bench_layer_cache.log"
 echo "bench_layer S1 --cache: compiled ${cb:-?}"
