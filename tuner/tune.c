@@ -782,8 +782,25 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
   for (int i = 0; i < nks; ++i)
     for (int b = 0; b < nb; ++b, ++x.spec_i) {
       x.ks = &ks[i], x.tokens = shapes[b], x.bucket = buckets[b], x.id_base = i * 65536;
-      if (ks[i].untimed) { /* compiled into the cache above; no search */
+      if (ks[i].untimed) { /* compiled into the cache above; no search. Its record names the default's cubin (runs 0:
+                              untimed), so train start finds it by name whatever plan or origin the caller's source has */
         if (b == 0) ++nuntimed;
+        cand *dc = &ks[i].c[0];
+        if (!dc->compiled || !cache) continue;
+        fb_winner w;
+        memset(&w, 0, sizeof w);
+        w.fp = x.w->dev.fp;
+        snprintf(w.spec, sizeof w.spec, "%s", ks[i].spec.name);
+        w.bucket = buckets[b], w.shape = shapes[b];
+        snprintf(w.arch, sizeof w.arch, "%s", p->arch);
+        snprintf(w.variant, sizeof w.variant, "%s", dc->var.name);
+        snprintf(w.default_variant, sizeof w.default_variant, "%s", dc->var.name);
+        memcpy(w.kernel, dc->key, 32);
+        w.candidates = 1;
+        snprintf(w.recipe, sizeof w.recipe, "%s", r->name);
+        snprintf(w.recipe_sha, sizeof w.recipe_sha, "%s", p->sha256);
+        fb_winner_stamp(&w);
+        if (fb_cache_put_winner(cache, &w) != FB_OK) fprintf(stderr, "fourbit tune: %s\n", fb_errmsg());
         continue;
       }
       if (fb_tune_shape(&ks[i].spec, &r->model, r->ep, shapes[b], &x.shape) != FB_OK) {
@@ -847,9 +864,9 @@ fb_status fb_tune_lookup(fb_cache *c, const fb_fingerprint *fp, const fb_recipe 
   if (s == FB_OK) {
     s = fb_cache_get_kernel(c, ch->winner.kernel, cubin, size);
     if (s == FB_OK) {
-      ch->from_winner = 1;
+      ch->from_winner = ch->winner.runs > 0; /* runs 0: an untimed kernel's default, stored by tune */
       snprintf(ch->var.name, sizeof ch->var.name, "%s", ch->winner.variant);
-      snprintf(note, notelen, "winner %s: %s", ch->winner.variant, wnote);
+      snprintf(note, notelen, "%s %s: %s", ch->from_winner ? "winner" : "untimed default", ch->winner.variant, wnote);
       return FB_OK;
     }
     snprintf(wnote, sizeof wnote, "the winner's cubin is %s", s == FB_ENOTFOUND ? "missing" : "bad");
