@@ -9,6 +9,7 @@
 #include "fb_embed.h"
 #include "fb_error.h"
 #include "fb_str.h"
+#include "fb_gemm.h"
 #include "fourbit.h"
 
 #include <stdio.h>
@@ -174,10 +175,7 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
      BF16 with two m64 sub-tiles a consumer at tile_n 192 (20-108 bytes), pipe 1 at tile_n 192 (8-52 bytes) */
   if (kind == 0 && mw == 2 && tn >= 192) return "gemm: BF16, two m64 sub-tiles a consumer at tile_n 192: ptxas 13.0 spills registers";
   if (pipe == 1 && tn >= 192) return "gemm: pipe 1 at tile_n 192: ptxas 13.0 spills registers";
-  long a = kind == 0 ? (long)tm * tk * 2 : kind == 1 ? (long)tm * tk / 2 : (long)tm * tk; /* kind 3: E4M3 bytes */
-  long b = kind == 2 ? (long)tn * tk : (long)tn * tk * 2, sf = kind == 2 ? (long)(tm + tn) * (tk / 32) * 4 : 0;
-  long stage = (a + 1023) / 1024 * 1024 + (b + 1023) / 1024 * 1024 + (sf + 1023) / 1024 * 1024;
-  if (1024 + st * stage + 16 * st > 232448) return "gemm: the pipeline stages exceed 227 KiB of shared memory";
+  if (fb_gemm_smem_total(kind, tm, tn, tk, st) > 232448) return "gemm: the pipeline stages exceed 227 KiB of shared memory";
   return NULL;
 }
 

@@ -26,14 +26,8 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   return FB_OK;
 }
 
-static size_t al1k(size_t x) { return (x + 1023) / 1024 * 1024; }
-
 size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) {
-  size_t tm = (size_t)c->tile_m, tn = (size_t)c->tile_n, tk = (size_t)c->tile_k;
-  size_t a = c->kind == 0 ? tm * tk * 2 : c->kind == 1 ? tm * tk / 2 : tm * tk;
-  size_t b = c->kind == 2 ? tn * tk : tn * tk * 2, sf = c->kind == 2 ? (tm + tn) * (tk / 32) * 4 : 0;
-  /* kind 3: A E4M3 bytes, B BF16 */
-  return 1024 + (size_t)c->stages * (al1k(a) + al1k(b) + al1k(sf)) + 16 * (size_t)c->stages;
+  return (size_t)fb_gemm_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages); /* fb_gemm.h */
 }
 
 unsigned fb_gemm_threads(const fb_gemm_cfg *c) { return 128u * (unsigned)(1 + c->consumers); }

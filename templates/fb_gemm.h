@@ -15,6 +15,30 @@
 #define FB_ALIGN64 _Alignas(64)
 #endif
 
+/* The pipeline's shared memory, one definition for the generator's legality rule (gen/gen.c), the launch
+ * (runtime/gemm_host.c fb_gemm_smem_bytes) and the kernel's layout (gemm_sm90.cuh): per stage A, B and the block
+ * scales, each 1024-byte aligned (128-byte swizzle atoms), after 1024 bytes of alignment slack, and a full and an
+ * empty mbarrier (8 bytes each) per stage. kind: 0 BF16 x BF16, 1 NVFP4 codes x BF16 copy, 2 E4M3 x E4M3 (with their
+ * E8M0 scales), 3 E4M3 x BF16 copy. */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define FB_GEMM_FN __host__ __device__ constexpr
+#elif defined(__cplusplus)
+#define FB_GEMM_FN constexpr
+#else
+#define FB_GEMM_FN static inline
+#endif
+FB_GEMM_FN int fb_gemm_a_bytes(int kind, int tm, int tk) { return kind == 0 ? tm * tk * 2 : kind == 1 ? tm * tk / 2 : tm * tk; }
+FB_GEMM_FN int fb_gemm_b_bytes(int kind, int tn, int tk) { return kind == 2 ? tn * tk : tn * tk * 2; }
+FB_GEMM_FN int fb_gemm_sf_bytes(int kind, int tm, int tn, int tk) { return kind == 2 ? (tm + tn) * (tk / 32) * 4 : 0; }
+FB_GEMM_FN int fb_gemm_align1k(int x) { return (x + 1023) / 1024 * 1024; }
+FB_GEMM_FN int fb_gemm_stage_bytes(int kind, int tm, int tn, int tk) {
+  return fb_gemm_align1k(fb_gemm_a_bytes(kind, tm, tk)) + fb_gemm_align1k(fb_gemm_b_bytes(kind, tn, tk)) +
+         fb_gemm_align1k(fb_gemm_sf_bytes(kind, tm, tn, tk));
+}
+FB_GEMM_FN long fb_gemm_smem_total(int kind, int tm, int tn, int tk, int stages) {
+  return 1024 + (long)stages * fb_gemm_stage_bytes(kind, tm, tn, tk) + 16 * (long)stages;
+}
+
 typedef unsigned long long fb_gptr;
 
 typedef struct {

@@ -94,25 +94,12 @@
 #define WGMMA_RS_BF16 FB_CAT(fbw_rs_bf16_n, FB_WGMMA_N)
 #define WGMMA_SS_E4M3 FB_CAT(fbw_ss_e4m3_n, FB_WGMMA_N)
 
-#if FB_KIND == 0
-#define A_BYTES (BM * BK * 2)
-#define B_BYTES (BN * BK * 2)
-#define SF_BYTES 0
-#elif FB_KIND == 1
-#define A_BYTES (BM * BK / 2)
-#define B_BYTES (BN * BK * 2)
-#define SF_BYTES 0
-#elif FB_KIND == 2
-#define A_BYTES (BM * BK)
-#define B_BYTES (BN * BK)
-#define SF_BYTES ((BM + BN) * (BK / 32) * 4)
-#else
-#define A_BYTES (BM * BK)
-#define B_BYTES (BN * BK * 2)
-#define SF_BYTES 0
-#endif
-#define ALIGN1K(x) (((x) + 1023) / 1024 * 1024)
-#define STAGE_BYTES (ALIGN1K(A_BYTES) + ALIGN1K(B_BYTES) + ALIGN1K(SF_BYTES))
+/* the stage layout: fb_gemm.h, shared with the generator and the launch */
+#define A_BYTES fb_gemm_a_bytes(FB_KIND, BM, BK)
+#define B_BYTES fb_gemm_b_bytes(FB_KIND, BN, BK)
+#define SF_BYTES fb_gemm_sf_bytes(FB_KIND, BM, BN, BK)
+#define ALIGN1K(x) fb_gemm_align1k(x)
+#define STAGE_BYTES fb_gemm_stage_bytes(FB_KIND, BM, BN, BK)
 #define FULL_COUNT (FB_KIND == 2 ? 33 : 1)
 
 typedef unsigned int u32;
