@@ -965,42 +965,43 @@ out:
 
 /* The forward on device tensors (fb_gpu_experts_forward_dev). Host synchronizations: the row counts (one rank, s->direct:
  * the only one), then with the exchange the owner's index arrays (one synchronous copy up). */
-static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
-  if (L->saved) gpu_release(g, L);
-  if (L->exact) return FB_ERR(FB_EINVAL, "experts gpu: exact (gradient-check) mode runs on the CPU path");
-  const fb_layer_prec *p = L->prec;
-  FB_TRY(check_prec(p, L->layer));
+/* ---- the forward on device tensors: one function per phase, fwd_dev the list of them ---------------------------- */
+typedef struct {
+  fb_gpu_experts *g;
+  fb_moe_layer *L;
+  const fb_gpu_layer_io *io;
+  const fb_layer_prec *p;
   fb_comm *c;
-  FB_TRY(layer_comm(g, L, &c));
-  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
-  uint32_t seed = L->seed, step = L->step;
-  fb_status rc = FB_OK;
-  arena tmp = {.g = g};
-  gsaved *s = calloc(1, sizeof *s);
-  if (!s) return FB_ERR(FB_ENOMEM, "experts gpu: saved state");
-  L->saved = s;
-  s->mem.g = g;
-  arena *m = &s->mem;
-  s->N = fb_comm_size(c), s->me = fb_comm_rank(c), s->nE = (int)E / s->N, s->e0 = s->me * s->nE;
-  /* one rank: the permute writes the owner's layout itself, and nothing is exchanged (the exchange path's maps are
-     identities there: its send order is the owner's order without the padding rows) */
-  s->direct = s->N == 1 && !g->xchg1;
-  size_t N = (size_t)s->N, nE = (size_t)s->nE;
+  gsaved *s;
+  arena *m, *tmp;               /* the saved state's memory; this call's scratch */
+  size_t T, D, F, E, K, N, nE;  /* tokens, d_model, d_ff, experts, top-k, ranks, experts per rank */
+  uint32_t seed, step;
+  int32_t *mine;                /* host: this rank's rows per expert */
+  CUdeviceptr c13, c2;          /* the weights' BF16 copies */
+  CUdeviceptr yq, ye;           /* the combine payload: S2F6 codes and E8M0 scales, or BF16 rows */
+  int cbf;                      /* a BF16 combine */
+  size_t yrb;                   /* its bytes a row */
+} fwd_ctx;
+
+/* dispatch: the tokens quantized (or BF16), gathered by expert into the owner's layout (X), exchanged when N > 1 */
+static fb_status fwd_dispatch(fwd_ctx *x) {
+  fb_gpu_experts *g = x->g;
+  fb_moe_layer *L = x->L;
+  const fb_gpu_layer_io *io = x->io;
+  const fb_layer_prec *p = x->p;
+  gsaved *s = x->s;
+  arena *m = x->m;
+  fb_comm *c = x->c;
+  size_t T = x->T, D = x->D, E = x->E, K = x->K, nE = x->nE;
+  uint32_t seed = x->seed, step = x->step;
   size_t maxs = fb_permute_max_rows(T, L->top_k, L->experts, s->direct ? PAD : 1);
   size_t nch = (T * K + FB_PERMUTE_CHUNK - 1) / FB_PERMUTE_CHUNK;
-  s->off = malloc((nE + 1) * sizeof *s->off), s->cnt = malloc(N * E * sizeof *s->cnt);
-  s->srows = calloc(N, sizeof *s->srows), s->rrows = calloc(N, sizeof *s->rrows);
-  int32_t *mine = malloc(E * sizeof *mine);
-  if (!s->off || !s->cnt || !s->srows || !s->rrows || !mine) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
+  int32_t *mine = x->mine;
   CUdeviceptr dchunk, dcounts, dtok, dsoff = 0;
-  FB_TRY_GOTO(aalloc(m, &s->d_w, T * K * 4), fail);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoD(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
-  FB_TRY_GOTO(aalloc(&tmp, &dchunk, nch * E * 4), fail);
-  FB_TRY_GOTO(aalloc(&tmp, &dcounts, E * 4), fail);
-  FB_TRY_GOTO(aalloc(&tmp, &dtok, (maxs ? maxs : 1) * 4), fail);
-  if (!s->direct) FB_TRY_GOTO(aalloc(&tmp, &dsoff, (E + 1) * 8), fail);
-  FB_TRY_GOTO(aalloc(m, &s->d_rowof, T * K * 4), fail);
-
+  FB_TRY(aalloc(x->tmp, &dchunk, nch * E * 4));
+  FB_TRY(aalloc(x->tmp, &dcounts, E * 4));
+  FB_TRY(aalloc(x->tmp, &dtok, (maxs ? maxs : 1) * 4));
+  if (!s->direct) FB_TRY(aalloc(x->tmp, &dsoff, (E + 1) * 8));
   /* source: quantize the tokens, then the permutation (no padding) gathers the payload rows by expert, then token:
    * the rows for rank p are one contiguous range of each plane. One rank (direct): the permutation pads each expert's
    * rows to the tile and gathers them straight into the owner's layout (rows by expert, then token: the same order) */
@@ -1018,26 +1019,26 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     memset(&tok, 0, sizeof tok);
     tok.c = io->x, tok.rows = T, tok.cols = D, tok.f = FB_FMT_BF16;
   } else {
-    FB_TRY_GOTO(quant_rows(g, &tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok), fail);
+    FB_TRY(quant_rows(g, x->tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok));
   }
   int per_tok = tok.f == FB_FMT_NVFP4;
-  FB_TRY_GOTO(fb_payload_planes(tok.f, per_tok, D, b), fail);
+  FB_TRY(fb_payload_planes(tok.f, per_tok, D, b));
   dq *X = &s->X;
-  arena *xa = qarr ? &tmp : m; /* BF16 rows quantized on arrival are scratch */
+  arena *xa = qarr ? x->tmp : m; /* BF16 rows quantized on arrival are scratch */
   CUdeviceptr xo[3] = {0, 0, 0}; /* the owner's rows: X's planes */
   memset(X, 0, sizeof *X);
   if (s->direct) {
     for (int q = 0; q < 3; ++q)
-      if (b[q]) FB_TRY_GOTO(aalloc(xa, &xo[q], (maxs ? maxs : 1) * b[q]), fail);
-    FB_TRY_GOTO(aalloc(m, &s->d_off, (nE + 1) * 8), fail);
+      if (b[q]) FB_TRY(aalloc(xa, &xo[q], (maxs ? maxs : 1) * b[q]));
+    FB_TRY(aalloc(m, &s->d_off, (nE + 1) * 8));
   } else {
     for (int q = 0; q < 3; ++q)
-      if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xs[q], (maxs ? maxs : 1) * b[q]), fail);
+      if (b[q]) FB_TRY(aalloc(x->tmp, &xs[q], (maxs ? maxs : 1) * b[q]));
   }
   {
     const kent *e;
     fb_kernel_spec k = sp_permute(g, &dsp, L->top_k, L->experts);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
+    FB_TRY(kget(g, &k, NULL, &e));
     const CUdeviceptr *po = s->direct ? xo : xs;
     fb_kp_moe pm;
     memset(&pm, 0, sizeof pm);
@@ -1045,13 +1046,13 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     pm.row_of = s->d_rowof, pm.token_of = dtok, pm.in = tok.c, pm.in_scales = tok.s, pm.in_outer = per_tok ? tok.o : 0;
     pm.out = po[0], pm.out_scales = po[1], pm.out_outer = po[2];
     pm.rows = (long long)T, pm.cols = (long long)D, pm.experts = L->experts, pm.top_k = L->top_k, pm.tile = s->direct ? PAD : 1;
-    for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY_GOTO(run_moe(g, e, &pm, (long long)T, (long long)D), fail);
+    for (pm.pass = 0; pm.pass < 4; ++pm.pass) FB_TRY(run_moe(g, e, &pm, (long long)T, (long long)D));
   }
   /* the counts: this rank's rows per expert to the host (a synchronization: R sizes the buffers and the GEMMs), every
    * rank's over the host mesh */
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(mine, dcounts, E * 4), fail);
-  FB_TRY_GOTO(fb_comm_allgather(c, mine, E * 4, s->cnt), fail);
-  FB_TRY_GOTO(plan_rows(m, s, E, !s->direct), fail);
+  CU_CHECK(fb_cu.MemcpyDtoH(mine, dcounts, E * 4));
+  FB_TRY(fb_comm_allgather(c, mine, E * 4, s->cnt));
+  FB_TRY(plan_rows(m, s, E, !s->direct));
   size_t R = s->R, Rr = s->Rr, Rs = s->Rs;
   if (L->traffic) {
     fb_ep_traffic *x = L->traffic;
@@ -1063,28 +1064,40 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   } else {
     /* exchange: plane by plane, then the owner groups the received rows per expert (padded as one rank has them) */
     for (int q = 0; q < 3; ++q)
-      if (b[q]) FB_TRY_GOTO(aalloc(&tmp, &xr[q], (Rr ? Rr : 1) * b[q]), fail);
-    FB_TRY_GOTO(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL), fail);
-    FB_TRY_GOTO(aalloc(xa, &xo[0], (R ? R : 1) * b[0]), fail);
-    if (b[1]) FB_TRY_GOTO(aalloc(xa, &xo[1], (R ? R : 1) * b[1]), fail);
-    if (per_tok) FB_TRY_GOTO(aalloc(xa, &xo[2], (R ? R : 1) * b[2]), fail);
-    FB_TRY_GOTO(aalloc(m, &s->d_off, (nE + 1) * 8), fail);
-    FB_TRY_GOTO(aalloc(m, &s->d_lrow, (Rr ? Rr : 1) * 4), fail);
-    FB_TRY_GOTO(regather(g, &tmp, L, tok.f, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow), fail);
+      if (b[q]) FB_TRY(aalloc(x->tmp, &xr[q], (Rr ? Rr : 1) * b[q]));
+    FB_TRY(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL));
+    FB_TRY(aalloc(xa, &xo[0], (R ? R : 1) * b[0]));
+    if (b[1]) FB_TRY(aalloc(xa, &xo[1], (R ? R : 1) * b[1]));
+    if (per_tok) FB_TRY(aalloc(xa, &xo[2], (R ? R : 1) * b[2]));
+    FB_TRY(aalloc(m, &s->d_off, (nE + 1) * 8));
+    FB_TRY(aalloc(m, &s->d_lrow, (Rr ? Rr : 1) * 4));
+    FB_TRY(regather(g, x->tmp, L, tok.f, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow));
   }
   X->c = xo[0], X->s = xo[1], X->o = xo[2];
   X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0, X->orow = per_tok;
   if (qarr) {
     CUdeviceptr xb = X->c;
-    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, X), fail);
+    FB_TRY(quant_rows(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, X));
     X->rows = R;
     if (X->orow) X->no = R;
   }
 
+  return FB_OK;
+}
+
+/* the weights: this rank's FP32 masters quantized (or rounded to BF16), and their BF16 copies for the GEMMs */
+static fb_status fwd_weights(fwd_ctx *x) {
+  fb_gpu_experts *g = x->g;
+  fb_moe_layer *L = x->L;
+  const fb_gpu_layer_io *io = x->io;
+  const fb_layer_prec *p = x->p;
+  gsaved *s = x->s;
+  arena *m = x->m;
+  size_t D = x->D, F = x->F, nE = x->nE;
+  uint32_t seed = x->seed, step = x->step;
   /* weights: this rank's experts' FP32 masters quantized (per-expert groups of rows), BF16 copies for the GEMMs. In a
    * train step on the GPU optimizer these come from the AdamW kernel directly; here they are made from the masters. */
   g->phase = "fwd weights";
-  CUdeviceptr c13, c2;
   if (p->fwd_weight.format == FB_FMT_BF16) { /* the masters rounded to BF16 (qm_quantize's BF16 operand) */
     fb_kernel_spec k = sp_tcopy(g, FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 0, 1);
     dq *w[2] = {&s->W13, &s->W2};
@@ -1093,56 +1106,99 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     for (int i = 0; i < 2; ++i) {
       memset(w[i], 0, sizeof *w[i]);
       w[i]->rows = wr[i], w[i]->cols = wc[i], w[i]->f = FB_FMT_BF16;
-      FB_TRY_GOTO(aalloc(m, &w[i]->c, wr[i] * wc[i] * 2), fail);
-      FB_TRY_GOTO(tcopy(g, &k, win[i], 0, 0, wr[i], wc[i], 0, 0, 0, w[i]->c), fail);
+      FB_TRY(aalloc(m, &w[i]->c, wr[i] * wc[i] * 2));
+      FB_TRY(tcopy(g, &k, win[i], 0, 0, wr[i], wc[i], 0, 0, 0, w[i]->c));
     }
   } else {
-    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
-                           &s->W13), fail);
-    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2),
-                fail);
+    FB_TRY(quant_rows(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
+                      &s->W13));
+    FB_TRY(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2));
   }
-  FB_TRY_GOTO(bf16copy(g, &tmp, &s->W13, &c13), fail);
-  FB_TRY_GOTO(bf16copy(g, &tmp, &s->W2, &c2), fail);
+  FB_TRY(bf16copy(g, x->tmp, &s->W13, &x->c13));
+  FB_TRY(bf16copy(g, x->tmp, &s->W2, &x->c2));
 
+  return FB_OK;
+}
+
+/* w13 with the SwiGLU epilogue: H kept, A = SwiGLU(H) quantized as fwd.act says */
+static fb_status fwd_w13(fwd_ctx *x) {
+  fb_gpu_experts *g = x->g;
+  fb_moe_layer *L = x->L;
+  const fb_layer_prec *p = x->p;
+  gsaved *s = x->s;
+  arena *m = x->m;
+  size_t D = x->D, F = x->F, nE = x->nE;
+  size_t R = s->R;
+  uint32_t seed = x->seed, step = x->step;
   /* w13 with the SwiGLU epilogue: H (BF16, kept for the backward) and A = SwiGLU(H) (BF16), then A quantized as
    * fwd.act (a second pass: a per-token scale needs the whole row) */
   g->phase = "fwd w13";
-  FB_TRY_GOTO(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2), fail);
+  FB_TRY(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2));
   CUdeviceptr dA;
   int abf = p->fwd_act.format == FB_FMT_BF16; /* BF16: A as the epilogue wrote it is the saved operand */
-  FB_TRY_GOTO(aalloc(abf ? m : &tmp, &dA, (R ? R : 1) * F * 2), fail);
+  FB_TRY(aalloc(abf ? m : x->tmp, &dA, (R ? R : 1) * F * 2));
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 0);
     gfit f = {1, 0, 0, (int)(2 * F), (int)D};
-    fb_gemm_args ga = {s->X.c, c13, dA, s->d_off, s->X.s, 0, s->X.o, s->W13.o, (long long)R, (int)nE, 0, (int)(2 * F), (int)D, s->H, 0, 0};
-    FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
+    fb_gemm_args ga = {.a = s->X.c, .b = x->c13, .out = dA, .offsets = s->d_off, .a_sf = s->X.s, .a_outer = s->X.o, .b_outer = s->W13.o,
+                         .rows = (long long)R, .experts = (int)nE, .N = (int)(2 * F), .K = (int)D, .aux = s->H};
+    FB_TRY(gemm(g, &k, &f, &ga));
   }
   if (abf) {
     memset(&s->A, 0, sizeof s->A);
     s->A.c = dA, s->A.cols = F, s->A.f = FB_FMT_BF16;
   } else {
-    FB_TRY_GOTO(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A), fail);
+    FB_TRY(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A));
     if (s->A.orow) s->A.no = R;
   }
   s->A.rows = R;
 
+  return FB_OK;
+}
+
+/* w2 with the combine payload's epilogue */
+static fb_status fwd_w2(fwd_ctx *x) {
+  fb_gpu_experts *g = x->g;
+  const fb_layer_prec *p = x->p;
+  gsaved *s = x->s;
+  arena *m = x->m;
+  size_t D = x->D, F = x->F, nE = x->nE;
+  size_t R = s->R;
+  uint32_t seed = x->seed;
   /* w2 with the combine payload, back to the sources in the order they sent the rows, then the combine there */
   g->phase = "fwd w2";
   /* the combine payload: S2F6 codes (D bytes a row) and E8M0 (D / 32), or BF16 values (2 D bytes) */
-  int cbf = p->combine.format == FB_FMT_BF16;
-  size_t yrb = cbf ? 2 * D : D;
-  CUdeviceptr yq, ye = 0, ys[2] = {0, 0}, yb[2] = {0, 0};
-  arena *ya = s->direct ? m : &tmp; /* one rank: these rows are the ones the combine and its backward read */
-  FB_TRY_GOTO(aalloc(ya, &yq, (R ? R : 1) * yrb), fail);
-  if (!cbf) FB_TRY_GOTO(aalloc(ya, &ye, (R ? R : 1) * D / 32), fail);
+  int cbf = x->cbf = p->combine.format == FB_FMT_BF16;
+  size_t yrb = x->yrb = cbf ? 2 * D : D;
+  CUdeviceptr yq, ye = 0;
+  arena *ya = s->direct ? m : x->tmp; /* one rank: these rows are the ones the combine and its backward read */
+  FB_TRY(aalloc(ya, &yq, (R ? R : 1) * yrb));
+  if (!cbf) FB_TRY(aalloc(ya, &ye, (R ? R : 1) * D / 32));
+  x->yq = yq, x->ye = ye;
   s->signs = fb_rht_signs(seed, 0);
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 1);
     gfit f = {1, 0, 0, (int)D, (int)F};
-    fb_gemm_args ga = {s->A.c, c2, yq, s->d_off, s->A.s, 0, s->A.o, s->W2.o, (long long)R, (int)nE, 0, (int)D, (int)F, 0, ye, s->signs};
-    FB_TRY_GOTO(gemm(g, &k, &f, &ga), fail);
+    fb_gemm_args ga = {.a = s->A.c, .b = x->c2, .out = yq, .offsets = s->d_off, .a_sf = s->A.s, .a_outer = s->A.o, .b_outer = s->W2.o,
+                         .rows = (long long)R, .experts = (int)nE, .N = (int)D, .K = (int)F, .out_sf = ye, .signs = s->signs};
+    FB_TRY(gemm(g, &k, &f, &ga));
   }
+  return FB_OK;
+}
+
+/* the combine: the payload rows back to their sources (N > 1), dequantized and summed by router weight into y */
+static fb_status fwd_combine(fwd_ctx *x) {
+  fb_gpu_experts *g = x->g;
+  fb_moe_layer *L = x->L;
+  const fb_gpu_layer_io *io = x->io;
+  const fb_layer_prec *p = x->p;
+  gsaved *s = x->s;
+  arena *m = x->m;
+  size_t T = x->T, D = x->D, N = x->N;
+  size_t R = s->R, Rr = s->Rr, Rs = s->Rs;
+  int cbf = x->cbf;
+  size_t yrb = x->yrb;
+  CUdeviceptr yq = x->yq, ye = x->ye, ys[2] = {0, 0}, yb[2] = {0, 0};
   g->phase = "fwd combine";
   {
     size_t cb[2] = {yrb, cbf ? 0 : D / 32};
@@ -1151,32 +1207,67 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
       s->ycq = yq, s->yce = ye;
       xcount(L, s, 1, cb, 2, L->traffic ? &L->traffic->combine : NULL);
     } else {
-      FB_TRY_GOTO(aalloc(&tmp, &ys[0], (Rr ? Rr : 1) * yrb), fail);
-      if (!cbf) FB_TRY_GOTO(aalloc(&tmp, &ys[1], (Rr ? Rr : 1) * D / 32), fail);
+      FB_TRY(aalloc(x->tmp, &ys[0], (Rr ? Rr : 1) * yrb));
+      if (!cbf) FB_TRY(aalloc(x->tmp, &ys[1], (Rr ? Rr : 1) * D / 32));
       /* by source: S2F6 rows move as MXFP8's bytes, BF16 rows as BF16 */
-      FB_TRY_GOTO(regather(g, &tmp, L, cbf ? FB_FMT_BF16 : FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0), fail);
-      FB_TRY_GOTO(aalloc(m, &s->ycq, (Rs ? Rs : 1) * yrb), fail);
-      if (!cbf) FB_TRY_GOTO(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32), fail);
+      FB_TRY(regather(g, x->tmp, L, cbf ? FB_FMT_BF16 : FB_FMT_MXFP8, D, s->d_oidx, R, (int)N, 1, yo, ys, 0, 0));
+      FB_TRY(aalloc(m, &s->ycq, (Rs ? Rs : 1) * yrb));
+      if (!cbf) FB_TRY(aalloc(m, &s->yce, (Rs ? Rs : 1) * D / 32));
       yb[0] = s->ycq, yb[1] = s->yce;
-      FB_TRY_GOTO(xchg(g, L, s, 1, ys, yb, cb, 2, L->traffic ? &L->traffic->combine : NULL), fail);
+      FB_TRY(xchg(g, L, s, 1, ys, yb, cb, 2, L->traffic ? &L->traffic->combine : NULL));
     }
     const kent *e;
     fb_kernel_spec k = sp_unpermute(g, &p->combine, 1, L->top_k, L->experts);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), fail);
+    FB_TRY(kget(g, &k, NULL, &e));
     fb_kp_moe pu;
     memset(&pu, 0, sizeof pu);
     pu.in = s->ycq, pu.in_scales = s->yce, pu.row_of = s->d_rowof, pu.topk_w = s->d_w, pu.out = io->y;
     pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k, pu.signs = s->signs;
-    FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), fail);
+    FB_TRY(run_moe(g, e, &pu, (long long)T, (long long)D));
   }
+  return FB_OK;
+}
+
+static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
+  if (L->saved) gpu_release(g, L);
+  if (L->exact) return FB_ERR(FB_EINVAL, "experts gpu: exact (gradient-check) mode runs on the CPU path");
+  const fb_layer_prec *p = L->prec;
+  FB_TRY(check_prec(p, L->layer));
+  fb_comm *c;
+  FB_TRY(layer_comm(g, L, &c));
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)L->experts, K = (size_t)L->top_k;
+  fb_status rc = FB_OK;
+  arena tmp = {.g = g};
+  gsaved *s = calloc(1, sizeof *s);
+  if (!s) return FB_ERR(FB_ENOMEM, "experts gpu: saved state");
+  L->saved = s;
+  s->mem.g = g;
+  s->N = fb_comm_size(c), s->me = fb_comm_rank(c), s->nE = (int)E / s->N, s->e0 = s->me * s->nE;
+  /* one rank: the permute writes the owner's layout itself, and nothing is exchanged (the exchange path's maps are
+     identities there: its send order is the owner's order without the padding rows) */
+  s->direct = s->N == 1 && !g->xchg1;
+  fwd_ctx x = {.g = g, .L = L, .io = io, .p = p, .c = c, .s = s, .m = &s->mem, .tmp = &tmp, .T = T, .D = D, .F = F, .E = E,
+               .K = K, .N = (size_t)s->N, .nE = (size_t)s->nE, .seed = L->seed, .step = L->step};
+  s->off = malloc((x.nE + 1) * sizeof *s->off), s->cnt = malloc(x.N * E * sizeof *s->cnt);
+  s->srows = calloc(x.N, sizeof *s->srows), s->rrows = calloc(x.N, sizeof *s->rrows);
+  x.mine = malloc(E * sizeof *x.mine);
+  if (!s->off || !s->cnt || !s->srows || !s->rrows || !x.mine) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
+  FB_TRY_GOTO(aalloc(x.m, &s->d_w, T * K * 4), fail);
+  CU_CHECK_GOTO(fb_cu.MemcpyDtoD(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
+  FB_TRY_GOTO(aalloc(x.m, &s->d_rowof, T * K * 4), fail);
+  FB_TRY_GOTO(fwd_dispatch(&x), fail);
+  FB_TRY_GOTO(fwd_weights(&x), fail);
+  FB_TRY_GOTO(fwd_w13(&x), fail);
+  FB_TRY_GOTO(fwd_w2(&x), fail);
+  FB_TRY_GOTO(fwd_combine(&x), fail);
   g->phase = NULL;
   afree(&tmp);
-  free(mine);
+  free(x.mine);
   return FB_OK;
 fail:
   g->phase = NULL;
   afree(&tmp);
-  free(mine);
+  free(x.mine);
   gpu_release(g, L);
   return rc;
 }
@@ -1220,7 +1311,8 @@ static fb_status dgrad_gemm(fb_gpu_experts *g, arena *a, const fb_layer_prec *p,
   FB_TRY(bf16copy(g, a, Bg, &cb));
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)N, (int)K};
-  fb_gemm_args ga = {A->c, cb, out, s->d_off, A->s, 0, A->o, Bg->o, (long long)s->R, s->nE, 0, (int)N, (int)K, 0, 0, 0};
+  fb_gemm_args ga = {.a = A->c, .b = cb, .out = out, .offsets = s->d_off, .a_sf = A->s, .a_outer = A->o, .b_outer = Bg->o,
+                       .rows = (long long)s->R, .experts = s->nE, .N = (int)N, .K = (int)K};
   return gemm(g, &k, &f, &ga);
 }
 
@@ -1238,7 +1330,8 @@ static fb_status wgrad_gemm(fb_gpu_experts *g, arena *a, const fb_layer_prec *p,
   memset(&pb.bwd_grad, 0, sizeof pb.bwd_grad), memset(&pb.bwd_saved, 0, sizeof pb.bwd_saved); /* BF16 x BF16 */
   fb_kernel_spec k = sp_gemm(g, &pb, 3);
   gfit f = {1, 1, (int)M, (int)N, 0};
-  fb_gemm_args ga = {ca, cb, out, s->d_off, 0, 0, 0, 0, (long long)s->R, (int)E, (int)M, (int)N, 0, 0, 0, 0};
+  fb_gemm_args ga = {.a = ca, .b = cb, .out = out, .offsets = s->d_off,
+                       .rows = (long long)s->R, .experts = (int)E, .M = (int)M, .N = (int)N};
   FB_TRY(gemm(g, &k, &f, &ga));
   int nv = At->f == FB_FMT_NVFP4;
   if (!nv && !rht) return FB_OK;
@@ -1365,7 +1458,8 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   {
     fb_kernel_spec k = sp_gemm(g, p, 2);
     gfit f = {1, 0, 0, (int)F, (int)D};
-    fb_gemm_args ga = {dYq.c, cW2t, dA, s->d_off, dYq.s, 0, 0, 0, (long long)R, (int)E, 0, (int)F, (int)D, 0, 0, 0};
+    fb_gemm_args ga = {.a = dYq.c, .b = cW2t, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
+                         .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
     const kent *e;
     k = sp_swiglu(g, 1);
@@ -1386,7 +1480,8 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   {
     fb_kernel_spec k = sp_gemm(g, p, 3);
     gfit f = {1, 1, (int)D, (int)F, 0};
-    fb_gemm_args ga = {dYt.c, cAt, io->dw2, s->d_off, dYt.s, 0, 0, 0, (long long)R, (int)E, (int)D, (int)F, 0, 0, 0, 0};
+    fb_gemm_args ga = {.a = dYt.c, .b = cAt, .out = io->dw2, .offsets = s->d_off, .a_sf = dYt.s,
+                         .rows = (long long)R, .experts = (int)E, .M = (int)D, .N = (int)F};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
 
@@ -1401,7 +1496,8 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   {
     fb_kernel_spec k = sp_gemm(g, p, 2);
     gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
-    fb_gemm_args ga = {dHq.c, cW13t, dXr, s->d_off, dHq.s, 0, 0, 0, (long long)R, (int)E, 0, (int)D, (int)(2 * F), 0, 0, 0};
+    fb_gemm_args ga = {.a = dHq.c, .b = cW13t, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
+                         .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
 
@@ -1414,7 +1510,8 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   {
     fb_kernel_spec k = sp_gemm(g, p, 3);
     gfit f = {1, 1, (int)(2 * F), (int)D, 0};
-    fb_gemm_args ga = {dHt.c, cXt, io->dw13, s->d_off, dHt.s, 0, 0, 0, (long long)R, (int)E, (int)(2 * F), (int)D, 0, 0, 0, 0};
+    fb_gemm_args ga = {.a = dHt.c, .b = cXt, .out = io->dw13, .offsets = s->d_off, .a_sf = dHt.s,
+                         .rows = (long long)R, .experts = (int)E, .M = (int)(2 * F), .N = (int)D};
     FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
   }
 
