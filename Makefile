@@ -1,11 +1,13 @@
 # fourbit — build, test and run.
 #   make            build build/fourbit and build/libfourbit.a (installs missing Debian deps as root)
-#   make test       CPU test tiers: what CI runs on every stop (no GPU needed)
-#   make test-gpu   GPU tests on the device machine (say plainly when skipped)
+#   make check      the quick CPU tiers (unit tests, the cheap end-to-end ones), under 2 minutes: for every change
+#   make test       every CPU test tier (check's, NVRTC, the tuner, the fake driver, fuzzing): what CI runs (no GPU)
+#   make test-exhaustive  the sweeps too long for make test (all 2^31 floats, fuzzing 30 s): CI runs it after make test
+#   make test-gpu   GPU tests on the device machine (SKIPPED and exit 77 without a GPU, never a pass)
 #   build/emu/test_kernels --quick --only SUBSTR   the same GPU tests on the CPU, under a warp emulator (slow)
 #   make bench      benchmarks on the device machine
 #   make demo       the main job on the default recipe
-#   make inspect    read the SASS of every generated kernel for every arch (needs cuobjdump)
+#   make inspect    read the SASS of every generated kernel for every arch (needs cuobjdump; else SKIPPED, exit 77)
 #   make clean      remove build/
 #   V=1             show full commands
 CUDA_HOME ?= /usr/local/cuda
@@ -150,47 +152,125 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< -lm
 
-# CPU tiers, what CI runs: unit tests of every module, then the CLI end to end.
-test: all $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13
-	$(Q)echo "== tests/test_layers.sh (base/ includes nothing above it)"; bash tests/test_layers.sh
-	$(Q)set -e; for t in $(TESTBIN); do echo "== $$t"; $$t; done
-	$(Q)echo "== tests/test_cli.sh"; bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
-	$(Q)echo "== tests/test_recipes_bad.sh"; bash tests/test_recipes_bad.sh $(BUILD)/fourbit
-	$(Q)echo "== tests/test_golden.sh"; bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
-	$(Q)echo "== tests/test_gen.sh"; bash tests/test_gen.sh $(BUILD)/fourbit
-	$(Q)echo "== tests/test_train.sh (fourbit train and compare on the CPU)"; bash tests/test_train.sh $(BUILD)/fourbit
-	$(Q)echo "== tests/test_ep.sh (fourbit train --ranks N: expert parallelism on the CPU)"; bash tests/test_ep.sh $(BUILD)/fourbit
-	$(Q)echo "== tests/test_cache.sh"; bash tests/test_cache.sh $(BUILD)/fourbit $(BUILD)/tests/test_cache
-	$(Q)echo "== tests/test_tune.sh (sweeps on the emulated worker)"; bash tests/test_tune.sh $(BUILD)/fourbit
-	$(Q)echo "== test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_kernels --compile-only
-	$(Q)echo "== test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)"; $(BUILD)/gpu/test_gemm --compile-only > $(BUILD)/test_gemm_compile.log || { cat $(BUILD)/test_gemm_compile.log; exit 1; }; tail -1 $(BUILD)/test_gemm_compile.log
-	$(Q)echo "== test_train_gpu --compile-only (every kernel of the GPU train step compiles for sm_90a; nothing runs)"; $(BUILD)/gpu/test_train_gpu --compile-only
-	$(Q)echo "== test_train_dev --compile-only (the GPU-resident step's own kernels compile for sm_90a, sm_100a, sm_103a)"; \
-	  $(BUILD)/gpu/test_train_dev --compile-only > $(BUILD)/test_train_dev_compile.log 2>&1 || \
-	  { cat $(BUILD)/test_train_dev_compile.log; exit 1; }; tail -1 $(BUILD)/test_train_dev_compile.log
-	$(Q)echo "== test_train_gpu on the fake driver (build/mockcuda: the GPU step's host side, kernels as CPU references)"; \
-	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_gpu > $(BUILD)/test_train_gpu_mock.log 2>&1 || \
-	  { cat $(BUILD)/test_train_gpu_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_gpu_mock.log
-	$(Q)echo "== test_train_dev on the fake driver (the GPU-resident train step against the host step: bit for bit)"; \
-	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_train_dev > $(BUILD)/test_train_dev_mock.log 2>&1 || \
-	  { cat $(BUILD)/test_train_dev_mock.log; exit 1; }; tail -1 $(BUILD)/test_train_dev_mock.log
-	$(Q)echo "== test_names on the fake driver (every kernel the GPU expert layer and resident step request is a plan kernel)"; \
-	  LD_LIBRARY_PATH=$(BUILD)/mockcuda $(BUILD)/gpu/test_names > $(BUILD)/test_names_mock.log 2>&1 || \
-	  { cat $(BUILD)/test_names_mock.log; exit 1; }; tail -1 $(BUILD)/test_names_mock.log
-	$(Q)echo "== tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)"; \
-	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda
-	$(Q)echo "== tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)"; \
-	  bash tests/test_bench_layer.sh $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda
-	$(Q)$(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
+# CPU test tiers. Each tier is a target of its own (tier-*, unit/*), run by mk/tier.sh, which prints its wall and
+# user+sys time; check, test and test-exhaustive run theirs in a sub-make with -j$(TESTJOBS) (default: the cores), -O
+# (a tier's lines together, when it ends) and -k (every tier runs; the status is non-zero if any failed, and make
+# names each failed tier). Independent tiers run side by side; the longest are listed first.
+#   check            the unit tests of every module (cmocka) and the cheapest end-to-end tiers: quant/dequant, the
+#                    bad recipes, the golden plans, train and compare on the CPU, expert parallelism on the CPU, the
+#                    cache commands. No NVRTC tier, no fake-driver run, no tuner sweep, no fuzzing: make test has those.
+#   test             check's tiers, then fourbit gen (NVRTC), the tuner's sweeps on the emulated worker, every GPU test
+#                    kernel compiled for sm_90a (test_kernels, test_gemm, test_train_gpu, test_train_dev), the GPU train
+#                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s.
+#   test-exhaustive  the sweeps too long for make test: test_formats --exhaustive (all 2^31 non-negative floats through
+#                    the E2M1 RN grid) and fuzz_recipe for FUZZSECS (30) s. CI runs make test, then this.
+# make test's NVRTC compiles go through build/tests/tools/libnvrtc_memo.so (LD_PRELOAD; tests/tools/nvrtc_memo.c):
+# a compile whose whole input (source, headers, options, NVRTC version) an earlier compile of the same make test had
+# is answered with that compile's cubin and log; the emulated tuner worker's host compiles likewise (FB_EMU_MEMO,
+# tests/emu/driver.cpp: the same command and preprocessed source). The memo is emptied when make test starts: every
+# distinct kernel is compiled in every run, once, however many tiers, processes, ranks and workers compile it.
+TESTJOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+TESTFUZZSECS ?= 10
+MEMO      := $(BUILD)/test-memo
+NVRTCMEMO := $(BUILD)/tests/tools/libnvrtc_memo.so
+MEMOENV    = FB_NVRTC_MEMO=$(abspath $(MEMO)) FB_NVRTC_MEMO_STATS=$(abspath $(MEMO))/stats.$@ LD_PRELOAD=$(abspath $(NVRTCMEMO)) \
+             FB_EMU_MEMO=$(abspath $(MEMO))
+TIER      := bash mk/tier.sh
+MOCKENV   := LD_LIBRARY_PATH=$(BUILD)/mockcuda
+UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
+CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
+               tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers
+TEST_TIERS  := tier-tune tier-kernels-compile tier-ep-gpu tier-gemm-compile tier-train-gpu tier-train-dev tier-gen \
+               tier-bench-layer tier-names tier-fuzz $(CHECK_TIERS)
+EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
+.PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
+
+CHECKDEPS := $(BUILD)/fourbit $(TESTBIN) $(BUILD)/tests/tools/f32tool
+check: $(CHECKDEPS)
+	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(CHECK_TIERS) || { echo "make check: FAILED (make names the tiers above)"; exit 1; }
+	@echo "make check: all quick tiers passed (make test runs the rest)"
+
+test: all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 $(BUILD)/fuzz/fuzz_recipe
+	$(Q)rm -rf $(MEMO) && mkdir -p $(MEMO)
+	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(TEST_TIERS) || { echo "make test: FAILED (make names the tiers above)"; exit 1; }
+	$(Q)cat $(MEMO)/stats.* 2>/dev/null | awk '{ n[$$1]++ } END { printf "NVRTC: %d kernels compiled, %d compiles answered from the memo\n", n["compiled"], n["hit"] }'
 	@echo "make test: all CPU tiers passed"
 
-# On the device machine; where there is no GPU it prints SKIPPED, which never counts as passed.
+test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe
+	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(EXHAUSTIVE_TIERS) || { echo "make test-exhaustive: FAILED"; exit 1; }
+	@echo "make test-exhaustive: passed"
+
+$(UNITTIERS): unit/%:
+	$(Q)$(TIER) $* -- $(BUILD)/tests/$*
+tier-layers:
+	$(Q)$(TIER) "tests/test_layers.sh (base/ includes nothing above it)" -- bash tests/test_layers.sh
+# every kernel the GPU expert layer and the resident step request is a plan kernel (stand-in cubins: nothing compiles)
+tier-names:
+	$(Q)$(MOCKENV) $(TIER) "test_names on the fake driver (every kernel the GPU paths request is a plan kernel)" \
+	  --log $(BUILD)/test_names_mock.log -- $(BUILD)/gpu/test_names
+tier-cli:
+	$(Q)$(TIER) tests/test_cli.sh -- bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
+tier-recipes-bad:
+	$(Q)$(TIER) tests/test_recipes_bad.sh -- bash tests/test_recipes_bad.sh $(BUILD)/fourbit
+tier-golden:
+	$(Q)$(TIER) tests/test_golden.sh -- bash tests/test_golden.sh $(BUILD)/fourbit $(GOLDEN)
+tier-train:
+	$(Q)$(TIER) "tests/test_train.sh (fourbit train and compare on the CPU)" -- bash tests/test_train.sh $(BUILD)/fourbit
+tier-ep:
+	$(Q)$(TIER) "tests/test_ep.sh (fourbit train --ranks N: expert parallelism on the CPU)" -- bash tests/test_ep.sh $(BUILD)/fourbit
+tier-cache:
+	$(Q)$(TIER) tests/test_cache.sh -- bash tests/test_cache.sh $(BUILD)/fourbit $(BUILD)/tests/test_cache
+tier-gen:
+	$(Q)$(MEMOENV) $(TIER) tests/test_gen.sh -- bash tests/test_gen.sh $(BUILD)/fourbit
+tier-tune:
+	$(Q)$(MEMOENV) $(TIER) "tests/test_tune.sh (sweeps on the emulated worker)" -- bash tests/test_tune.sh $(BUILD)/fourbit
+tier-kernels-compile:
+	$(Q)$(MEMOENV) $(TIER) "test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)" -- \
+	  $(BUILD)/gpu/test_kernels --compile-only
+tier-gemm-compile:
+	$(Q)$(MEMOENV) $(TIER) "test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)" \
+	  --log $(BUILD)/test_gemm_compile.log -- $(BUILD)/gpu/test_gemm --compile-only
+tier-train-gpu-compile:
+	$(Q)$(MEMOENV) $(TIER) "test_train_gpu --compile-only (every kernel of the GPU train step compiles for sm_90a; nothing runs)" -- \
+	  $(BUILD)/gpu/test_train_gpu --compile-only
+# on the fake driver after --compile-only: the same kernels, answered from the memo
+tier-train-gpu: tier-train-gpu-compile
+	$(Q)$(MEMOENV) $(MOCKENV) $(TIER) "test_train_gpu on the fake driver (build/mockcuda: the GPU step's host side, kernels as CPU references)" \
+	  --log $(BUILD)/test_train_gpu_mock.log -- $(BUILD)/gpu/test_train_gpu
+tier-train-dev-compile:
+	$(Q)$(MEMOENV) $(TIER) "test_train_dev --compile-only (the GPU-resident step's own kernels compile for sm_90a, sm_100a, sm_103a)" \
+	  --log $(BUILD)/test_train_dev_compile.log -- $(BUILD)/gpu/test_train_dev --compile-only
+tier-train-dev: tier-train-dev-compile
+	$(Q)$(MEMOENV) $(MOCKENV) $(TIER) "test_train_dev on the fake driver (the GPU-resident train step against the host step: bit for bit)" \
+	  --log $(BUILD)/test_train_dev_mock.log -- $(BUILD)/gpu/test_train_dev
+tier-ep-gpu:
+	$(Q)$(MEMOENV) $(TIER) "tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)" -- \
+	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda
+tier-bench-layer:
+	$(Q)$(MEMOENV) $(TIER) "tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)" -- \
+	  bash tests/test_bench_layer.sh $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda
+# (no memo: the sanitizers' runtime must come first in the fuzzer's libraries)
+tier-fuzz:
+	$(Q)$(TIER) "fuzz_recipe ($(TESTFUZZSECS) s; make test-exhaustive: FUZZSECS)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(TESTFUZZSECS)
+tier-fuzz-long:
+	$(Q)$(TIER) "fuzz_recipe ($(FUZZSECS) s)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
+tier-formats-exhaustive:
+	$(Q)$(TIER) "test_formats --exhaustive (the E2M1 RN grid over all 2^31 non-negative floats)" -- $(BUILD)/tests/test_formats --exhaustive
+
+# make test's NVRTC memo (see above): only nvrtc* symbols exported, so it never stands in for a program's own sha256
+$(NVRTCMEMO): tests/tools/nvrtc_memo.c runtime/sha256.c $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $< (make test's NVRTC memo)"
+	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE $(INCS) -o $@ \
+	  tests/tools/nvrtc_memo.c runtime/sha256.c -ldl -pthread
+
+# On the device machine; where there is no GPU it prints SKIPPED and exits 77 (make: "Error 77"), never a pass.
 # They use the carried build/ as it is (no rebuild: the device machine has no Lua or LMDB).
 test-gpu:
 	$(Q)test -x $(BUILD)/fourbit || { echo "test-gpu: build first (make), then carry build/"; exit 1; }
 	$(Q)bash tests/gpu/run.sh $(BUILD)/fourbit
 
-# The machine code of every generated kernel for every arch (cuobjdump; SKIPPED without one).
+# The machine code of every generated kernel for every arch (cuobjdump; SKIPPED and exit 77 without one).
 inspect: all
 	$(Q)bash tests/inspect_sass.sh $(BUILD)/fourbit
 

@@ -4,7 +4,7 @@
 # arrays) in any kernel, and the conversion instructions we mean to use: F2FP...E4M3 (sm_89+, RN E4M3) and, on
 # sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8); every sm_90a GEMM (gemm_*) runs its products on the
 # tensor cores (HGMMA) and loads by TMA (UTMALDG). Blackwell cubins are only read, never run.
-# Prints SKIPPED (never counted as passed) when no cuobjdump is found.
+# Prints SKIPPED and exits 77 (never counted as passed) when no cuobjdump is found.
 # usage: tests/inspect_sass.sh build/fourbit
 set -u
 FB=$1
@@ -12,7 +12,7 @@ CO=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$CO" ]; then
   CO=$(python3 -c 'import triton, os; print(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))' 2>/dev/null)
 fi
-[ -x "${CO:-/nonexistent}" ] || { echo "inspect: SKIPPED (not passed): no cuobjdump (pip install triton brings one)"; exit 0; }
+[ -x "${CO:-/nonexistent}" ] || { echo "inspect: SKIPPED (not passed): no cuobjdump (pip install triton brings one)"; exit 77; }
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 "$FB" gen recipes/inkling2_small.lua --arch sm_90a,sm_100a,sm_103a --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
 fail=0; n=0; ng=0

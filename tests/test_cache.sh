@@ -4,6 +4,8 @@
 # or truncated export (exit 2, nothing written), filters, gc, --help of every command, bad usage (exit 2).
 # Two caches are filled by build/tests/test_cache --fill DIR a|b: four kernel specs, two of them on both sides
 # with different times (quant_mxfp8_row faster in a, amax_ten faster in b), one under a B200 fingerprint.
+# Checks read exit codes, files (exports, byte for byte), the fields of the tables (ls's rows, show's keys, verify's
+# counts) and the numbers of the summary lines, not sentences.
 # usage: tests/test_cache.sh build/fourbit build/tests/test_cache
 set -u
 FB=$1
@@ -13,19 +15,32 @@ pass=0; fail=0
 ok() { pass=$((pass+1)); }
 bad() { fail=$((fail+1)); echo "  FAIL: $*"; }
 "$FILL" --fill "$W/a" a && "$FILL" --fill "$W/b" b || { echo "test_cache.sh: --fill failed"; exit 1; }
+# the numbers of a summary line (FILE's first line, or the line LABEL starts), the path and words aside
+nums() { { if [ -n "${2:-}" ]; then grep -m1 "^$2" "$1"; else head -1 "$1"; fi; } | sed "s|$W/[^ :]*||g" | tr ' (),;:' '\n' \
+  | grep -xE '[0-9]+(\.[0-9]+)?' | tr '\n' ' '; }
+# verify's table, "kernels N entries, B bad" a row: "Nk Bk Nw Bw Nt Bt", then verify's exit status (its output: $W/vc)
+counts() { "$FB" cache verify --cache "$1" > "$W/vc" 2>&1; local rc=$?
+  awk -v rc=$rc '$3 == "entries," { c[$1] = $2 " " $4 } END { print c["kernels"], c["winners"], c["trials"], rc }' "$W/vc"; }
+# ls's rows (after the summary and the column heads): fingerprint, kernel spec, bucket, variant, median ms, speed-up, ...
+rows() { tail -n +3 "$1"; }
 
-"$FB" cache ls --cache "$W/a" > "$W/ls" 2>&1 && grep -q "4 kernels, 3 winners, 3 trials" "$W/ls" && grep -q "quant_mxfp8_row_sm90a" "$W/ls" \
-  && grep -qE "quant_mxfp8_row_sm90a +256 +from_a +0.1000 +1.50x" "$W/ls" && ok || { bad "ls"; cat "$W/ls"; }
+"$FB" cache ls --cache "$W/a" > "$W/ls" 2>&1 && [ "$(nums "$W/ls")" = "4 3 3 " ] && [ "$(rows "$W/ls" | wc -l)" = 3 ] \
+  && rows "$W/ls" | awk '$2 == "quant_mxfp8_row_sm90a" && $3 == 256 && $4 == "from_a" && $5 == "0.1000" && $6 == "1.50x" { f = 1 } END { exit !f }' \
+  && ok || { bad "ls"; cat "$W/ls"; }
 FOURBIT_CACHE="$W/a" "$FB" cache ls > "$W/ls2" 2>&1 && cmp -s <(tail -n +2 "$W/ls") <(tail -n +2 "$W/ls2") && ok || bad "FOURBIT_CACHE is not the default dir"
-"$FB" cache ls --cache "$W/a" --fingerprint B200 > "$W/ls3" && [ "$(grep -c _sm90a "$W/ls3")" = 1 ] && grep -q router_top2 "$W/ls3" && ok || bad "ls --fingerprint"
-"$FB" cache show quant_mxfp8 --cache "$W/a" > "$W/show" 2>&1 && grep -q "runner-up" "$W/show" && grep -q "NVIDIA H200 sm_90" "$W/show" \
-  && grep -qE "^[0-9a-f]{14} +quant_mxfp8_row_sm90a_from_a +256 +ok" "$W/show" && ok || { bad "show"; cat "$W/show"; }
+"$FB" cache ls --cache "$W/a" --fingerprint B200 > "$W/ls3" && [ "$(rows "$W/ls3" | wc -l)" = 1 ] && [ "$(rows "$W/ls3" | awk '{ print $2 }')" = router_top2_e8_sm90a ] \
+  && ok || bad "ls --fingerprint"
+# show: "  key  value" lines (the runner-up, the fingerprint's device), then the trials' rows (key, variant, bucket, status)
+"$FB" cache show quant_mxfp8 --cache "$W/a" > "$W/show" 2>&1 && [ "$(awk '$1 == "runner-up" { print $2 }' "$W/show")" = quant_mxfp8_row_sm90a_runnerup ] \
+  && awk '$1 == "fingerprint" && $2 == "NVIDIA" && $3 == "H200" && $4 == "sm_90" { f = 1 } END { exit !f }' "$W/show" \
+  && awk 'length($1) == 14 && $1 ~ /^[0-9a-f]+$/ && $2 == "quant_mxfp8_row_sm90a_from_a" && $3 == 256 && $4 == "ok" { f = 1 } END { exit !f }' "$W/show" \
+  && ok || { bad "show"; cat "$W/show"; }
 "$FB" cache show nothing_like_this --cache "$W/a" > /dev/null 2>&1; [ $? -eq 1 ] && ok || bad "show of nothing: not exit 1"
-"$FB" cache verify --cache "$W/a" > "$W/v" 2>&1 && grep -q "verify .*: clean" "$W/v" && grep -qE "^winners +3 entries, 0 bad" "$W/v" && ok || { bad "verify clean"; cat "$W/v"; }
+[ "$(counts "$W/a")" = "4 0 3 0 3 0 0" ] && ok || { bad "verify clean"; cat "$W/vc"; }
 
 # export a, import into a fresh cache: the same entries; export again: the same bytes
-"$FB" cache export "$W/a.fbx" --cache "$W/a" > "$W/e" && grep -q "exported 4 kernels, 3 winners, 3 trials" "$W/e" && ok || { bad "export"; cat "$W/e"; }
-"$FB" cache import "$W/a.fbx" --cache "$W/c" > "$W/i" && grep -q "4 kernels, 3 winners, 3 trials written" "$W/i" && ok || { bad "import into empty"; cat "$W/i"; }
+"$FB" cache export "$W/a.fbx" --cache "$W/a" > "$W/e" && [ "$(nums "$W/e" | cut -d' ' -f1-3)" = "4 3 3" ] && [ -s "$W/a.fbx" ] && ok || { bad "export"; cat "$W/e"; }
+"$FB" cache import "$W/a.fbx" --cache "$W/c" > "$W/i" && [ "$(counts "$W/c")" = "4 0 3 0 3 0 0" ] && ok || { bad "import into empty"; cat "$W/i"; }
 "$FB" cache export "$W/c.fbx" --cache "$W/c" > /dev/null && cmp -s "$W/a.fbx" "$W/c.fbx" && ok || bad "round trip: the exports differ"
 
 # a corrupt file and a truncated one: exit 2, nothing written
@@ -41,22 +56,35 @@ done
 
 # merge a into b: quant_mxfp8_row is faster in a (imported kept), amax_ten faster in b (local kept)
 "$FB" cache import "$W/a.fbx" --cache "$W/b" > "$W/m" 2>&1 && ok || { bad "merge"; cat "$W/m"; }
-grep -qE "conflict on winners/[0-9a-f]{16}/quant_mxfp8_row_sm90a/b0*256: kept the imported quant_mxfp8_row_sm90a_from_a \(0.1000 ms\) over the local quant_mxfp8_row_sm90a_from_b \(0.2000 ms\)" "$W/m" \
-  && ok || { bad "merge message (imported faster)"; cat "$W/m"; }
-grep -qE "conflict on winners/[0-9a-f]{16}/amax_ten_bf16_sm90a/b0*256: kept the local amax_ten_bf16_sm90a_from_b \(0.2500 ms\) over the imported" "$W/m" \
-  && ok || { bad "merge message (local faster)"; cat "$W/m"; }
-grep -q "1 local winners kept" "$W/m" && ok || bad "merge summary"
-"$FB" cache ls --cache "$W/b" > "$W/lsb" && grep -qE "quant_mxfp8_row_sm90a +256 +from_a" "$W/lsb" && grep -qE "amax_ten_bf16_sm90a +256 +from_b" "$W/lsb" \
-  && [ "$(grep -c _sm90a "$W/lsb")" = 4 ] && ok || { bad "merged winners"; cat "$W/lsb"; }
+# one line per conflict, naming the entry's key and both variants with their times, the kept one first; which one the
+# cache kept is read back with ls below
+conflict() { # key-spec, kept variant, its ms, the other, its ms
+  grep -E "winners/[0-9a-f]{16}/$1/b0*256[: ]" "$W/m" | grep -F "$2 ($3 ms)" | grep -qF "$4 ($5 ms)" && \
+    [ "$(grep -E "winners/[0-9a-f]{16}/$1/b0*256[: ]" "$W/m" | sed "s/.*$2 ($3 ms)//" | grep -cF "$4 ($5 ms)")" = 1 ]; }
+conflict quant_mxfp8_row_sm90a quant_mxfp8_row_sm90a_from_a 0.1000 quant_mxfp8_row_sm90a_from_b 0.2000 \
+  && ok || { bad "merge conflict line (imported faster)"; cat "$W/m"; }
+conflict amax_ten_bf16_sm90a amax_ten_bf16_sm90a_from_b 0.2500 amax_ten_bf16_sm90a_from_a 0.3000 \
+  && ok || { bad "merge conflict line (local faster)"; cat "$W/m"; }
+[ "$(grep -cE "winners/[0-9a-f]{16}/" "$W/m")" = 2 ] && ok || bad "merge: not two conflict lines"
+"$FB" cache ls --cache "$W/b" > "$W/lsb" && rows "$W/lsb" | awk '$2 == "quant_mxfp8_row_sm90a" && $3 == 256 && $4 == "from_a" { a = 1 }
+  $2 == "amax_ten_bf16_sm90a" && $3 == 256 && $4 == "from_b" { b = 1 } END { exit !(a && b && NR == 4) }' && ok || { bad "merged winners"; cat "$W/lsb"; }
 "$FB" cache verify --cache "$W/b" > /dev/null && ok || bad "verify after merge"
 # filtered exports
-"$FB" cache export "$W/ink.fbx" --cache "$W/b" --recipe inkling2_small > "$W/e2" && grep -q "1 kernels, 1 winners" "$W/e2" && ok || { bad "export --recipe"; cat "$W/e2"; }
-"$FB" cache export "$W/b200.fbx" --cache "$W/b" --fingerprint B200 > "$W/e3" && grep -q "1 kernels, 1 winners, 0 trials" "$W/e3" && ok || { bad "export --fingerprint"; cat "$W/e3"; }
+# filtered exports: what a fresh cache holds after importing them
+"$FB" cache export "$W/ink.fbx" --cache "$W/b" --recipe inkling2_small > "$W/e2" && "$FB" cache import "$W/ink.fbx" --cache "$W/ink" > /dev/null \
+  && [ "$(counts "$W/ink" | cut -d' ' -f1,3,7)" = "1 1 0" ] && "$FB" cache ls --cache "$W/ink" > "$W/lsi" && [ "$(rows "$W/lsi" | awk '{ print $NF }')" = inkling2_small ] \
+  && ok || { bad "export --recipe"; cat "$W/e2"; }
+"$FB" cache export "$W/b200.fbx" --cache "$W/b" --fingerprint B200 > "$W/e3" && "$FB" cache import "$W/b200.fbx" --cache "$W/b200" > /dev/null \
+  && [ "$(counts "$W/b200")" = "1 0 1 0 0 0 0" ] && ok || { bad "export --fingerprint"; cat "$W/e3"; }
 
 # gc: the unused cubins go, every winner keeps its own
-"$FB" cache gc --cache "$W/b" --dry-run > "$W/g0" && grep -qE "[1-9][0-9]* cubins would be dropped: no winner uses, 4 kept" "$W/g0" && ok || { bad "gc --dry-run"; cat "$W/g0"; }
-"$FB" cache gc --cache "$W/b" > "$W/g" && grep -qE "[1-9][0-9]* cubins dropped: no winner uses, 4 kept" "$W/g" && ok || { bad "gc"; cat "$W/g"; }
-"$FB" cache verify --cache "$W/b" | grep -qE "^kernels +4 entries, 0 bad" && ok || bad "verify after gc"
+# gc: the unused cubins go, every winner (4) keeps its own; --dry-run says how many (dropped, kept) and changes nothing
+nk=$(counts "$W/b" | cut -d' ' -f1)
+"$FB" cache export "$W/g0.fbx" --cache "$W/b" > /dev/null
+"$FB" cache gc --cache "$W/b" --dry-run > "$W/g0" && [ "$(nums "$W/g0")" = "$((nk - 4)) 4 " ] && [ "$nk" -gt 4 ] \
+  && "$FB" cache export "$W/g1.fbx" --cache "$W/b" > /dev/null && cmp -s "$W/g0.fbx" "$W/g1.fbx" && ok || { bad "gc --dry-run ($nk kernels)"; cat "$W/g0"; }
+"$FB" cache gc --cache "$W/b" > "$W/g" && [ "$(nums "$W/g")" = "$((nk - 4)) 4 " ] && ok || { bad "gc"; cat "$W/g"; }
+[ "$(counts "$W/b")" = "4 0 4 0 6 0 0" ] && ok || { bad "verify after gc"; cat "$W/vc"; }
 
 # a flipped byte in a stored value: verify names it and exits 1; ls says there are bad entries
 python3 - "$W/a/data.mdb" <<'EOF'
@@ -72,15 +100,19 @@ open(p, 'wb').write(b)
 sys.exit(0 if n else 1)
 EOF
 [ $? -eq 0 ] && ok || bad "could not find the value to flip"
-"$FB" cache verify --cache "$W/a" > "$W/v2" 2>&1; rc=$?
-[ $rc -eq 1 ] && grep -qE "^BAD winners/[0-9a-f]{16}/amax_ten_bf16_sm90a/b0*256: fails its checksum" "$W/v2" && grep -qE "^winners +3 entries, 1 bad" "$W/v2" \
-  && ok || { bad "verify of a flipped byte: exit $rc"; cat "$W/v2"; }
-"$FB" cache ls --cache "$W/a" | grep -q "1 bad" && ok || bad "ls does not mention the bad entry"
-"$FB" cache export "$W/a2.fbx" --cache "$W/a" | grep -q "2 winners" && ok || bad "export should leave the bad entry out"
+# verify: exit 1, a BAD row naming the entry, the winners' count 3 with 1 bad
+c=$(counts "$W/a")
+[ "$c" = "4 0 3 1 3 0 1" ] && grep -E '^BAD winners/[0-9a-f]{16}/amax_ten_bf16_sm90a/b0*256[: ]' "$W/vc" | [ "$(wc -l)" = 1 ] \
+  && [ "$(grep -c '^BAD ' "$W/vc")" = 1 ] && ok || { bad "verify of a flipped byte: $c"; cat "$W/vc"; }
+"$FB" cache ls --cache "$W/a" > "$W/ls4"; [ "$(nums "$W/ls4")" = "4 3 3 1 " ] && ok || { bad "ls does not count the bad entry"; head -1 "$W/ls4"; }
+"$FB" cache export "$W/a2.fbx" --cache "$W/a" > /dev/null && "$FB" cache import "$W/a2.fbx" --cache "$W/a2" > /dev/null \
+  && [ "$(counts "$W/a2" | cut -d' ' -f3,4,7)" = "2 0 0" ] && ok || bad "export should leave the bad entry out"
 
 # --help of every command; bad usage
-for c in ls show verify export import gc; do "$FB" cache $c --help | grep -q "usage: fourbit cache $c" && ok || bad "cache $c --help"; done
-"$FB" cache --help | grep -q "usage: fourbit cache" && ok || bad "cache --help"
+# --help: exit 0, the text on stdout (naming the command), nothing on stderr
+helps() { "$FB" "$@" --help > "$W/h" 2> "$W/he" && [ -s "$W/h" ] && [ ! -s "$W/he" ] && grep -qF "fourbit $*" "$W/h"; }
+for c in ls show verify export import gc; do helps cache $c && ok || bad "cache $c --help"; done
+helps cache && ok || bad "cache --help"
 expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "$*: exit $rc"; }
 expect2 cache
 expect2 cache frobnicate

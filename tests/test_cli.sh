@@ -100,7 +100,10 @@ expect2 "dequant wrong size"   dequant --format nvfp4 --outer row --rows $R --co
 expect2 "unknown command"      frobnicate
 "$FB" quant --format nvfp4 --rows $R --cols $C "$W/g.f32" "$W/nodir/out" 2>/dev/null; rc=$?
 [ $rc -ne 0 ] && [ ! -e "$W/nodir" ] && ok || bad "unwritable OUT: exit $rc"
-for c in quant dequant info help; do "$FB" $c --help | grep -q usage && ok || bad "$c --help"; done
+# --help: exit 0, the text on stdout (naming the command), nothing on stderr
+for c in quant dequant info help; do
+  "$FB" $c --help > "$W/h" 2> "$W/he" && [ -s "$W/h" ] && [ ! -s "$W/he" ] && grep -qF "fourbit" "$W/h" && ok || bad "$c --help"
+done
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

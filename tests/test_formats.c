@@ -1,7 +1,10 @@
 /* test_formats.c — the fast encoders of templates/fb_formats.h (what generated kernels use) against the
  * reference library (runtime/numerics.c), on the CPU: every float bit pattern at a stride, every value
  * near each format's grid, all 256 SR bytes on many values, and every code of every decoder. The GPU
- * tests then check whole kernels; on sm_89+ E4M3 RN is the cvt instruction, checked there. */
+ * tests then check whole kernels; on sm_89+ E4M3 RN is the cvt instruction, checked there.
+ *   test_formats               what make test runs: the E2M1 RN grid sweep over every 61st non-negative float
+ *                              pattern and every one near its decision points, binade edges and NaN/Inf (~2 s)
+ *   test_formats --exhaustive  the same tests with that sweep over all 2^31 patterns (~75 s; make test-exhaustive) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -263,22 +266,43 @@ static void test_nvfp4_block_path(void **state) {
  * non-negative float and NaN pattern; fbf_e4m3_dec_cvt over every code; fbf_nvfp4_cand_rn / fbf_nvfp4_grid_rn
  * / fbf_nvfp4_cand_rn_codes / fbf_e2m1x8_pack / fbf_nvfp4_signs8 (inputs without NaN, as the kernel calls
  * them) against fbf_nvfp4_cand / fbf_nvfp4_codes / fbf_nvfp4_signs on random and edge blocks. */
+static int exhaustive; /* --exhaustive */
+static long grid_bad, grid_checked;
+static void e2m1_grid_one(uint32_t u) {
+  u &= 0x7FFFFFFFu;
+  float a = u2f(u);
+  int lo = a < 2.0f, mid = a < 4.0f;
+  float step = lo ? 0.5f : (mid ? 1.0f : 2.0f), inv = lo ? 2.0f : (mid ? 1.0f : 0.5f), off = lo ? 0.0f : (mid ? 2.0f : 4.0f);
+  float n = rintf(a * inv), want = fminf(n * step, 6.0f);
+  unsigned wc = (unsigned)fminf(n + off, 7.0f);
+  float g = fbf_e2m1_rn_grid(a);
+  unsigned c = fbf_e2m1_grid_code(g);
+  ++grid_checked;
+  if ((f2u(g) != f2u(want) || c != wc || c != fb_e2m1_encode_rn(a)) && grid_bad++ < 10)
+    fprintf(stderr, "  e2m1 grid: 0x%08x: %g code %u, want %g code %u\n", u, g, c, want, wc);
+}
+
 static void test_nvfp4_rn_fast(void **state) {
   (void)state;
-  long bad = 0;
-  for (uint64_t u = 0; u <= 0x7FFFFFFFull; ++u) {
-    float a = u2f((uint32_t)u);
-    int lo = a < 2.0f, mid = a < 4.0f;
-    float step = lo ? 0.5f : (mid ? 1.0f : 2.0f), inv = lo ? 2.0f : (mid ? 1.0f : 0.5f), off = lo ? 0.0f : (mid ? 2.0f : 4.0f);
-    float n = rintf(a * inv), want = fminf(n * step, 6.0f);
-    unsigned wc = (unsigned)fminf(n + off, 7.0f);
-    float g = fbf_e2m1_rn_grid(a);
-    unsigned c = fbf_e2m1_grid_code(g);
-    if ((f2u(g) != f2u(want) || c != wc || c != fb_e2m1_encode_rn(a)) && bad++ < 10)
-      fprintf(stderr, "  e2m1 grid: 0x%08x: %g code %u, want %g code %u\n", (uint32_t)u, g, c, want, wc);
+  grid_bad = grid_checked = 0;
+  if (exhaustive) {
+    for (uint64_t u = 0; u <= 0x7FFFFFFFull; ++u) e2m1_grid_one((uint32_t)u);
+    printf("  e2m1 rn grid/code: all 2^31 non-negative floats and NaNs, %ld wrong\n", grid_bad);
+  } else {
+    /* every 61st pattern (odd, so every low mantissa bit is hit), then every pattern within 2^14 ulps of each E2M1 grid
+       value and rounding midpoint (the ties and the binade switches at 2 and 4 are here) and of 6, 7 and 8 (the clamp);
+       the largest floats, Inf and every NaN; the first and last 2^10 of every binade (zero and subnormals among them) */
+    for (uint64_t u = 0; u <= 0x7FFFFFFFull; u += 61) e2m1_grid_one((uint32_t)u);
+    static const float pts[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f};
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; ++i)
+      for (int d = -16384; d <= 16384; ++d) e2m1_grid_one(f2u(pts[i]) + (uint32_t)d);
+    for (uint32_t u = 0x7F7FC000u; u <= 0x7FFFFFFFu; ++u) e2m1_grid_one(u); /* the largest 2^14 floats, Inf, every NaN */
+    for (uint32_t e = 0; e < 256; ++e)
+      for (uint32_t d = 0; d < 1024; ++d) e2m1_grid_one((e << 23) + d), e2m1_grid_one((e << 23) + 0x7FFC00u + d);
+    printf("  e2m1 rn grid/code: %ld of the 2^31 non-negative floats and NaNs (a stride and every one near the decision "
+           "points; --exhaustive: all), %ld wrong\n", grid_checked, grid_bad);
   }
-  printf("  e2m1 rn grid/code: all 2^31 non-negative floats and NaNs, %ld wrong\n", bad);
-  assert_int_equal(bad, 0);
+  assert_int_equal(grid_bad, 0);
   for (unsigned c = 0; c < 256; ++c)
     if ((c & 0x7Fu) != 0x7Fu) assert_int_equal(f2u(fbf_e4m3_dec_cvt(c)), f2u(fbf_e4m3_dec(c)));
   static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-40f, -1e-40f, 448.0f, 3e38f, -3e38f, 0.25f, 0.75f, 5.0f};
@@ -330,7 +354,11 @@ static void test_nvfp4_rn_fast(void **state) {
   assert_int_equal(wrong, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--exhaustive")) exhaustive = 1;
+    else { fprintf(stderr, "usage: test_formats [--exhaustive]\n"); return 2; }
+  }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_encoders), cmocka_unit_test(test_sr_all_bytes),
                                      cmocka_unit_test(test_sr_block_path),
                                      cmocka_unit_test(test_nvfp4_deq),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_gen.sh — `fourbit gen` end to end without a GPU: sources and cubins for sm_90a, sm_100a and sm_103a
 # (NVRTC needs no GPU), the generated header of docs/style.md "Generated source", byte-for-byte determinism, the golden source of
-# one kernel, the notice naming kernels without a template, and bad input (exit 2).
+# one kernel, the notice naming kernels without a template, --cache, and bad input (exit 2). Checks read exit codes,
+# the files written, the plan's JSON and the fields of gen's table, not sentences.
 # usage: tests/test_gen.sh build/fourbit
 set -u
 FB=$1
@@ -34,18 +35,31 @@ if [ -f "$g" ]; then
 else
   bad "no golden file $g (make golden)"
 fi
-# kernels without a template are named, and the run still succeeds: the GEMMs for Blackwell (sm_90a only so far)
-"$FB" gen recipes/tiny.lua --arch sm_100a --only gemm_fwd --out "$W/c" > "$W/log2" 2>&1 && grep -q "have no template yet" "$W/log2" && grep -q gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a "$W/log2" && ok || bad "no notice for kernels without templates"
+# kernels without a template are named, one a line, and the run still succeeds, writing nothing for them: the GEMMs
+# for Blackwell (sm_90a only so far), every gemm_fwd kernel of the sm_100a plan (its JSON)
+want=$("$FB" plan --json --arch sm_100a recipes/tiny.lua | python3 -c 'import json, sys
+print(" ".join(k["name"] for k in json.load(sys.stdin)["kernels"] if "gemm_fwd" in k["name"]))')
+named=0
+"$FB" gen recipes/tiny.lua --arch sm_100a --only gemm_fwd --out "$W/c" > "$W/log2" 2>&1 && rc=0 || rc=$?
+for k in $want; do awk -v k="$k" '$1 == k { f = 1 } END { exit !f }' "$W/log2" && named=$((named + 1)); done
+[ $rc -eq 0 ] && [ -n "$want" ] && [ $named -eq $(wc -w <<<"$want") ] && [ -z "$(ls "$W/c")" ] && ok \
+  || { bad "kernels without templates: exit $rc, $named of $(wc -w <<<"$want") named, files: $(ls "$W/c" | head -3)"; cat "$W/log2"; }
 expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "gen $*: exit $rc"; }
 expect2 gen recipes/tiny.lua --arch sm_80 --out "$W/d"
 expect2 gen recipes/nope.lua --out "$W/d"
-# --cache: the first run stores every cubin, the second compiles nothing and writes the same files
-"$FB" gen recipes/tiny.lua --only quant_mxfp8_row --cache "$W/cache" --out "$W/e1" > "$W/c1" 2>&1 && grep -qE "cache .*: [1-9][0-9]* kernels stored" "$W/c1" && ok || { bad "--cache did not store"; cat "$W/c1"; }
-"$FB" gen recipes/tiny.lua --only quant_mxfp8_row --cache "$W/cache" --out "$W/e2" > "$W/c2" 2>&1 && grep -qE ": 0 compiled .*, [1-9][0-9]* from the cache" "$W/c2" && ok || { bad "--cache: the second run compiled again"; cat "$W/c2"; }
+# --cache: the first run stores every cubin (the cache then holds one kernel per cubin written, and verifies clean);
+# the second compiles nothing (every row of gen's table says "cached" in the compile column) and writes the same files
+ncub() { ls "$1"/*.cubin 2>/dev/null | wc -l; }
+rows() { awk -v a=sm_90a '$2 == a { n++; if ($3 == "cached") c++ } END { print n + 0, c + 0 }' "$1"; } # table rows, cached ones
+"$FB" gen recipes/tiny.lua --only quant_mxfp8_row --cache "$W/cache" --out "$W/e1" > "$W/c1" 2>&1 && [ "$(ncub "$W/e1")" -gt 0 ] \
+  && [ "$(rows "$W/c1")" = "$(ncub "$W/e1") 0" ] && "$FB" cache verify --cache "$W/cache" > "$W/v1" \
+  && [ "$(awk '$1 == "kernels" && $3 == "entries," { print $2, $4 }' "$W/v1")" = "$(ncub "$W/e1") 0" ] && ok || { bad "--cache did not store"; cat "$W/c1" "$W/v1"; }
+"$FB" gen recipes/tiny.lua --only quant_mxfp8_row --cache "$W/cache" --out "$W/e2" > "$W/c2" 2>&1 \
+  && [ "$(rows "$W/c2")" = "$(ncub "$W/e1") $(ncub "$W/e1")" ] && ok || { bad "--cache: the second run compiled again"; cat "$W/c2"; }
 for f in "$W/e1"/*.cubin; do cmp -s "$f" "$W/e2/$(basename "$f")" || { bad "cached cubin $(basename "$f") differs"; break; }; done
 touch "$W/notadir"
 expect2 gen recipes/tiny.lua --cache "$W/notadir"
 expect2 gen
-"$FB" gen --help | grep -q usage && ok || bad "gen --help"
+"$FB" gen --help > "$W/h" 2> "$W/he" && [ -s "$W/h" ] && [ ! -s "$W/he" ] && grep -qF "fourbit gen" "$W/h" && ok || bad "gen --help"
 echo "test_gen: $pass passed, $fail failed"
 [ $fail -eq 0 ]

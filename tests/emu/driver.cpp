@@ -6,7 +6,8 @@
  * kernels' logic are checked where no GPU is at hand. Slow (a coroutine switch per warp collective): use
  * --quick and --only. Run from the repository root (it compiles against templates/ and tests/emu/).
  * Not emulated: timing, the memory model between CTAs, device-only instructions (fb_formats.h's software E4M3
- * path stands in for cvt.rn.satfinite). */
+ * path stands in for cvt.rn.satfinite). FB_EMU_MEMO=DIR (make test sets it): a kernel whose compile command and
+ * preprocessed source an earlier compile had is not compiled again; that compile's library is copied from DIR. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,34 @@ char *own_quantizer_source(const char *name) {
   return NULL;
 }
 
+char *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  std::string b;
+  char chunk[65536];
+  size_t k;
+  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) b.append(chunk, k);
+  fclose(f);
+  char *out = (char *)malloc(b.size() + 1);
+  if (!out) return NULL;
+  memcpy(out, b.data(), b.size());
+  out[b.size()] = 0, *n = b.size();
+  return out;
+}
+
+/* 0 when FROM was copied to TO whole */
+int copy_file(const char *from, const char *to) {
+  size_t n = 0;
+  char *b = read_file(from, &n);
+  if (!b) return 1;
+  FILE *o = fopen(to, "wb");
+  int ok = o && fwrite(b, 1, n, o) == n;
+  if (o) ok &= fclose(o) == 0;
+  free(b);
+  if (!ok) unlink(to);
+  return !ok;
+}
+
 void *compile_kernel(const char *name) {
   const char *src = NULL;
   for (int i = 0; i < nunits && !src; ++i)
@@ -61,9 +90,32 @@ void *compile_kernel(const char *name) {
   fclose(o);
   free(own);
   const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
-  std::string cmd = std::string(cxx) + " -std=c++17 -O1 -fPIC -shared -ffp-contract=off -w -fsanitize=undefined "
-                    "-fno-sanitize-recover=all -DFBEMU_KERNEL -include tests/emu/fb_emu.h -Itemplates -o " + so + " " + f;
-  if (system(cmd.c_str())) { fprintf(stderr, "emu: compiling %s failed: %s\n", name, cmd.c_str()); exit(1); }
+  std::string flags = std::string(cxx) + " -std=c++17 -O1 -fPIC -shared -ffp-contract=off -w -fsanitize=undefined "
+                      "-fno-sanitize-recover=all -DFBEMU_KERNEL -include tests/emu/fb_emu.h -Itemplates";
+  std::string cmd = flags + " -o " + so + " " + f;
+  /* make test's memo (FB_EMU_MEMO=DIR: the tuner's sweeps, whose replacement workers load the same kernels again):
+     the library of an earlier compile of the same command and preprocessed source is copied in; a new one goes to
+     DIR, written aside and renamed */
+  const char *memo = getenv("FB_EMU_MEMO");
+  std::string kept;
+  if (memo && *memo) {
+    std::string ii = std::string(dir) + "/k.ii";
+    size_t n = 0;
+    char *pp = system((flags + " -E -P -o " + ii + " " + f).c_str()) ? NULL : read_file(ii.c_str(), &n);
+    unlink(ii.c_str());
+    if (pp) {
+      std::string in = flags + '\n' + std::string(pp, n);
+      char hex[65];
+      fb_sha256_hex(in.data(), in.size(), hex);
+      free(pp);
+      kept = std::string(memo) + "/" + hex + ".emu.so";
+    }
+  }
+  if (kept.empty() || copy_file(kept.c_str(), so.c_str())) {
+    if (system(cmd.c_str())) { fprintf(stderr, "emu: compiling %s failed: %s\n", name, cmd.c_str()); exit(1); }
+    std::string tmp = kept + ".tmp." + std::to_string(getpid());
+    if (!kept.empty() && copy_file(so.c_str(), tmp.c_str()) == 0 && rename(tmp.c_str(), kept.c_str())) unlink(tmp.c_str());
+  }
   void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) { fprintf(stderr, "emu: %s\n", dlerror()); exit(1); }
   fbemu_api **tab = (fbemu_api **)dlsym(h, "fbemu_table");

@@ -4,7 +4,7 @@
 set -u
 FB=$1
 dir=${OUT:-build}
-if ! "$FB" info | grep -q '^gpu 0'; then echo "bench: SKIPPED (not passed): no GPU"; exit 0; fi
+if ! "$FB" info | grep -q '^gpu 0'; then echo "bench: SKIPPED (not passed): no GPU"; exit 77; fi
 python3 tests/gpu/bench_peer.py "$dir/peer.txt" || echo "bench: the PyTorch peer failed; ratios will be missing"
 build/gpu/bench --peer "$dir/peer.txt" --csv "$dir/bench.csv"
 # the grouped GEMMs: shapes from test_gemm, the PyTorch peers on them, then ours (each variant checked first)

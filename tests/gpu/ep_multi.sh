@@ -15,7 +15,7 @@ dir=${OUT:-build/ep}
 mkdir -p "$dir"
 export NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-if [ "$ngpu" -lt 1 ]; then echo "ep_multi: SKIPPED (not passed): no GPU"; exit 0; fi
+if [ "$ngpu" -lt 1 ]; then echo "ep_multi: SKIPPED (not passed): no GPU"; exit 77; fi
 echo "ep_multi: $ngpu GPU(s): $(nvidia-smi -L | head -1)"
 fail=0
 export FOURBIT_CACHE=${FOURBIT_CACHE:-/tmp/fbcache_ep}

@@ -2,13 +2,13 @@
 # tests/gpu/run.sh — `make test-gpu` on the device machine: every generated kernel and variant against the
 # CPU reference (build/gpu/test_kernels), then compute-sanitizer memcheck and racecheck over one variant of
 # each kernel spec (and of the requantizers' f16-tile and raw-ring forms). Where there is no GPU it says
-# SKIPPED, which never counts as passed.
+# SKIPPED and exits 77, which never counts as passed.
 set -u
 FB=$1
 info=$("$FB" info) || { echo "test-gpu: fourbit info failed"; exit 1; }
 if ! grep -q '^gpu 0' <<<"$info"; then
   echo "test-gpu: SKIPPED (not passed): $(grep '^cuda' <<<"$info")"
-  exit 0
+  exit 77
 fi
 grep -E '^(gpu|nvrtc|fourbit)' <<<"$info"
 fail=0
