@@ -258,11 +258,11 @@ tier-formats-exhaustive:
 	$(Q)$(TIER) "test_formats --exhaustive (the E2M1 RN grid over all 2^31 non-negative floats)" -- $(BUILD)/tests/test_formats --exhaustive
 
 # make test's NVRTC memo (see above): only nvrtc* symbols exported, so it never stands in for a program's own sha256
-$(NVRTCMEMO): tests/tools/nvrtc_memo.c runtime/sha256.c $(DEPSOK)
+$(NVRTCMEMO): tests/tools/nvrtc_memo.c base/sha256.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $< (make test's NVRTC memo)"
 	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE $(INCS) -o $@ \
-	  tests/tools/nvrtc_memo.c runtime/sha256.c -ldl -pthread
+	  tests/tools/nvrtc_memo.c base/sha256.c -ldl -pthread
 
 # On the device machine; where there is no GPU it prints SKIPPED and exits 77 (make: "Error 77"), never a pass.
 # They use the carried build/ as it is (no rebuild: the device machine has no Lua or LMDB).

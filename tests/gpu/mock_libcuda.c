@@ -1,5 +1,5 @@
 /* mock_libcuda.c — a fake libcuda.so.1 for the CPU machines: build/mockcuda/libcuda.so.1, loaded by
- * runtime/cuda_driver.c's dlopen when LD_LIBRARY_PATH points at it. Device memory is host memory; every copy, memset,
+ * base/cuda_driver.c's dlopen when LD_LIBRARY_PATH points at it. Device memory is host memory; every copy, memset,
  * tensor map and kernel argument is checked against the allocations (an access outside one aborts with MOCK OOB); each
  * kernel launch is carried out by the CPU reference of what its template's header says it computes (runtime/numerics.c,
  * runtime/ops.c): the quantizers, requantize-transposes, BF16 operand copies, permute (pass 3 does the whole
