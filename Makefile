@@ -153,9 +153,11 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 	$(Q)$(CC) $(CFLAGS) -o $@ $< -lm
 
 # CPU test tiers. Each tier is a target of its own (tier-*, unit/*), run by mk/tier.sh, which prints its wall and
-# user+sys time; check, test and test-exhaustive run theirs in a sub-make with -j$(TESTJOBS) (default: the cores), -O
-# (a tier's lines together, when it ends) and -k (every tier runs; the status is non-zero if any failed, and make
-# names each failed tier). Independent tiers run side by side; the longest are listed first.
+# user+sys time; check, test and test-exhaustive run theirs in a sub-make with -j$(TESTJOBS) (default: one more than
+# the cores, as the rank tiers wait on each other), -O (a tier's lines together, when it ends) and -k (every tier
+# runs; the status is non-zero if any failed, and make names each failed tier). The longest chains start first (the
+# tuner's sweeps, one worker after another); the two NVRTC tiers that compile on 16 threads run at nice 19, filling
+# the cores the others leave idle instead of starving them.
 #   check            the unit tests of every module (cmocka) and the cheapest end-to-end tiers: quant/dequant, the
 #                    bad recipes, the golden plans, train and compare on the CPU, expert parallelism on the CPU, the
 #                    cache commands. No NVRTC tier, no fake-driver run, no tuner sweep, no fuzzing: make test has those.
@@ -169,7 +171,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 # is answered with that compile's cubin and log; the emulated tuner worker's host compiles likewise (FB_EMU_MEMO,
 # tests/emu/driver.cpp: the same command and preprocessed source). The memo is emptied when make test starts: every
 # distinct kernel is compiled in every run, once, however many tiers, processes, ranks and workers compile it.
-TESTJOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+TESTJOBS     ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 TESTFUZZSECS ?= 10
 MEMO      := $(BUILD)/test-memo
 NVRTCMEMO := $(BUILD)/tests/tools/libnvrtc_memo.so
@@ -180,7 +182,7 @@ MOCKENV   := LD_LIBRARY_PATH=$(BUILD)/mockcuda
 UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers
-TEST_TIERS  := tier-tune tier-kernels-compile tier-ep-gpu tier-gemm-compile tier-train-gpu tier-train-dev tier-gen \
+TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
                tier-bench-layer tier-names tier-fuzz $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
@@ -226,10 +228,10 @@ tier-tune:
 	$(Q)$(MEMOENV) $(TIER) "tests/test_tune.sh (sweeps on the emulated worker)" -- bash tests/test_tune.sh $(BUILD)/fourbit
 tier-kernels-compile:
 	$(Q)$(MEMOENV) $(TIER) "test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)" -- \
-	  $(BUILD)/gpu/test_kernels --compile-only
+	  nice -n 19 $(BUILD)/gpu/test_kernels --compile-only
 tier-gemm-compile:
 	$(Q)$(MEMOENV) $(TIER) "test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)" \
-	  --log $(BUILD)/test_gemm_compile.log -- $(BUILD)/gpu/test_gemm --compile-only
+	  --log $(BUILD)/test_gemm_compile.log -- nice -n 19 $(BUILD)/gpu/test_gemm --compile-only
 tier-train-gpu-compile:
 	$(Q)$(MEMOENV) $(TIER) "test_train_gpu --compile-only (every kernel of the GPU train step compiles for sm_90a; nothing runs)" -- \
 	  $(BUILD)/gpu/test_train_gpu --compile-only
