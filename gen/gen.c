@@ -16,6 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+int fb_variant_has(const fb_variant *v, const char *name) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], name)) return 1;
+  return 0;
+}
+
+int fb_variant_param(const fb_variant *v, const char *name, int dflt) {
+  for (int i = 0; i < v->nparams; ++i)
+    if (!strcmp(v->param[i], name)) return v->value[i];
+  return dflt;
+}
+
 static const fb_embedded_file *embedded(const char *name) {
   for (const fb_embedded_file *f = fb_embedded; f->name; ++f)
     if (!strcmp(f->name, name)) return f;
@@ -133,19 +145,9 @@ static int gemm_kind(const fb_kernel_spec *k) {
 
 /* Limits of gemm_sm90.cuh (shared memory, registers, TMA boxes, what is written); NULL when legal. */
 static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
-  int tm = 0, tn = 0, tk = 0, st = 0, cl = 1, co = 1, wb = 1, pipe = 0;
-  for (int i = 0; i < v->nparams; ++i) {
-    const char *n = v->param[i];
-    int x = v->value[i];
-    if (!strcmp(n, "tile_m")) tm = x;
-    else if (!strcmp(n, "tile_n")) tn = x;
-    else if (!strcmp(n, "tile_k")) tk = x;
-    else if (!strcmp(n, "stages")) st = x;
-    else if (!strcmp(n, "cluster")) cl = x;
-    else if (!strcmp(n, "consumers")) co = x;
-    else if (!strcmp(n, "weights_bf16")) wb = x;
-    else if (!strcmp(n, "pipe")) pipe = x;
-  }
+  int tm = fb_variant_param(v, "tile_m", 0), tn = fb_variant_param(v, "tile_n", 0), tk = fb_variant_param(v, "tile_k", 0);
+  int st = fb_variant_param(v, "stages", 0), cl = fb_variant_param(v, "cluster", 1), co = fb_variant_param(v, "consumers", 1);
+  int wb = fb_variant_param(v, "weights_bf16", 1), pipe = fb_variant_param(v, "pipe", 0);
   int kind = gemm_kind(k);
   if (cl != 1) return "gemm: clusters (TMA multicast) are not written yet: cluster = 1 only";
   if (co != 1 && co != 2) return "gemm: 1 or 2 consumer warpgroups";
@@ -182,15 +184,8 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
 /* Hardware and template limits of one variant; NULL when legal. */
 static const char *variant_illegal(const fb_kernel_spec *k, const choice *c, const fb_variant *v) {
   if (!strcmp(c->tmpl, "gemm_sm90.cuh")) return gemm_illegal(k, v);
-  int rows = 0, cols = 0, threads = 0, stage = 0, slots = 0, half = 0;
-  for (int i = 0; i < v->nparams; ++i) {
-    if (!strcmp(v->param[i], "slots")) slots = v->value[i];
-    if (!strcmp(v->param[i], "half")) half = v->value[i];
-    if (!strcmp(v->param[i], "rows")) rows = v->value[i];
-    if (!strcmp(v->param[i], "cols")) cols = v->value[i];
-    if (!strcmp(v->param[i], "threads")) threads = v->value[i];
-    if (!strcmp(v->param[i], "stage")) stage = v->value[i];
-  }
+  int rows = fb_variant_param(v, "rows", 0), cols = fb_variant_param(v, "cols", 0), threads = fb_variant_param(v, "threads", 0);
+  int stage = fb_variant_param(v, "stage", 0), slots = fb_variant_param(v, "slots", 0), half = fb_variant_param(v, "half", 0);
   if (!strcmp(c->tmpl, "mx_col.cuh") && slots) { /* the raw ring (mx_col.cuh FB_SLOTS): NVFP4 sources only */
     if (k->op != FB_OP_REQUANT || k->src.format != FB_FMT_NVFP4) return "mx_col: slots (the raw ring) apply to NVFP4 sources only";
     if (slots < 2) return "mx_col: the raw ring takes at least 2 slots";
@@ -287,10 +282,12 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
        _m128n256k128_s4_c1_w2 (tile, stages, cluster, consumer warpgroups) and _b1 for a BF16 weight copy */
     int len = snprintf(v.name, sizeof v.name, "%s", k->name);
     if (!strcmp(c.tmpl, "gemm_sm90.cuh")) {
-      len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_m%dn%dk%d_s%d_c%d_w%d", v.value[0], v.value[1],
-                      v.value[2], v.value[3], v.value[4], v.value[5]);
-      if (np > 6) len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_b%d", v.value[6]);
-      if (np > 7 && v.value[7]) snprintf(v.name + len, sizeof v.name - (size_t)len, "_p%d", v.value[7]);
+      len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_m%dn%dk%d_s%d_c%d_w%d", fb_variant_param(&v, "tile_m", 0),
+                      fb_variant_param(&v, "tile_n", 0), fb_variant_param(&v, "tile_k", 0), fb_variant_param(&v, "stages", 0),
+                      fb_variant_param(&v, "cluster", 0), fb_variant_param(&v, "consumers", 0));
+      if (fb_variant_has(&v, "weights_bf16"))
+        len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_b%d", fb_variant_param(&v, "weights_bf16", 0));
+      if (fb_variant_param(&v, "pipe", 0)) snprintf(v.name + len, sizeof v.name - (size_t)len, "_p%d", fb_variant_param(&v, "pipe", 0));
     } else
       for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
         if (v.value[j] || !zero_is_off(v.param[j]))

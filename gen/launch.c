@@ -5,11 +5,7 @@
 
 #include <string.h>
 
-static int param(const fb_variant *v, const char *name, int dflt) {
-  for (int i = 0; i < v->nparams; ++i)
-    if (!strcmp(v->param[i], name)) return v->value[i];
-  return dflt;
-}
+#define param fb_variant_param
 
 static unsigned cap(long long n, long long hi) { return (unsigned)(n < 1 ? 1 : n > hi ? hi : n); }
 

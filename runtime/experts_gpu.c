@@ -158,11 +158,7 @@ struct fb_gpu_experts {
 /* GEMM shape a variant must divide (gemm = 0: any variant) */
 typedef struct { int gemm, mode, M, N, K; } gfit;
 
-static int vparam(const fb_variant *v, const char *n, int d) {
-  for (int i = 0; i < v->nparams; ++i)
-    if (!strcmp(v->param[i], n)) return v->value[i];
-  return d;
-}
+#define vparam fb_variant_param
 
 static int fits(const fb_variant *v, const gfit *f) {
   if (!f || !f->gemm) return 1;

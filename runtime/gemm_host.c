@@ -5,11 +5,7 @@
 
 #include <string.h>
 
-static int vparam(const fb_variant *v, const char *name, int dflt) {
-  for (int i = 0; i < v->nparams; ++i)
-    if (!strcmp(v->param[i], name)) return v->value[i];
-  return dflt;
-}
+#define vparam fb_variant_param
 
 fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_cfg *c) {
   memset(c, 0, sizeof *c);

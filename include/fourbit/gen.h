@@ -25,6 +25,9 @@ typedef struct {
  * fb_gen_variants takes fam NULL. */
 int fb_gen_fixed(const fb_kernel_spec *k);
 #define FB_DENSE_THREADS 256
+/* A variant's tune parameter by name (dflt when its template does not take it), and whether it takes it. */
+int fb_variant_param(const fb_variant *v, const char *name, int dflt);
+int fb_variant_has(const fb_variant *v, const char *name);
 /* The template for spec k, or NULL with the reason in *why. */
 const char *fb_gen_template(const fb_kernel_spec *k, const char **why);
 /* The distinct variants of k under tune family fam (values no template uses are dropped and the
