@@ -835,8 +835,9 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
     if (ks[i].untimed && (untimed_bad += !ks[i].c[0].compiled, 1))
       printf("%-48s %8s %11s %11s %8s  %-22s (untimed: %s; its default is in the cache)\n", ks[i].spec.name, "-", "-", "-", "-",
              ks[i].c[0].compiled ? ks[i].c[0].var.name + strlen(ks[i].spec.name) + 1 : "NOT COMPILED", ks[i].untimed);
-  printf("\n%d winners stored in %s (%d without one); %d kernels untimed, their defaults in the cache; the worker was replaced %d "
-         "times; %.1f s measuring\n", nrows - nowin, dir, nowin, nuntimed, w.deaths, (double)(fb_tune_now_ms() - x.t_start) / 1000);
+  printf("\n%d winners stored in %s (%d without one); the worker was replaced %d times; %.1f s measuring\n", nrows - nowin, dir,
+         nowin, w.deaths, (double)(fb_tune_now_ms() - x.t_start) / 1000);
+  if (nuntimed) printf("%d kernels untimed (listed above): their default variants are in the cache\n", nuntimed);
   free(rows);
   if (nowin) rc = FB_ERR(FB_ENOTFOUND, "%d of %d kernel spec and bucket searches found no winner", nowin, nrows);
   else if (untimed_bad) rc = FB_ERR(FB_ENVRTC, "%d untimed kernels' default variants did not compile", untimed_bad);
