@@ -20,7 +20,7 @@
  * launches (p.pass = 0..3) inside one pair of events, and the router's small inputs (12.6 MB of logits)
  * rotated over 8 sets so that each launch reads them from HBM, not from L2.
  * usage: bench [--peer FILE] [--csv FILE] [--only SUBSTR] [--all]  (--all: every timed variant's time too) */
-#include "ck.h"
+#include "fb_exit.h"
 #include "harness.h"
 
 #include <math.h>

@@ -9,7 +9,7 @@
  *                               variant of each spec; specs with none are left out, amax's kept for the checks)
  * Exit status 0 only if every element of every run matched. Needs a GPU (libcuda.so.1); without one it
  * says SKIPPED and exits 77. Variants come from recipes/tiny.lua's tune families (the requantizers': inkling2_small's). */
-#include "ck.h"
+#include "fb_exit.h"
 #include "harness.h"
 
 #include <pthread.h>

@@ -23,6 +23,7 @@
  * Linked with tuner/check/ (build/libfourbit-check.a); build/emu/fourbit-worker links tests/emu/driver.cpp instead of
  * the driver, so the protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which
  * means nothing). */
+#include "fb_exit.h"
 #include "harness.h"
 #include "gemm_harness.h"
 #include "../tune.h"
@@ -34,24 +35,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* the worker's exits: the failing call, where, and why on stderr, then status 1 */
-#define CK(call)                                                                                                       \
-  do {                                                                                                                 \
-    fb_status s_ = (call);                                                                                             \
-    if (s_ != FB_OK) {                                                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_errmsg());                                      \
-      exit(1);                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
-#define CU(call)                                                                                                       \
-  do {                                                                                                                 \
-    int r_ = (int)(call);                                                                                              \
-    if (r_ != 0) {                                                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_cu_errstr(r_));                                \
-      exit(1);                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
 
 typedef struct {
   int id, loaded;

@@ -1,9 +1,10 @@
-/* ck.h — the GPU test programs' exits (test_kernels.c, bench.c): CK(call) on an fb_status, CU(call) on a CUresult
- * print the failing call, where and why, and exit 1. Programs only: the library code they call (tuner/check/)
- * returns fb_status instead. */
-#ifndef FB_GPU_CK_H
-#define FB_GPU_CK_H
+/* fb_exit.h — the exits of the programs that use the check harness (the tuner's worker, test_kernels.c, bench.c):
+ * CK(call) on an fb_status, CU(call) on a CUresult print the failing call, where and why, and exit 1. Programs only:
+ * the library code they call (tuner/check/) returns fb_status instead. */
+#ifndef FB_EXIT_H
+#define FB_EXIT_H
 #include "fb_cuda.h"
+#include "fb_error.h"
 #include "fourbit.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,9 @@
   } while (0)
 #define CU(call)                                                                                                       \
   do {                                                                                                                 \
-    CUresult r_ = (call);                                                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                                                          \
-      const char *m_ = "?";                                                                                            \
-      fb_cu.GetErrorString(r_, &m_);                                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, m_);                                               \
+    int r_ = (int)(call);                                                                                              \
+    if (r_ != 0) {                                                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fb_cu_errstr(r_));                                \
       exit(1);                                                                                                         \
     }                                                                                                                  \
   } while (0)
