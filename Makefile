@@ -147,6 +147,11 @@ $(BUILD)/tests/%: tests/%.cpp $(BUILD)/libfourbit.a
 	@echo "  CXX     $<"
 	$(Q)$(CXX) $(CXXFLAGS) -o $@ $< $(BUILD)/libfourbit.a -lcmocka $(LDLIBS)
 
+$(BUILD)/tests/tools/gen_table: tests/tools/gen_table.c $(BUILD)/libfourbit.a
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfourbit.a $(LDLIBS)
+
 $(BUILD)/tests/tools/%: tests/tools/%.c
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -181,13 +186,13 @@ TIER      := bash mk/tier.sh
 MOCKENV   := LD_LIBRARY_PATH=$(BUILD)/mockcuda
 UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
-               tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers
+               tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
                tier-bench-layer tier-names tier-fuzz $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
-CHECKDEPS := $(BUILD)/fourbit $(TESTBIN) $(BUILD)/tests/tools/f32tool
+CHECKDEPS := $(BUILD)/fourbit $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/tests/tools/gen_table
 check: $(CHECKDEPS)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(CHECK_TIERS) || { echo "make check: FAILED (make names the tiers above)"; exit 1; }
 	@echo "make check: all quick tiers passed (make test runs the rest)"
@@ -204,6 +209,10 @@ test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe
 
 $(UNITTIERS): unit/%:
 	$(Q)$(TIER) $* -- $(BUILD)/tests/$*
+# the generator's decision table (gen/templates.c) against its golden digests
+tier-gen-table:
+	$(Q)$(TIER) tests/test_gen_table.sh -- bash tests/test_gen_table.sh $(BUILD)/tests/tools/gen_table tests/golden/gen_table.sha256 \
+	  $(BUILD)/gen_table $(patsubst %,recipes/%.lua,$(GOLDEN))
 tier-layers:
 	$(Q)$(TIER) "tests/test_layers.sh (base/ includes nothing above it)" -- bash tests/test_layers.sh
 # every kernel the GPU expert layer and the resident step request is a plan kernel (stand-in cubins: nothing compiles)
@@ -284,7 +293,9 @@ demo: all $(BUILD)/tests/tools/f32tool
 	$(Q)bash mk/demo.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 
 # Golden plans of the shipped recipes: regenerate after an intended change, and review the diff.
-golden: all
+golden: all $(BUILD)/tests/tools/gen_table
+	$(Q)bash tests/test_gen_table.sh $(BUILD)/tests/tools/gen_table /dev/null $(BUILD)/gen_table $(patsubst %,recipes/%.lua,$(GOLDEN)) > /dev/null; \
+	  cp $(BUILD)/gen_table/now.sha256 tests/golden/gen_table.sha256 && echo "  golden  gen_table.sha256"
 	$(Q)for r in $(GOLDEN); do $(BUILD)/fourbit plan recipes/$$r.lua > tests/golden/plan_$$r.txt && \
 	  $(BUILD)/fourbit plan --json recipes/$$r.lua > tests/golden/plan_$$r.json && echo "  golden  $$r"; done
 	$(Q)rm -rf $(BUILD)/golden-gen && $(BUILD)/fourbit gen recipes/tiny.lua --only quant_nvfp4_4o6_tok_row --out $(BUILD)/golden-gen > /dev/null && \

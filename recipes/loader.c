@@ -930,25 +930,40 @@ static const family_def FAMILIES[] = {
 #define NFAMILIES (int)(sizeof FAMILIES / sizeof FAMILIES[0])
 
 static int is_pow2(long long x) { return x > 0 && !(x & (x - 1)); }
+#define CHECK(fn, cond, msg) static const char *fn(long long x) { return (cond) ? NULL : (msg); }
+CHECK(ck_tile_m, x == 64 || x == 128 || x == 256, "tile_m takes 64, 128 or 256")
+CHECK(ck_tile_n, x >= 8 && x <= 256 && x % 8 == 0, "tile_n takes multiples of 8 up to 256 (wgmma N)")
+CHECK(ck_tile_k, x >= 32 && x <= 512 && x % 32 == 0, "tile_k takes multiples of 32 up to 512")
+CHECK(ck_stages, x >= 1 && x <= 8, "stages takes 1..8")
+CHECK(ck_cluster, x == 1 || x == 2 || x == 4, "cluster takes 1, 2 or 4")
+CHECK(ck_consumers, x == 1 || x == 2, "consumers takes 1 or 2 warpgroups")
+CHECK(ck_bool, x == 0 || x == 1, "weights_bf16 takes true or false")
+CHECK(ck_pipe, x >= 0 && x <= 2, "pipe takes 0 (off), 1 or 2 (groups per k-block)")
+CHECK(ck_rows, is_pow2(x) && x <= 1024, "rows takes powers of two up to 1024")
+CHECK(ck_cols, is_pow2(x) && x >= 16 && x <= 8192, "cols takes powers of two in 16..8192")
+CHECK(ck_threads, x >= 32 && x <= 1024 && x % 32 == 0, "threads takes multiples of 32 up to 1024")
+CHECK(ck_vec, is_pow2(x) && x <= 16, "vec takes 1, 2, 4, 8 or 16")
+CHECK(ck_slots, x == 0 || (x >= 2 && x <= 16), "slots takes 0 (none) or 2..16 (raw ring slots)")
+CHECK(ck_half, x == 0 || x == 1, "half takes 0 (the FP32 tile) or 1 (the f16 tile of NVFP4 sources)")
+CHECK(ck_stage, x >= 0 && x <= 48, "stage takes 0..48 (KiB of shared memory per warp; 0: none)")
+
+const fb_tune_param FB_TUNE_PARAMS[] = {
+    {"tile_m", ck_tile_m, 0}, {"tile_n", ck_tile_n, 0}, {"tile_k", ck_tile_k, 0}, {"stages", ck_stages, 0},
+    {"cluster", ck_cluster, 0}, {"consumers", ck_consumers, 0}, {"weights_bf16", ck_bool, 0}, {"pipe", ck_pipe, 1},
+    {"rows", ck_rows, 0}, {"cols", ck_cols, 0}, {"threads", ck_threads, 0}, {"vec", ck_vec, 0},
+    {"slots", ck_slots, 1}, {"half", ck_half, 1}, {"stage", ck_stage, 1}, {NULL, NULL, 0},
+};
+
+const fb_tune_param *fb_tune_param_find(const char *name) {
+  for (const fb_tune_param *p = FB_TUNE_PARAMS; p->name; ++p)
+    if (!strcmp(p->name, name)) return p;
+  return NULL;
+}
 
 /* The legal values of a tuning parameter; message on failure. */
 static const char *param_check(const char *p, long long x) {
-  if (!strcmp(p, "tile_m")) return x == 64 || x == 128 || x == 256 ? NULL : "tile_m takes 64, 128 or 256";
-  if (!strcmp(p, "tile_n")) return x >= 8 && x <= 256 && x % 8 == 0 ? NULL : "tile_n takes multiples of 8 up to 256 (wgmma N)";
-  if (!strcmp(p, "tile_k")) return x >= 32 && x <= 512 && x % 32 == 0 ? NULL : "tile_k takes multiples of 32 up to 512";
-  if (!strcmp(p, "stages")) return x >= 1 && x <= 8 ? NULL : "stages takes 1..8";
-  if (!strcmp(p, "cluster")) return x == 1 || x == 2 || x == 4 ? NULL : "cluster takes 1, 2 or 4";
-  if (!strcmp(p, "consumers")) return x == 1 || x == 2 ? NULL : "consumers takes 1 or 2 warpgroups";
-  if (!strcmp(p, "weights_bf16")) return x == 0 || x == 1 ? NULL : "weights_bf16 takes true or false";
-  if (!strcmp(p, "pipe")) return x >= 0 && x <= 2 ? NULL : "pipe takes 0 (off), 1 or 2 (groups per k-block)";
-  if (!strcmp(p, "rows")) return is_pow2(x) && x <= 1024 ? NULL : "rows takes powers of two up to 1024";
-  if (!strcmp(p, "cols")) return is_pow2(x) && x >= 16 && x <= 8192 ? NULL : "cols takes powers of two in 16..8192";
-  if (!strcmp(p, "threads")) return x >= 32 && x <= 1024 && x % 32 == 0 ? NULL : "threads takes multiples of 32 up to 1024";
-  if (!strcmp(p, "vec")) return is_pow2(x) && x <= 16 ? NULL : "vec takes 1, 2, 4, 8 or 16";
-  if (!strcmp(p, "slots")) return x == 0 || (x >= 2 && x <= 16) ? NULL : "slots takes 0 (none) or 2..16 (raw ring slots)";
-  if (!strcmp(p, "half")) return x == 0 || x == 1 ? NULL : "half takes 0 (the FP32 tile) or 1 (the f16 tile of NVFP4 sources)";
-  if (!strcmp(p, "stage")) return x >= 0 && x <= 48 ? NULL : "stage takes 0..48 (KiB of shared memory per warp; 0: none)";
-  return "unknown parameter";
+  const fb_tune_param *tp = fb_tune_param_find(p);
+  return tp ? tp->check(x) : "unknown parameter";
 }
 
 static fb_status read_family(vctx *v, const family_def *fd, int present, fb_tune_family *out) {

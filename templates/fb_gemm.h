@@ -15,8 +15,8 @@
 #define FB_ALIGN64 _Alignas(64)
 #endif
 
-/* The pipeline's shared memory, one definition for the generator's legality rule (gen/gen.c), the launch
- * (runtime/gemm_host.c fb_gemm_smem_bytes) and the kernel's layout (gemm_sm90.cuh): per stage A, B and the block
+/* The pipeline's shared memory, one definition for the generator's legality rule and launch (gen/templates.c), the
+ * host's launch (runtime/gemm_host.c fb_gemm_smem_bytes) and the kernel's layout (gemm_sm90.cuh): per stage A, B and the block
  * scales, each 1024-byte aligned (128-byte swizzle atoms), after 1024 bytes of alignment slack, and a full and an
  * empty mbarrier (8 bytes each) per stage. kind: 0 BF16 x BF16, 1 NVFP4 codes x BF16 copy, 2 E4M3 x E4M3 (with their
  * E8M0 scales), 3 E4M3 x BF16 copy. */

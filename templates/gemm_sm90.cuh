@@ -32,7 +32,7 @@
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
  * writes acc * (S_dec(A) * S_dec(B)).
  * Tune parameters: FB_TILE_M, FB_TILE_N, FB_TILE_K, FB_STAGES, FB_CONSUMERS (fb_gemm_config() on the host
- * checks them; gen.c prunes what does not fit), and for FB_KIND 1 and 3 FB_PIPE (0 when not defined):
+ * checks them; gen/templates.c prunes what does not fit), and for FB_KIND 1 and 3 FB_PIPE (0 when not defined):
  *   0  per k-block: ldmatrix + decode of all 8 k16 A fragments, 8 wgmma, commit, wait 0, release the stage, so a
  *      warpgroup's decode never overlaps its own wgmmas (only the other consumer warpgroup's);
  *   N  (1 or 2) the 8 k16 steps of a k-block in N commit groups, software-pipelined over two fragment slots: the

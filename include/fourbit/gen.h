@@ -1,5 +1,5 @@
 /* fourbit/gen.h — the generator (gen/gen.c: a kernel spec's tile variants and their CUDA source), launch geometry
- * (gen/launch.c) and NVRTC (gen/nvrtc.c: source to cubin). */
+ * (gen/launch.c), both from one descriptor per template (gen/templates.c), and NVRTC (gen/nvrtc.c: source to cubin). */
 #ifndef FOURBIT_GEN_H
 #define FOURBIT_GEN_H
 
@@ -43,6 +43,8 @@ fb_status fb_gen_source(const fb_kernel_spec *k, const fb_variant *v, const char
 /* Grid and block of variant v over a rows x cols input (ngroups: per-group scales). */
 fb_status fb_launch_dims(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ngroups,
                          unsigned *gx, unsigned *gy, unsigned *threads);
+/* The dynamic shared memory variant v is launched with, bytes (0: its template has static shared memory only). */
+unsigned fb_launch_smem(const fb_kernel_spec *k, const fb_variant *v);
 
 typedef struct {
   void *cubin;

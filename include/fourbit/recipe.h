@@ -50,6 +50,18 @@ typedef struct {
   int *values; /* nvariants x nparams, row-major, in the product's order */
 } fb_tune_family;
 
+/* A tune parameter (recipes/loader.c FB_TUNE_PARAMS, NULL-terminated): its name in recipes and variants, its legal
+ * values (check: NULL when legal, else what it takes), and whether 0 means "off": a family may leave it out (then 0),
+ * and at 0 it adds no name tag, no #define and no header entry, so the kernels of families made before it keep their
+ * names and source text. Which templates read it: their rows in gen/templates.c. */
+typedef struct {
+  const char *name;
+  const char *(*check)(long long x);
+  int zero_is_off;
+} fb_tune_param;
+extern const fb_tune_param FB_TUNE_PARAMS[];
+const fb_tune_param *fb_tune_param_find(const char *name); /* NULL: no such parameter */
+
 typedef struct {
   int first, last; /* 1-based, inclusive */
   fb_layer_prec prec;
