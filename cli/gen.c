@@ -188,8 +188,9 @@ int fb_cli_gen(int argc, char **argv) {
       fb_variant *vs = NULL;
       int nv = 0, pruned = 0;
       char pwhy[256];
-      if (!fam || fb_gen_variants(ks, fam, &vs, &nv, &pruned, pwhy, sizeof pwhy) != FB_OK) {
-        fprintf(stderr, "fourbit gen: %s\n", fam ? fb_errmsg() : "no tune family");
+      if ((!fam && !fb_gen_fixed(ks)) || fb_gen_variants(ks, fam, &vs, &nv, &pruned, pwhy, sizeof pwhy) != FB_OK) {
+        if (fam || fb_gen_fixed(ks)) fprintf(stderr, "fourbit gen: %s\n", fb_errmsg());
+        else fprintf(stderr, "fourbit gen: %s: the recipe has no tune family %s\n", ks->name, ks->family);
         rc = 1;
         continue;
       }

@@ -1389,153 +1389,172 @@ static fb_status bwd_lowp(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved
   return wgrad_gemm(g, tmp, p, s, &dHt, &Xt, io->dw13, rht);
 }
 
-static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
-  gsaved *s = L->saved;
-  if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
+/* At the source, the combine's backward: dY = w * dy by source row, dtopk_w = <dy, Y^>; dY rows to their owners, grouped
+ * there per expert and padded (zero rows) into *dY (R x D BF16). One rank (direct): row_of names the owner's rows, the
+ * kernel writes them in place and the padding rows are zeroed apart. */
+static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
+                             CUdeviceptr *dY) {
   const fb_layer_prec *p = L->prec;
-  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, K = (size_t)L->top_k,
-         R = s->R, Rs = s->Rs, Rr = s->Rr, N = (size_t)s->N;
-  uint32_t seed = L->seed, step = L->step;
-  int lay = L->layer;
-  fb_status rc = FB_OK;
-  arena tmp = {.g = g};
-  CUdeviceptr dY, dYs, dYr, dA, dH, dXr, dXs, dXb, cW2t, cW13t, cAt, cXt;
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, E = (size_t)s->nE, K = (size_t)L->top_k, R = s->R, Rs = s->Rs,
+         Rr = s->Rr;
   size_t b2[1] = {2 * D};
-
-  /* at the source, the combine's backward: dY = w * dy by source row, dtopk_w = <dy, Y^>; dY rows to their owners,
-   * grouped there per expert and padded (zero rows). One rank (direct): row_of names the owner's rows, the kernel
-   * writes them in place and the padding rows are zeroed apart */
+  CUdeviceptr dYs, dYr;
   g->phase = "bwd combine";
   if (s->direct) {
-    FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
-    FB_TRY_GOTO(zero_padding(s, (size_t)L->experts, dY, D * 2), done);
-    dYs = dY;
+    FB_TRY(aalloc(tmp, dY, (R ? R : 1) * D * 2));
+    FB_TRY(zero_padding(s, (size_t)L->experts, *dY, D * 2));
+    dYs = *dY;
   } else {
-    FB_TRY_GOTO(aalloc(&tmp, &dYs, (Rs ? Rs : 1) * D * 2), done);
+    FB_TRY(aalloc(tmp, &dYs, (Rs ? Rs : 1) * D * 2));
   }
-  {
-    const kent *e;
-    fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
-    fb_kp_moe pc;
-    memset(&pc, 0, sizeof pc);
-    pc.in = s->ycq, pc.in_scales = s->yce, pc.in2 = io->dy, pc.out = dYs, pc.grad_w = io->dtopk_w, pc.row_of = s->d_rowof;
-    pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
-    FB_TRY_GOTO(run_moe(g, e, &pc, (long long)T, (long long)D), done);
-  }
+  const kent *e;
+  fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
+  FB_TRY(kget(g, &k, NULL, &e));
+  fb_kp_moe pc;
+  memset(&pc, 0, sizeof pc);
+  pc.in = s->ycq, pc.in_scales = s->yce, pc.in2 = io->dy, pc.out = dYs, pc.grad_w = io->dtopk_w, pc.row_of = s->d_rowof;
+  pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
+  FB_TRY(run_moe(g, e, &pc, (long long)T, (long long)D));
   if (s->direct) {
     xcount(L, s, 0, b2, 1, L->traffic ? &L->traffic->dy : NULL);
-  } else {
-    FB_TRY_GOTO(aalloc(&tmp, &dYr, (Rr ? Rr : 1) * D * 2), done);
-    FB_TRY_GOTO(xchg(g, L, s, 0, &dYs, &dYr, b2, 1, L->traffic ? &L->traffic->dy : NULL), done);
-    FB_TRY_GOTO(aalloc(&tmp, &dY, (R ? R : 1) * D * 2), done);
-    FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_ridx, Rr, (int)E, PAD, &dYr, &dY, 0, 0), done);
+    return FB_OK;
   }
-  FB_TRY_GOTO(aalloc(&tmp, &dXr, (R ? R : 1) * D * 2), done);
+  FB_TRY(aalloc(tmp, &dYr, (Rr ? Rr : 1) * D * 2));
+  FB_TRY(xchg(g, L, s, 0, &dYs, &dYr, b2, 1, L->traffic ? &L->traffic->dy : NULL));
+  FB_TRY(aalloc(tmp, dY, (R ? R : 1) * D * 2));
+  return regather(g, tmp, L, FB_FMT_BF16, D, s->d_ridx, Rr, (int)E, PAD, &dYr, dY, 0, 0);
+}
 
-  if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
-    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
-    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
-    goto back;
-  }
-  if (p->bwd_grad.format != FB_FMT_MXFP8) { /* a BF16 or NVFP4 backward */
-    FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
-    goto back;
-  }
-
-  /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward */
+/* The MXFP8 backward's phases (the owner's rows, R > 0): every operand quantized to MXFP8 (the saved ones requantized
+ * down the other axis from what the forward stored), A decoded in the GEMM times an exact BF16 copy of B. */
+/* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16) */
+static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY, CUdeviceptr *dH) {
+  const fb_layer_prec *p = L->prec;
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
   g->phase = "bwd w2 dgrad";
   dq dYq, W2t, W2g;
-  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dY, R, D, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DY_ROW), step, &dYq), done);
-  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, seed, fb_moe_stream(lay, FB_MOE_OP_W2_T), step, &W2t), done);
-  FB_TRY_GOTO(regroup(g, &tmp, L, &W2t, E, &W2g), done);
-  FB_TRY_GOTO(bf16copy(g, &tmp, &W2g, &cW2t), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dA, R * F * 2), done);
-  {
-    fb_kernel_spec k = sp_gemm(g, p, 2);
-    gfit f = {1, 0, 0, (int)F, (int)D};
-    fb_gemm_args ga = {.a = dYq.c, .b = cW2t, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
-                         .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
-    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
-    const kent *e;
-    k = sp_swiglu(g, 1);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
-    FB_TRY_GOTO(aalloc(&tmp, &dH, R * 2 * F * 2), done);
-    fb_kp_moe ps;
-    memset(&ps, 0, sizeof ps);
-    ps.in = s->H, ps.in2 = dA, ps.out = dH, ps.rows = (long long)R, ps.cols = (long long)F;
-    FB_TRY_GOTO(run_moe(g, e, &ps, (long long)R, (long long)F), done);
-  }
+  CUdeviceptr cW2t, dA;
+  FB_TRY(quant_rows(g, tmp, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
+  FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), L->step, &W2t));
+  FB_TRY(regroup(g, tmp, L, &W2t, E, &W2g));
+  FB_TRY(bf16copy(g, tmp, &W2g, &cW2t));
+  FB_TRY(aalloc(tmp, &dA, R * F * 2));
+  fb_kernel_spec k = sp_gemm(g, p, 2);
+  gfit f = {1, 0, 0, (int)F, (int)D};
+  fb_gemm_args ga = {.a = dYq.c, .b = cW2t, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
+                     .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
+  FB_TRY(gemm(g, &k, &f, &ga));
+  const kent *e;
+  k = sp_swiglu(g, 1);
+  FB_TRY(kget(g, &k, NULL, &e));
+  FB_TRY(aalloc(tmp, dH, R * 2 * F * 2));
+  fb_kp_moe ps;
+  memset(&ps, 0, sizeof ps);
+  ps.in = s->H, ps.in2 = dA, ps.out = *dH, ps.rows = (long long)R, ps.cols = (long long)F;
+  return run_moe(g, e, &ps, (long long)R, (long long)F);
+}
 
-  /* w2 wgrad: dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
-  g->phase = "bwd w2 wgrad";
-  dq dYt, At;
-  FB_TRY_GOTO(quant_cols(g, &tmp, &p->bwd_grad, dY, R, D, seed, fb_moe_stream(lay, FB_MOE_OP_DY_COL), step, &dYt), done);
-  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_act, &s->A, 0, seed, fb_moe_stream(lay, FB_MOE_OP_A_T), step, &At), done);
-  FB_TRY_GOTO(bf16copy(g, &tmp, &At, &cAt), done);
-  {
-    fb_kernel_spec k = sp_gemm(g, p, 3);
-    gfit f = {1, 1, (int)D, (int)F, 0};
-    fb_gemm_args ga = {.a = dYt.c, .b = cAt, .out = io->dw2, .offsets = s->d_off, .a_sf = dYt.s,
-                         .rows = (long long)R, .experts = (int)E, .M = (int)D, .N = (int)F};
-    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
-  }
+/* wgrad: out (E x M x N FP32) = Q(G down the rows)^T Q(S requantized down the rows), G = dY or dH (R x M BF16), S the
+ * saved A or X */
+static fb_status mx_wgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S,
+                          size_t N, int op_g, int op_s, CUdeviceptr out) {
+  const fb_layer_prec *p = L->prec;
+  size_t E = (size_t)s->nE, R = s->R;
+  dq Gt, St;
+  CUdeviceptr cSt;
+  FB_TRY(quant_cols(g, tmp, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
+  FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_act, S, 0, L->seed, fb_moe_stream(L->layer, op_s), L->step, &St));
+  FB_TRY(bf16copy(g, tmp, &St, &cSt));
+  fb_kernel_spec k = sp_gemm(g, p, 3);
+  gfit f = {1, 1, (int)M, (int)N, 0};
+  fb_gemm_args ga = {.a = Gt.c, .b = cSt, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
+                     .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
+  return gemm(g, &k, &f, &ga);
+}
 
-  /* w13 dgrad: dX rows = Q(dH along 2f) Q(W13 requantized along 2f)^T */
+/* w13 dgrad: dX rows (R x D BF16) = Q(dH along 2f) Q(W13 requantized along 2f)^T */
+static fb_status mx_w13_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
+  const fb_layer_prec *p = L->prec;
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
   g->phase = "bwd w13 dgrad";
   dq dHq, W13t, W13g;
-  FB_TRY_GOTO(quant_rows(g, &tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, seed, fb_moe_stream(lay, FB_MOE_OP_DH_ROW), step, &dHq), done);
-  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_W13_T), step, &W13t),
-              done);
-  FB_TRY_GOTO(regroup(g, &tmp, L, &W13t, E, &W13g), done);
-  FB_TRY_GOTO(bf16copy(g, &tmp, &W13g, &cW13t), done);
-  {
-    fb_kernel_spec k = sp_gemm(g, p, 2);
-    gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
-    fb_gemm_args ga = {.a = dHq.c, .b = cW13t, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
-                         .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
-    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
-  }
+  CUdeviceptr cW13t;
+  FB_TRY(quant_rows(g, tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
+  FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), L->step,
+                 &W13t));
+  FB_TRY(regroup(g, tmp, L, &W13t, E, &W13g));
+  FB_TRY(bf16copy(g, tmp, &W13g, &cW13t));
+  fb_kernel_spec k = sp_gemm(g, p, 2);
+  gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
+  fb_gemm_args ga = {.a = dHq.c, .b = cW13t, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
+                     .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
+  return gemm(g, &k, &f, &ga);
+}
 
-  /* w13 wgrad: dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
-  g->phase = "bwd w13 wgrad";
-  dq dHt, Xt;
-  FB_TRY_GOTO(quant_cols(g, &tmp, &p->bwd_grad, dH, R, 2 * F, seed, fb_moe_stream(lay, FB_MOE_OP_DH_COL), step, &dHt), done);
-  FB_TRY_GOTO(requant(g, &tmp, &p->bwd_saved, &p->fwd_act, &s->X, 0, seed, fb_moe_stream(lay, FB_MOE_OP_X_T), step, &Xt), done);
-  FB_TRY_GOTO(bf16copy(g, &tmp, &Xt, &cXt), done);
-  {
-    fb_kernel_spec k = sp_gemm(g, p, 3);
-    gfit f = {1, 1, (int)(2 * F), (int)D, 0};
-    fb_gemm_args ga = {.a = dHt.c, .b = cXt, .out = io->dw13, .offsets = s->d_off, .a_sf = dHt.s,
-                         .rows = (long long)R, .experts = (int)E, .M = (int)(2 * F), .N = (int)D};
-    FB_TRY_GOTO(gemm(g, &k, &f, &ga), done);
-  }
+/* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16) -> dXr (R x D BF16), io->dw13, io->dw2. */
+static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dY,
+                        CUdeviceptr dXr) {
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff;
+  CUdeviceptr dH;
+  FB_TRY(mx_w2_dgrad(g, tmp, L, s, dY, &dH));
+  g->phase = "bwd w2 wgrad"; /* dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
+  FB_TRY(mx_wgrad(g, tmp, L, s, dY, D, &s->A, F, FB_MOE_OP_DY_COL, FB_MOE_OP_A_T, io->dw2));
+  FB_TRY(mx_w13_dgrad(g, tmp, L, s, dH, dXr));
+  g->phase = "bwd w13 wgrad"; /* dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
+  return mx_wgrad(g, tmp, L, s, dH, 2 * F, &s->X, D, FB_MOE_OP_DH_COL, FB_MOE_OP_X_T, io->dw13);
+}
 
-back:
-  /* dX rows back to their sources in the order they were sent, summed there per token (every rank takes part) */
+/* dX rows (R x D BF16, the owner's) back to their sources in the order they were sent, summed there per token into
+ * io->dx (every rank takes part) */
+static fb_status bwd_dx(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dXr) {
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, R = s->R, Rs = s->Rs, Rr = s->Rr, N = (size_t)s->N;
+  size_t b2[1] = {2 * D};
+  CUdeviceptr dXs, dXb;
   g->phase = "bwd dx";
   if (s->direct) { /* one rank: row_of names the owner's rows */
     dXb = dXr;
     xcount(L, s, 1, b2, 1, L->traffic ? &L->traffic->dx : NULL);
   } else {
-    FB_TRY_GOTO(aalloc(&tmp, &dXs, (Rr ? Rr : 1) * D * 2), done);
-    FB_TRY_GOTO(regather(g, &tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0), done);
-    FB_TRY_GOTO(aalloc(&tmp, &dXb, (Rs ? Rs : 1) * D * 2), done);
-    FB_TRY_GOTO(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL), done);
+    FB_TRY(aalloc(tmp, &dXs, (Rr ? Rr : 1) * D * 2));
+    FB_TRY(regather(g, tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0));
+    FB_TRY(aalloc(tmp, &dXb, (Rs ? Rs : 1) * D * 2));
+    FB_TRY(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL));
   }
   if (!Rs) {
-    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dx, 0, T * D * 4), done);
-  } else {
-    const kent *e;
-    fb_qspec bf = {0};
-    fb_kernel_spec k = sp_unpermute(g, &bf, 0, L->top_k, L->experts);
-    FB_TRY_GOTO(kget(g, &k, NULL, &e), done);
-    fb_kp_moe pu;
-    memset(&pu, 0, sizeof pu);
-    pu.in = dXb, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = io->dx;
-    pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k;
-    FB_TRY_GOTO(run_moe(g, e, &pu, (long long)T, (long long)D), done);
+    CU_CHECK(fb_cu.MemsetD8(io->dx, 0, T * D * 4));
+    return FB_OK;
   }
+  const kent *e;
+  fb_qspec bf = {0};
+  fb_kernel_spec k = sp_unpermute(g, &bf, 0, L->top_k, L->experts);
+  FB_TRY(kget(g, &k, NULL, &e));
+  fb_kp_moe pu;
+  memset(&pu, 0, sizeof pu);
+  pu.in = dXb, pu.row_of = s->d_rowof, pu.topk_w = 0, pu.out = io->dx;
+  pu.rows = (long long)T, pu.cols = (long long)D, pu.experts = L->experts, pu.top_k = L->top_k;
+  return run_moe(g, e, &pu, (long long)T, (long long)D);
+}
+
+/* The layer's backward on the device, its phases in order: the combine's backward and dY to the owners, the owner's
+ * GEMMs (none without rows: the weight gradients are zero), dX back to the sources. */
+static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io) {
+  gsaved *s = L->saved;
+  if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
+  fb_status rc = FB_OK;
+  arena tmp = {.g = g};
+  CUdeviceptr dY, dXr;
+  FB_TRY_GOTO(bwd_combine(g, &tmp, L, s, io, &dY), done);
+  FB_TRY_GOTO(aalloc(&tmp, &dXr, (R ? R : 1) * D * 2), done);
+  if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
+    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
+    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
+  } else if (L->prec->bwd_grad.format != FB_FMT_MXFP8) { /* a BF16 or NVFP4 backward */
+    FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
+  } else {
+    FB_TRY_GOTO(bwd_mx(g, &tmp, L, s, io, dY, dXr), done);
+  }
+  FB_TRY_GOTO(bwd_dx(g, &tmp, L, s, io, dXr), done);
 done:
   g->phase = NULL;
   afree(&tmp);
