@@ -45,6 +45,9 @@ for k in $want; do awk -v k="$k" '$1 == k { f = 1 } END { exit !f }' "$W/log2" &
 [ $rc -eq 0 ] && [ -n "$want" ] && [ $named -eq $(wc -w <<<"$want") ] && [ -z "$(ls "$W/c")" ] && ok \
   || { bad "kernels without templates: exit $rc, $named of $(wc -w <<<"$want") named, files: $(ls "$W/c" | head -3)"; cat "$W/log2"; }
 expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "gen $*: exit $rc"; }
+# a kernel with one fixed variant and no tune family (dense.cuh, the resident step's) is generated, and the run exits 0
+"$FB" gen recipes/tiny.lua --only dense_ --out "$W/f" > "$W/log3" 2>&1 && rc=0 || rc=$?
+[ $rc -eq 0 ] && [ "$(ls "$W/f"/dense_sm90a_t*.sm_90a.cubin 2>/dev/null | wc -l)" -eq 1 ] && ok || { bad "gen --only dense_: exit $rc"; cat "$W/log3"; }
 expect2 gen recipes/tiny.lua --arch sm_80 --out "$W/d"
 expect2 gen recipes/nope.lua --out "$W/d"
 # --cache: the first run stores every cubin (the cache then holds one kernel per cubin written, and verifies clean);
