@@ -147,6 +147,16 @@ $(BUILD)/tests/%: tests/%.cpp $(BUILD)/libfourbit.a
 	@echo "  CXX     $<"
 	$(Q)$(CXX) $(CXXFLAGS) -o $@ $< $(BUILD)/libfourbit.a -lcmocka $(LDLIBS)
 
+# The host-side oracles against CUTLASS's headers (tests/cutlass/; the wheel fetched by mk/cutlass.sh, test-only)
+CUTLASS_INC := $(BUILD)/deps/cutlass/include
+$(CUTLASS_INC)/cute/arch/mma_sm100_desc.hpp: mk/cutlass.sh
+	$(Q)bash mk/cutlass.sh $(BUILD)/deps/cutlass
+$(BUILD)/tests/cutlass/%: tests/cutlass/%.cpp $(CUTLASS_INC)/cute/arch/mma_sm100_desc.hpp $(TEMPLATES)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CXX     $< (CUTLASS headers)"
+	$(Q)$(CXX) -std=c++17 -O1 -Wno-deprecated-declarations -Itemplates -I$(CUTLASS_INC) -I$(CUDA_HOME)/include \
+	  -I$(CUDA_HOME)/include/cccl -o $@ $<
+
 $(BUILD)/tests/tools/gen_table: tests/tools/gen_table.c $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -188,7 +198,7 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz $(CHECK_TIERS)
+               tier-bench-layer tier-names tier-fuzz tier-tcgen05-cutlass $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
@@ -209,6 +219,9 @@ test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe
 
 $(UNITTIERS): unit/%:
 	$(Q)$(TIER) $* -- $(BUILD)/tests/$*
+# the tcgen05 descriptors and scale-factor layout (templates/fb_tcgen05.h) against CUTLASS 4.2's (test-only headers)
+tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
+	$(Q)$(TIER) "tests/cutlass/tcgen05_desc (the Blackwell descriptors against CUTLASS's)" -- $(BUILD)/tests/cutlass/tcgen05_desc
 # the generator's decision table (gen/templates.c) against its golden digests
 tier-gen-table:
 	$(Q)$(TIER) tests/test_gen_table.sh -- bash tests/test_gen_table.sh $(BUILD)/tests/tools/gen_table tests/golden/gen_table.sha256 \
