@@ -91,6 +91,10 @@ printf '10,2.1' >> "$W/k.csv" # and a row cut short by the crash
 "$FB" train $TR $M --log "$W/k.csv" --resume "$W/k5.ckpt" --quiet || bad "resume from step 5 failed"
 [ "$(steps_of "$W/k.csv")" = "$(upto 1 12)" ] && ok || bad "resumed after a crash: steps $(steps_of "$W/k.csv")"
 cmp -s <(nontime "$W/a.csv") <(nontime "$W/k.csv") && ok || bad "the log resumed after a crash differs from the uninterrupted one"
+# a --log that is not a train log is not cut on resume: exit 2 naming it, the file as it was
+printf 'not,a,log\n7,8,9\n' > "$W/other.csv"; cp "$W/other.csv" "$W/other0.csv"
+expect2 "--resume into another file" "--log $W/other.csv" train $TR $M --log "$W/other.csv" --resume "$W/k5.ckpt"
+cmp -s "$W/other.csv" "$W/other0.csv" && ok || bad "--resume cut a --log file that is not a train log"
 # the same after a kill -9 mid-run (a checkpoint every 3 steps): the steps strictly increasing, each once
 "$FB" train $TR --model-override micro --steps 2000 --log "$W/q.csv" --checkpoint "$W/q.ckpt" --checkpoint-every 3 --quiet & qp=$!
 rows_at_least "$W/q.csv" 9 || bad "kill -9 run: no 8 steps logged in 60 s"
