@@ -42,7 +42,7 @@ DEPSOK := $(BUILD)/.deps-ok
 GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
-.PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
+.PHONY: all test test-gpu bench demo clean deps golden fuzz fuzz-checkpoint inspect
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer \
             $(BUILD)/gpu/test_train_dev $(BUILD)/gpu/test_names
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
@@ -178,7 +178,8 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 #                    cache commands. No NVRTC tier, no fake-driver run, no tuner sweep, no fuzzing: make test has those.
 #   test             check's tiers, then fourbit gen (NVRTC), the tuner's sweeps on the emulated worker, every GPU test
 #                    kernel compiled for sm_90a (test_kernels, test_gemm, test_train_gpu, test_train_dev), the GPU train
-#                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s.
+#                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s, fuzz_checkpoint for
+#                    $(TESTFUZZCKPTSECS) s.
 #   test-exhaustive  the sweeps too long for make test: test_formats --exhaustive (all 2^31 non-negative floats through
 #                    the E2M1 RN grid) and fuzz_recipe for FUZZSECS (30) s. CI runs make test, then this.
 # make test's NVRTC compiles go through build/tests/tools/libnvrtc_memo.so (LD_PRELOAD; tests/tools/nvrtc_memo.c):
@@ -188,6 +189,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 # distinct kernel is compiled in every run, once, however many tiers, processes, ranks and workers compile it.
 TESTJOBS     ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 TESTFUZZSECS ?= 10
+TESTFUZZCKPTSECS ?= 6
 MEMO      := $(BUILD)/test-memo
 NVRTCMEMO := $(BUILD)/tests/tools/libnvrtc_memo.so
 MEMOENV    = FB_NVRTC_MEMO=$(abspath $(MEMO)) FB_NVRTC_MEMO_STATS=$(abspath $(MEMO))/stats.$@ LD_PRELOAD=$(abspath $(NVRTCMEMO)) \
@@ -198,7 +200,7 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz tier-tcgen05-cutlass $(CHECK_TIERS)
+               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-tcgen05-cutlass $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
@@ -207,7 +209,8 @@ check: $(CHECKDEPS)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(CHECK_TIERS) || { echo "make check: FAILED (make names the tiers above)"; exit 1; }
 	@echo "make check: all quick tiers passed (make test runs the rest)"
 
-test: all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 $(BUILD)/fuzz/fuzz_recipe
+test: all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 $(BUILD)/fuzz/fuzz_recipe \
+      $(BUILD)/fuzz/fuzz_checkpoint
 	$(Q)rm -rf $(MEMO) && mkdir -p $(MEMO)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(TEST_TIERS) || { echo "make test: FAILED (make names the tiers above)"; exit 1; }
 	$(Q)cat $(MEMO)/stats.* 2>/dev/null | awk '{ n[$$1]++ } END { printf "NVRTC: %d kernels compiled, %d compiles answered from the memo\n", n["compiled"], n["hit"] }'
@@ -276,6 +279,9 @@ tier-bench-layer:
 # (no memo: the sanitizers' runtime must come first in the fuzzer's libraries)
 tier-fuzz:
 	$(Q)$(TIER) "fuzz_recipe ($(TESTFUZZSECS) s; make test-exhaustive: FUZZSECS)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(TESTFUZZSECS)
+tier-fuzz-checkpoint:
+	$(Q)$(TIER) "fuzz_checkpoint ($(TESTFUZZCKPTSECS) s over a checkpoint trained now)" -- \
+	  $(MAKE) --no-print-directory fuzz-checkpoint FUZZSECS=$(TESTFUZZCKPTSECS)
 tier-fuzz-long:
 	$(Q)$(TIER) "fuzz_recipe ($(FUZZSECS) s)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 tier-formats-exhaustive:
@@ -330,6 +336,27 @@ fuzz: $(BUILD)/fuzz/fuzz_recipe
 	  -dict=tests/fuzz/recipe.dict -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus 2>$(BUILD)/fuzz/log.txt || \
 	  { tail -40 $(BUILD)/fuzz/log.txt; echo "fuzz_recipe FAILED: see $(BUILD)/fuzz/log.txt"; exit 1; }
 	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/log.txt | tr '\n' ' '; echo
+
+# libFuzzer on the checkpoint reader (fb_train_load_buffer), FUZZSECS seconds over a seed corpus of one real
+# checkpoint that build/fourbit trains now and a few of its first bytes (the short inputs), of the model tests/fuzz/fuzz_checkpoint.c loads into (FUZZ_CKPT_RUN: change
+# both together); the seed must load first (FOURBIT_FUZZ_MUST_LOAD), so a drift between the two fails the run.
+FUZZ_CKPT_RUN := recipes/tiny.lua --model-override micro --layers 3 --d-model 32 --experts 2 --top-k 1 --vocab 16 --steps 2
+$(BUILD)/fuzz/fuzz_checkpoint: tests/fuzz/fuzz_checkpoint.c tests/fuzz/checkpoint.ignore $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h runtime/*.h include/*.h include/fourbit/*.h)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CLANG   $@"
+	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \
+	  -fsanitize-coverage-ignorelist=tests/fuzz/checkpoint.ignore -D_GNU_SOURCE -ffp-contract=off $(INCS) -o $@ tests/fuzz/fuzz_checkpoint.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
+fuzz-checkpoint: $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fourbit
+	$(Q)rm -rf $(BUILD)/fuzz/ckpt-corpus && mkdir -p $(BUILD)/fuzz/ckpt-corpus && \
+	  $(BUILD)/fourbit train $(FUZZ_CKPT_RUN) --quiet --checkpoint $(BUILD)/fuzz/ckpt-corpus/seed.ckpt > /dev/null && \
+	  for n in 8 12 44 200 400; do head -c $$n $(BUILD)/fuzz/ckpt-corpus/seed.ckpt > $(BUILD)/fuzz/ckpt-corpus/head$$n; done
+	$(Q)FOURBIT_FUZZ_MUST_LOAD=1 $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fuzz/ckpt-corpus/seed.ckpt 2>$(BUILD)/fuzz/ckpt-log.txt || \
+	  { tail -20 $(BUILD)/fuzz/ckpt-log.txt; echo "fuzz_checkpoint: the seed checkpoint does not load"; exit 1; }
+	@echo "== fuzz_checkpoint for $(FUZZSECS) s"
+	$(Q)$(BUILD)/fuzz/fuzz_checkpoint -max_total_time=$(FUZZSECS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(BUILD)/fuzz/ckpt- $(BUILD)/fuzz/ckpt-corpus 2>$(BUILD)/fuzz/ckpt-log.txt || \
+	  { tail -40 $(BUILD)/fuzz/ckpt-log.txt; echo "fuzz_checkpoint FAILED: see $(BUILD)/fuzz/ckpt-log.txt"; exit 1; }
+	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/ckpt-log.txt | tr '\n' ' '; echo
 
 clean:
 	rm -rf $(BUILD)

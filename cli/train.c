@@ -189,6 +189,10 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
     fprintf(stderr, "fourbit %s: --cache and --require-tuned go with --device gpu\n", cmd);
     return 2;
   }
+  if (c->ckpt_every && !c->checkpoint) {
+    fprintf(stderr, "fourbit %s: --checkpoint-every needs --checkpoint FILE\n", cmd);
+    return 2;
+  }
   if (c->stop_at && c->stop_at > c->steps) {
     fprintf(stderr, "fourbit %s: --stop-at %d is past --steps %d\n", cmd, c->stop_at, c->steps);
     return 2;
@@ -287,8 +291,55 @@ static void gpu_teardown(gpu_lookup *u, fb_gpu_experts *g) {
   fb_plan_free(u->plan);
 }
 
+/* The signal that asked the run to stop: SIGINT (Ctrl-C) or SIGTERM (what a cluster scheduler sends before it kills).
+ * Either one ends the run at the next step boundary, with the checkpoint written; the exit status is 128 + it. */
 static volatile sig_atomic_t g_stop;
-static void on_sigint(int sig) { (void)sig; g_stop = 1; }
+static void on_stop(int sig) { g_stop = sig; }
+
+static const char LOG_HEADER[] = "step,loss,floor,aux,lr,grad_norm,skipped,tokens_per_s,ms_per_step\n";
+
+/* --resume into an existing log (a regular file): keep the header and the rows up to the checkpoint's step k and cut
+ * the file at the first row that is past k or incomplete (steps a crashed run logged after its last checkpoint), so
+ * the resumed run logs each step once. One ftruncate: the log is either as it was or cut, never half rewritten.
+ * 0 ok (*empty: nothing to keep, write the header), else the exit status. */
+static int log_trim(const char *cmd, const char *path, int k, int *empty) {
+  *empty = 1;
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+  FILE *f = fopen(path, "r+");
+  if (!f) {
+    fprintf(stderr, "fourbit %s: --log %s: cannot open for writing: %s\n", cmd, path, strerror(errno));
+    return 2;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  off_t cut = -1, at = 0;
+  int rc = 0, row = 0;
+  while ((len = getline(&line, &cap, f)) > 0) {
+    if (row++ == 0) {
+      if (strcmp(line, LOG_HEADER)) {
+        fprintf(stderr, "fourbit %s: --log %s: its first line is not the train log's header: not resuming into it\n",
+                cmd, path);
+        rc = 2;
+        break;
+      }
+    } else {
+      char *end;
+      long step = strtol(line, &end, 10);
+      if (line[len - 1] != '\n' || end == line || *end != ',' || step > k) { cut = at; break; }
+    }
+    at += len;
+  }
+  free(line);
+  if (rc == 0 && cut >= 0 && (fflush(f) != 0 || ftruncate(fileno(f), cut) != 0)) {
+    fprintf(stderr, "fourbit %s: --log %s: cannot cut the rows past step %d: %s\n", cmd, path, k, strerror(errno));
+    rc = 1;
+  }
+  if (fclose(f) != 0 && rc == 0) rc = 1;
+  if (rc == 0) *empty = 0;
+  return rc;
+}
 
 
 static void bar(int done, int total, double eta) {
@@ -363,6 +414,15 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   gpu_lookup gl;
   fb_gpu_experts *ge = NULL;
   memset(&gl, 0, sizeof gl);
+  if (c->checkpoint) { /* before anything runs: a checkpoint that cannot be written would lose the run at its end */
+    int32_t bad = lead && fb_train_save_check(c->checkpoint) != FB_OK;
+    if (bad) fprintf(stderr, "fourbit %s: --checkpoint %s\n", cmd, fb_errmsg());
+    if (nranks > 1 && fb_comm_bcast(c->comm, &bad, sizeof bad, 0) != FB_OK) { /* rank 0 writes: its answer holds */
+      fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, fb_errmsg());
+      return 1;
+    }
+    if (bad) return 2;
+  }
   fb_status s = fb_train_recipe_load(path, &c->over, &r);
   if (s != FB_OK) {
     fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, fb_errmsg());
@@ -427,15 +487,15 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   if (!res->loss) { fprintf(stderr, "fourbit %s: out of memory\n", cmd); rc = 1; goto out; }
   for (int i = 0; i < c->steps; ++i) res->loss[i] = NAN;
   if (c->log && lead) {
-    struct stat st;
-    int append = c->resume && stat(c->log, &st) == 0 && st.st_size > 0;
-    log = fopen(c->log, append ? "a" : "w");
+    int empty = 1;
+    if (c->resume && (rc = log_trim(cmd, c->log, fb_train_step_index(t), &empty)) != 0) goto out;
+    log = fopen(c->log, empty ? "w" : "a");
     if (!log) {
       fprintf(stderr, "fourbit %s: --log %s: cannot open for writing\n", cmd, c->log);
       rc = 2;
       goto out;
     }
-    if (!append) fprintf(log, "step,loss,floor,aux,lr,grad_norm,skipped,tokens_per_s,ms_per_step\n");
+    if (empty) fputs(LOG_HEADER, log);
   }
   const fb_model *M = &r->model;
   const fb_plan *p = fb_train_plan(t);
@@ -460,11 +520,13 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     fflush(stdout);
   }
   int tty = isatty(2) && !quiet;
-  struct sigaction sa, old;
+  struct sigaction sa, old, old_term;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sigaction(SIGINT, &sa, &old);
+  sa.sa_handler = on_stop;
   g_stop = 0;
+  sigaction(SIGINT, &sa, &old);
+  sigaction(SIGTERM, &sa, &old_term);
+  int stop = 0; /* the signal all ranks stop on, after the same step */
   double t0 = now_s();
   int start = fb_train_step_index(t), last = c->stop_at ? c->stop_at : c->steps;
   for (int step = start; step < last; ++step) {
@@ -476,11 +538,12 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
       rc = 1;
       break;
     }
-    if (nranks > 1) { /* every rank stops after the same step (Ctrl-C reaches them at different times) */
-      float f = g_stop ? 1.0f : 0.0f;
-      s = fb_comm_allreduce_f32(c->comm, &f, 1);
+    stop = g_stop;
+    if (nranks > 1) { /* every rank stops after the same step (a signal reaches them at different times) */
+      float f[2] = {stop == SIGINT ? 1.0f : 0.0f, stop == SIGTERM ? 1.0f : 0.0f};
+      s = fb_comm_allreduce_f32(c->comm, f, 2);
       if (s != FB_OK) { fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, fb_errmsg()); rc = 1; break; }
-      g_stop = f > 0;
+      stop = f[1] > 0 ? SIGTERM : f[0] > 0 ? SIGINT : 0;
     }
     res->loss[step] = st.loss;
     res->done = st.step;
@@ -506,18 +569,19 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
       s = fb_train_save(t, c->checkpoint);
       if (s != FB_OK) { fprintf(stderr, "\nfourbit %s: %s--checkpoint %s\n", cmd, who, fb_errmsg()); rc = 1; break; }
     }
-    if (g_stop) {
+    if (stop) {
       if (tty) fprintf(stderr, "\r\033[K");
-      if (lead) fprintf(stderr, "fourbit %s: interrupted after step %d%s\n", cmd, st.step,
-              c->checkpoint ? "; writing the checkpoint" : " (no --checkpoint: nothing saved)");
-      rc = 130;
+      if (lead) fprintf(stderr, "fourbit %s: %s after step %d%s\n", cmd, stop == SIGTERM ? "terminated (SIGTERM)" : "interrupted",
+              st.step, c->checkpoint ? "; writing the checkpoint" : " (no --checkpoint: nothing saved)");
+      rc = 128 + stop;
       break;
     }
   }
   if (tty) fprintf(stderr, "\r\033[K");
   sigaction(SIGINT, &old, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
   res->seconds = now_s() - t0;
-  if ((rc == 0 || rc == 130) && c->checkpoint) {
+  if ((rc == 0 || (stop && rc == 128 + stop)) && c->checkpoint) {
     s = fb_train_save(t, c->checkpoint);
     if (s != FB_OK) {
       fprintf(stderr, "fourbit %s: %s--checkpoint %s\n", cmd, who, fb_errmsg());
@@ -564,16 +628,19 @@ static void train_usage(FILE *f) {
           "\n"
           "%s"
           "  --log FILE.csv       the per-step log: step,loss,floor,aux,lr,grad_norm,skipped,tokens_per_s,ms_per_step\n"
-          "                       (appended to when resuming into an existing file)\n"
+          "                       (appended to when resuming into an existing file, after its rows past the\n"
+          "                       checkpoint's step are cut off: each step is in the log once)\n"
           "  --checkpoint FILE    write masters, AdamW state, step and RNG state at the end (and every\n"
-          "                       --checkpoint-every N steps, and on Ctrl-C): versioned, sha256-checked, atomic\n"
+          "                       --checkpoint-every N steps, and on Ctrl-C or SIGTERM): versioned, sha256-checked,\n"
+          "                       atomic; its directory is checked before the first step\n"
           "  --resume FILE        continue a checkpointed run; with the same options it reproduces the\n"
           "                       uninterrupted run bit for bit (the options must match the checkpoint's)\n"
           "  --stop-at N          stop after step N of the --steps schedule (an interruption, for tests)\n"
           "  -h, --help           this text\n"
           "\n"
           "Exit status: 0 ok, 1 failure while training, 2 bad usage or input (a bad recipe, a checkpoint of\n"
-          "another run), 130 interrupted.\n",
+          "another run), 130 interrupted (SIGINT), 143 terminated (SIGTERM): both after a whole step, with the\n"
+          "checkpoint written.\n",
           OPTIONS_HELP);
 }
 

@@ -167,6 +167,13 @@ size_t fb_train_param_count(const fb_trainer *t); /* scalars, all ranks' experts
  * checksum, or a run of another recipe, model or options (FB_EINVAL naming the field). */
 fb_status fb_train_save(const fb_trainer *t, const char *path);
 fb_status fb_train_load(fb_trainer *t, const char *path);
+/* The parser fb_train_load calls: the checkpoint's bytes from memory (name is the file's name in messages). The
+ * whole input is checked before any of it is used: on an error the trainer is as it was. */
+fb_status fb_train_load_buffer(fb_trainer *t, const void *data, size_t n, const char *name);
+/* Before a run: can fb_train_save write path? Its directory must exist and take a new file (a temporary file is
+ * created there and removed), and path must not be a directory or another non-regular file (FB_EINVAL, naming
+ * path). Not collective: the caller asks on the rank that writes. */
+fb_status fb_train_save_check(const char *path);
 
 /* ---- gradient check support ------------------------------------------------------------------------ */
 /* Parameter tensors: name ("layer3.w13"), masters and gradients (of the last fb_train_loss_grad); under EP the

@@ -4,7 +4,7 @@
  *
  * Entry points (include/fourbit_train.h): fb_train_opts_default, fb_train_create, fb_train_free, fb_train_step,
  * fb_train_step_index, fb_train_floor, fb_train_plan, fb_train_param_count, fb_train_save, fb_train_load,
- * fb_train_nparams, fb_train_param, fb_train_loss_grad.
+ * fb_train_load_buffer, fb_train_save_check, fb_train_nparams, fb_train_param, fb_train_loss_grad.
  *
  * A step that meets a non-finite loss or gradient norm is skipped (no update; docs/numerics.md: never silently used)
  * and reported in fb_step_stats.skipped; the step counter still advances, so the data and the random streams
@@ -388,102 +388,127 @@ static int get(rd_t *r, void *p, size_t n) {
   return 0;
 }
 
+/* The file: stat'd before it is opened (a FIFO or a device is refused without being opened, and so without
+ * blocking), opened non-blocking and checked again (it may have been replaced in between), then read whole. */
 fb_status fb_train_load(fb_trainer *t, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return FB_USERERR(FB_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
+  if (stat(path, &st) != 0) return FB_USERERR(FB_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: not a regular file", path);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return FB_USERERR(FB_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
     return FB_USERERR(FB_EINVAL, "%s: not a regular file", path);
   }
-  size_t n = (size_t)st.st_size;
+  size_t n = (size_t)st.st_size, got = 0;
   uint8_t *b = malloc(n ? n : 1);
-  if (!b) { fclose(f); return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", n); }
-  size_t got = fread(b, 1, n, f);
-  fclose(f);
+  if (!b) { close(fd); return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", n); }
+  while (got < n) {
+    ssize_t k = read(fd, b + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  close(fd);
+  fb_status rc = got == n ? fb_train_load_buffer(t, b, n, path) : FB_USERERR(FB_EIO, "%s: short read", path);
+  free(b);
+  return rc;
+}
+
+/* Two passes over the tensors: the first checks every count and length, the second copies, so a refused
+ * checkpoint leaves the trainer as it was. */
+fb_status fb_train_load_buffer(fb_trainer *t, const void *data, size_t n, const char *path) {
+  const uint8_t *b = data;
   fb_status rc = FB_OK;
   rd_t r = {b, n, 0};
   char magic[8], name[64], sha[72];
   uint32_t ver, nid, step, seed, rstep, np;
-  if (got != n) { rc = FB_USERERR(FB_EIO, "%s: short read", path); goto out; }
-  if (n < 8 + 4 + 32 || get(&r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8)) {
-    rc = FB_USERERR(FB_EINVAL, "%s: not a fourbit checkpoint (bad magic)", path);
-    goto out;
-  }
+  if (n < 8 + 4 + 32 || get(&r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8))
+    return FB_USERERR(FB_EINVAL, "%s: not a fourbit checkpoint (bad magic)", path);
   get(&r, &ver, 4);
-  if (ver != CKPT_VERSION) {
-    rc = FB_USERERR(FB_EINVAL, "%s: checkpoint format version %u, this build reads version %u", path, ver, CKPT_VERSION);
-    goto out;
-  }
+  if (ver != CKPT_VERSION)
+    return FB_USERERR(FB_EINVAL, "%s: checkpoint format version %u, this build reads version %u", path, ver, CKPT_VERSION);
   uint8_t h[32];
   fb_sha256(b, n - 32, h);
-  if (memcmp(h, b + n - 32, 32)) {
-    rc = FB_USERERR(FB_EINVAL, "%s: checksum mismatch (truncated or corrupted checkpoint)", path);
-    goto out;
-  }
+  if (memcmp(h, b + n - 32, 32)) return FB_USERERR(FB_EINVAL, "%s: checksum mismatch (truncated or corrupted checkpoint)", path);
   r.n = n - 32;
   if (get(&r, name, 64) || get(&r, sha, 72) || get(&r, &nid, 4)) goto short_;
   name[63] = 0, sha[71] = 0;
-  if (strcmp(name, t->recipe_name)) {
-    rc = FB_USERERR(FB_EINVAL, "%s: recipe: the checkpoint is of recipe '%s', this run is '%s'", path, name,
-                    t->recipe_name);
-    goto out;
-  }
-  if (strcmp(sha, t->plan_sha)) {
-    rc = FB_USERERR(FB_EINVAL, "%s: plan: the checkpoint's plan (sha256 %.12s...) differs from this run's (%.12s...)",
-                    path, sha, t->plan_sha);
-    goto out;
-  }
+  if (strcmp(name, t->recipe_name))
+    return FB_USERERR(FB_EINVAL, "%s: recipe: the checkpoint is of recipe '%s', this run is '%s'", path, name, t->recipe_name);
+  if (strcmp(sha, t->plan_sha))
+    return FB_USERERR(FB_EINVAL, "%s: plan: the checkpoint's plan (sha256 %.12s...) differs from this run's (%.12s...)",
+                      path, sha, t->plan_sha);
   ident_t id[32];
   uint32_t nmine = (uint32_t)identity(t, id);
-  if (nid != nmine) { rc = FB_USERERR(FB_EINVAL, "%s: %u identity fields, expected %u", path, nid, nmine); goto out; }
+  if (nid != nmine) return FB_USERERR(FB_EINVAL, "%s: %u identity fields, expected %u", path, nid, nmine);
   for (uint32_t i = 0; i < nid; ++i) {
     uint32_t v;
     if (get(&r, &v, 4)) goto short_;
-    if (v != id[i].v) {
-      if (id[i].is_float) {
-        float a, c;
-        memcpy(&a, &v, 4), memcpy(&c, &id[i].v, 4);
-        rc = FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %g, this run %g: resume with the same options", path,
+    if (v == id[i].v) continue;
+    if (id[i].is_float) {
+      float a, c;
+      memcpy(&a, &v, 4), memcpy(&c, &id[i].v, 4);
+      return FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %g, this run %g: resume with the same options", path,
                         id[i].name, (double)a, (double)c);
-      } else {
-        rc = FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %u, this run %u: resume with the same options", path,
-                        id[i].name, v, id[i].v);
-      }
-      goto out;
     }
+    return FB_USERERR(FB_EINVAL, "%s: %s: the checkpoint has %u, this run %u: resume with the same options", path,
+                      id[i].name, v, id[i].v);
   }
   if (get(&r, &step, 4) || get(&r, &seed, 4) || get(&r, &rstep, 4) || get(&r, &np, 4)) goto short_;
-  if (np != (uint32_t)t->np || seed != t->o.seed || rstep != step) {
-    rc = FB_USERERR(FB_EINVAL, "%s: %u parameter tensors (expected %d)", path, np, t->np);
-    goto out;
-  }
-  if (step > (uint32_t)t->o.steps) {
-    rc = FB_USERERR(FB_EINVAL, "%s: step %u is past the run's %d steps", path, step, t->o.steps);
-    goto out;
-  }
-  for (int i = 0; i < t->np; ++i) {
-    fbr_param *p = &t->p[i];
-    uint32_t cnt;
-    size_t m = p->rows * p->cols, mg = m * (p->expert ? (size_t)t->nranks : 1), off = p->expert ? (size_t)t->rank * m : 0;
-    if (get(&r, &cnt, 4)) goto short_;
-    if (cnt != mg) { rc = FB_USERERR(FB_EINVAL, "%s: %s: %u values, expected %zu", path, p->name, cnt, mg); goto out; }
-    float *dst[3] = {p->w, p->m, p->v};
-    for (int k = 0; k < 3; ++k) { /* this rank's experts: its slice of the one-rank tensor */
-      if (r.off + mg * 4 > r.n) goto short_;
-      memcpy(dst[k], r.b + r.off + off * 4, m * 4);
-      r.off += mg * 4;
+  if (np != (uint32_t)t->np) return FB_USERERR(FB_EINVAL, "%s: %u parameter tensors (expected %d)", path, np, t->np);
+  if (seed != t->o.seed || rstep != step)
+    return FB_USERERR(FB_EINVAL, "%s: RNG state (seed %u, step %u) does not match the checkpoint's seed %u and step %u",
+                      path, seed, rstep, t->o.seed, step);
+  if (step > (uint32_t)t->o.steps) return FB_USERERR(FB_EINVAL, "%s: step %u is past the run's %d steps", path, step, t->o.steps);
+  size_t tensors = r.off;
+  for (int pass = 0; pass < 2; ++pass) { /* 0: check, 1: copy */
+    r.off = tensors;
+    for (int i = 0; i < t->np; ++i) {
+      fbr_param *p = &t->p[i];
+      uint32_t cnt;
+      size_t m = p->rows * p->cols, mg = m * (p->expert ? (size_t)t->nranks : 1), off = p->expert ? (size_t)t->rank * m : 0;
+      if (get(&r, &cnt, 4)) goto short_;
+      if (cnt != mg) return FB_USERERR(FB_EINVAL, "%s: %s: %u values, expected %zu", path, p->name, cnt, mg);
+      float *dst[3] = {p->w, p->m, p->v};
+      for (int k = 0; k < 3; ++k) { /* this rank's experts: its slice of the one-rank tensor */
+        if (r.n - r.off < mg * 4) goto short_;
+        if (pass) memcpy(dst[k], r.b + r.off + off * 4, m * 4);
+        r.off += mg * 4;
+      }
     }
+    if (r.off != r.n) return FB_USERERR(FB_EINVAL, "%s: %zu trailing bytes", path, r.n - r.off);
   }
-  if (r.off != r.n) { rc = FB_USERERR(FB_EINVAL, "%s: %zu trailing bytes", path, r.n - r.off); goto out; }
   t->step = (int)step;
   if (t->gpu) rc = fbr_gpu_upload(t);
-  goto out;
-short_:
-  rc = FB_USERERR(FB_EINVAL, "%s: truncated checkpoint", path);
-out:
-  free(b);
   return rc;
+short_:
+  return FB_USERERR(FB_EINVAL, "%s: truncated checkpoint", path);
+}
+
+fb_status fb_train_save_check(const char *path) {
+  if (!path || !*path) return FB_USERERR(FB_EINVAL, "the checkpoint path is empty");
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: is a directory (the checkpoint is a file: give its name)", path);
+    if (!S_ISREG(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: not a regular file", path);
+  } else if (errno != ENOENT) {
+    return FB_USERERR(FB_EINVAL, "%s: %s", path, strerror(errno));
+  }
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 16);
+  if (!tmp) return FB_ERR(FB_ENOMEM, "checkpoint path");
+  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path); /* the name fb_train_save writes first */
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    return FB_USERERR(FB_EINVAL, "%s: cannot create a file in its directory: %s", path, strerror(e));
+  }
+  close(fd);
+  unlink(tmp);
+  free(tmp);
+  return FB_OK;
 }
 
 /* ---- recipes with a smaller model ------------------------------------------------------------------ */

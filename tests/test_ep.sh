@@ -3,7 +3,7 @@
 # tiny recipe on one global batch and seed (step 1 identical, later steps within the tolerance test_ep.c states:
 # 2e-3 nats), the payload bytes (--verbose) against BF16, checkpoint + resume across rank counts, torchrun-style
 # processes (RANK, WORLD_SIZE, MASTER_PORT), a killed worker (non-zero exit naming the rank, nothing left running),
-# Ctrl-C (all ranks stop after one step, the checkpoint is written), and the refusals (exit 2, naming the option or
+# Ctrl-C and SIGTERM (all ranks stop after one step, the checkpoint is written), and the refusals (exit 2, naming the option or
 # field at fault). Checks read exit codes, the CSV logs and checkpoints, and numbers (the payload line's), not sentences.
 # usage: tests/test_ep.sh build/fourbit
 set -u
@@ -98,6 +98,19 @@ n=$(($(wc -l < "$W/c.csv") - 1))
 [ $rc = 130 ] && [ -s "$W/c.ckpt" ] && ok || bad "Ctrl-C: exit $rc, checkpoint $(ls -l "$W/c.ckpt" 2>&1)"
 "$FB" train $TR $MI --steps 100000 --stop-at $((n + 1)) --ranks 2 --resume "$W/c.ckpt" --quiet > /dev/null 2>&1 && ok \
   || bad "Ctrl-C checkpoint (after step $n) does not resume"
+
+# 5b. SIGTERM to the launcher (a scheduler's stop), which forwards it: the ranks stop after the same step, the
+# checkpoint is of the last step logged, exit 143
+"$FB" train $TR $MI --steps 100000 --ranks 2 --quiet --log "$W/term.csv" --checkpoint "$W/term.ckpt" 2> "$W/term.err" &
+sp=$!
+for i in $(seq 300); do [ -f "$W/term.csv" ] && [ "$(wc -l < "$W/term.csv")" -ge 3 ] && break; sleep 0.1; done
+kill -TERM $sp
+wait $sp; rc=$?
+n=$(tail -1 "$W/term.csv" | cut -d, -f1)
+[ $rc = 143 ] && [ -s "$W/term.ckpt" ] && ok || bad "SIGTERM: exit $rc, checkpoint $(ls -l "$W/term.ckpt" 2>&1)"
+"$FB" train $TR $MI --steps 100000 --stop-at $((n + 1)) --ranks 2 --resume "$W/term.ckpt" --log "$W/term2.csv" --quiet > /dev/null 2>&1 \
+  && [ "$(tail -n +2 "$W/term2.csv" | cut -d, -f1 | tr '\n' ' ')" = "$((n + 1)) " ] && ok \
+  || bad "SIGTERM checkpoint (after step $n) does not resume at step $((n + 1)): log $(cut -d, -f1 "$W/term.csv" | tr "\n" " "), resumed $(cut -d, -f1 "$W/term2.csv" | tr "\n" " "); $(cat "$W/term.err")"
 
 # 6. refusals: exit 2, and stderr naming what is at fault: each of NAMES (|-separated) appears in it
 expect2() { # description, names, args...

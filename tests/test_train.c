@@ -11,6 +11,8 @@
  *   resume       4 steps + checkpoint + load into a fresh trainer + 4 steps == 8 steps, bit for bit (stats,
  *                masters, and the checkpoint files themselves).
  *   ckpt_errors  a flipped byte, a truncated file, another seed, another recipe: refused with the reason.
+ *   ckpt_whole   a checkpoint refused late in its parse (trailing bytes under a valid checksum) leaves the trainer
+ *                as it was (step, masters); the same bytes from memory (fb_train_load_buffer) load like the file.
  *   skip         a non-finite loss skips the update (the masters stay as they were). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -311,6 +313,54 @@ static void test_ckpt_errors(void **st) {
   free(buf);
 }
 
+static void test_ckpt_whole(void **st) {
+  (void)st;
+  char p[128], bad[128];
+  path_in(p, sizeof p, "w.ckpt");
+  path_in(bad, sizeof bad, "w_bad.ckpt");
+  fb_trainer *a = make("recipes/tiny.lua", &MICRO, 8, 64, 32, 0);
+  fb_step_stats s1;
+  assert_int_equal(fb_train_step(a, &s1), FB_OK);
+  assert_int_equal(fb_train_save(a, p), FB_OK);
+  FILE *f = fopen(p, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  size_t n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = malloc(n + 4);
+  assert_int_equal(fread(buf, 1, n, f), n);
+  fclose(f);
+  /* 4 bytes more before the checksum, and the checksum of the longer body: every tensor parses, then the end is wrong */
+  unsigned char *lng = malloc(n + 4);
+  memcpy(lng, buf, n - 32);
+  memset(lng + n - 32, 0, 4);
+  fb_sha256(lng, n - 28, lng + n - 28);
+  f = fopen(bad, "wb");
+  assert_int_equal(fwrite(lng, 1, n + 4, f), n + 4);
+  fclose(f);
+  fb_trainer *b = make("recipes/tiny.lua", &MICRO, 8, 64, 32, 0);
+  int np = fb_train_nparams(b);
+  float **w0 = calloc((size_t)np, sizeof *w0);
+  for (int i = 0; i < np; ++i) {
+    fb_param_view v = fb_train_param(b, i);
+    w0[i] = malloc(v.n * sizeof *w0[i]);
+    memcpy(w0[i], v.w, v.n * sizeof *w0[i]);
+  }
+  assert_int_equal(fb_train_load(b, bad), FB_EINVAL);
+  assert_non_null(strstr(fb_errmsg(), "trailing"));
+  assert_int_equal(fb_train_step_index(b), 0);
+  for (int i = 0; i < np; ++i) {
+    fb_param_view v = fb_train_param(b, i);
+    assert_memory_equal(w0[i], v.w, v.n * sizeof *w0[i]);
+  }
+  assert_int_equal(fb_train_load_buffer(b, buf, n, "mem"), FB_OK);
+  assert_int_equal(fb_train_step_index(b), 1);
+  same_masters(a, b);
+  for (int i = 0; i < np; ++i) free(w0[i]);
+  free(w0), free(buf), free(lng);
+  fb_train_free(a), fb_train_free(b);
+}
+
 static void test_skip(void **st) {
   (void)st;
   fb_trainer *a = make("recipes/tiny.lua", &MICRO, 8, 64, 32, 0);
@@ -334,7 +384,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_markov),      cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_ste),
       cmocka_unit_test(test_loss_falls),  cmocka_unit_test(test_determinism), cmocka_unit_test(test_resume),
-      cmocka_unit_test(test_ckpt_errors), cmocka_unit_test(test_skip),
+      cmocka_unit_test(test_ckpt_errors), cmocka_unit_test(test_ckpt_whole), cmocka_unit_test(test_skip),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];

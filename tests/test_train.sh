@@ -3,6 +3,8 @@
 # two runs of one seed, checkpoint + resume == the uninterrupted run (logs and checkpoint files byte for byte),
 # the refusals (exit 2, naming the option, field, file or value at fault: --device gpu, bad options, a checkpoint of
 # other options, a model too large for the CPU), and compare's outputs (CSV, table, PNG when gnuplot is installed).
+# Hardening: an unwritable --checkpoint refused before step 1, the log of a run resumed after a crash (each step
+# once), SIGTERM writing the checkpoint, --resume of a FIFO, directory or device refused without blocking.
 # Checks read exit codes, files (the CSV logs, checkpoints) and fields (a step line's "floor X"), not sentences.
 # usage: tests/test_train.sh build/fourbit
 set -u
@@ -66,7 +68,61 @@ expect2 "resume garbage" "--resume $W/g.ckpt" train $TR $M --resume "$W/g.ckpt"
 expect2 "compare no recipe" "RECIPE" compare --steps 3
 expect2 "compare --resume" "--resume" compare $TR --resume "$W/r.ckpt"
 
-# 4. compare
+# 4. hardening (issue 23): checkpoint paths, the log of a resumed crash, SIGTERM, --resume of a non-regular file
+steps_of() { tail -n +2 "$1" | cut -d, -f1 | tr '\n' ' '; } # the log's step column, on one line
+upto() { seq -s' ' "$1" "$2" | sed 's/$/ /'; }                # "a a+1 ... b "
+rows_at_least() { # file n: wait (at most 60 s) until the file has n lines
+  local i; for i in $(seq 1200); do [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0; sleep 0.05; done; return 1
+}
+# 4a. a --checkpoint that cannot be written is refused before step 1: exit 2 naming it, no step line, no log
+mkdir -p "$W/dir"; : > "$W/file"
+for cp in "$W/nodir/x.ckpt" "$W/file/x.ckpt" "$W/dir" "$W/dir/"; do
+  rm -f "$W/h.csv"
+  expect2 "--checkpoint $cp" "--checkpoint $cp" train $TR $M --log "$W/h.csv" --checkpoint "$cp"
+  [ ! -e "$W/h.csv" ] && ok || bad "--checkpoint $cp: the run started (it wrote its log)"
+done
+# 4b. a crash after step 9 whose last checkpoint is of step 5 (the run to 5, then a resumed run whose log reached
+# step 9 and whose checkpoint was lost); resuming from step 5's checkpoint logs each step once: the uninterrupted log
+"$FB" train $TR $M --log "$W/k.csv" --checkpoint "$W/k5.ckpt" --stop-at 5 --quiet || bad "--stop-at 5 failed"
+cp "$W/k5.ckpt" "$W/k.ckpt"
+"$FB" train $TR $M --log "$W/k.csv" --resume "$W/k.ckpt" --checkpoint "$W/k.ckpt" --stop-at 9 --quiet || bad "resume to 9 failed"
+[ "$(steps_of "$W/k.csv")" = "$(upto 1 9)" ] && ok || bad "the log before the crash: steps $(steps_of "$W/k.csv")"
+printf '10,2.1' >> "$W/k.csv" # and a row cut short by the crash
+"$FB" train $TR $M --log "$W/k.csv" --resume "$W/k5.ckpt" --quiet || bad "resume from step 5 failed"
+[ "$(steps_of "$W/k.csv")" = "$(upto 1 12)" ] && ok || bad "resumed after a crash: steps $(steps_of "$W/k.csv")"
+cmp -s <(nontime "$W/a.csv") <(nontime "$W/k.csv") && ok || bad "the log resumed after a crash differs from the uninterrupted one"
+# a --log that is not a train log is not cut on resume: exit 2 naming it, the file as it was
+printf 'not,a,log\n7,8,9\n' > "$W/other.csv"; cp "$W/other.csv" "$W/other0.csv"
+expect2 "--resume into another file" "--log $W/other.csv" train $TR $M --log "$W/other.csv" --resume "$W/k5.ckpt"
+cmp -s "$W/other.csv" "$W/other0.csv" && ok || bad "--resume cut a --log file that is not a train log"
+# the same after a kill -9 mid-run (a checkpoint every 3 steps): the steps strictly increasing, each once
+"$FB" train $TR --model-override micro --steps 2000 --log "$W/q.csv" --checkpoint "$W/q.ckpt" --checkpoint-every 3 --quiet & qp=$!
+rows_at_least "$W/q.csv" 9 || bad "kill -9 run: no 8 steps logged in 60 s"
+kill -9 $qp; wait $qp 2> /dev/null
+n=$(tail -n +2 "$W/q.csv" | awk -F, 'END { print $1 + 0 }') # the last step logged (its row may be cut short)
+"$FB" train $TR --model-override micro --steps 2000 --log "$W/q.csv" --resume "$W/q.ckpt" --stop-at $((n + 2)) --quiet \
+  || bad "resume after kill -9 failed"
+[ "$(steps_of "$W/q.csv")" = "$(upto 1 $((n + 2)))" ] && ok || bad "resumed after kill -9 at step $n: steps $(steps_of "$W/q.csv")"
+[ "$(grep -c '^step,' "$W/q.csv")" = 1 ] && ok || bad "the header is in the log $(grep -c '^step,' "$W/q.csv") times"
+# 4c. SIGTERM (a scheduler's stop): the checkpoint of the last step logged is written, exit 143; it resumes there
+"$FB" train $TR --model-override micro --steps 2000 --log "$W/t.csv" --checkpoint "$W/t.ckpt" --quiet 2> "$W/t.err" & tp=$!
+rows_at_least "$W/t.csv" 2 || bad "SIGTERM run: no step logged in 60 s"
+kill -TERM $tp; wait $tp; rc=$?
+[ $rc = 143 ] && ok || bad "SIGTERM: exit $rc, expected 143"
+[ -s "$W/t.ckpt" ] && ok || bad "SIGTERM: no checkpoint written"
+k=$(tail -1 "$W/t.csv" | cut -d, -f1)
+"$FB" train $TR --model-override micro --steps 2000 --resume "$W/t.ckpt" --stop-at $((k + 1)) --log "$W/t2.csv" --quiet \
+  || bad "SIGTERM: the checkpoint does not resume"
+[ "$(steps_of "$W/t2.csv")" = "$((k + 1)) " ] && ok || bad "SIGTERM after step $k: the resumed run logged steps $(steps_of "$W/t2.csv")"
+# 4d. --checkpoint-every without --checkpoint; --resume of a FIFO (must not block), a directory, a device
+expect2 "--checkpoint-every alone" "--checkpoint-every|--checkpoint " train $TR $M --checkpoint-every 3
+mkfifo "$W/fifo"
+timeout 30 "$FB" train $TR $M --resume "$W/fifo" > "$W/o" 2> "$W/e"; rc=$?
+[ $rc = 2 ] && [ ! -s "$W/o" ] && grep -qF -- "--resume $W/fifo" "$W/e" && ok || bad "--resume FIFO: exit $rc: $(head -2 "$W/e")"
+expect2 "--resume directory" "--resume $W/dir" train $TR $M --resume "$W/dir"
+expect2 "--resume device" "--resume /dev/null" train $TR $M --resume /dev/null
+
+# 5. compare
 "$FB" compare recipes/bf16.lua $TR $M --quiet --out "$W/cmp" > "$W/cmp.out" || bad "compare failed: $(tail -3 "$W/cmp.out")"
 [ "$(wc -l < "$W/cmp/losses.csv")" = 13 ] && head -1 "$W/cmp/losses.csv" | grep -q '^step,floor,bf16,tiny$' && ok \
   || bad "losses.csv: $(head -1 "$W/cmp/losses.csv")"
