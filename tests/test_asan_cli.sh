@@ -20,10 +20,10 @@ bad() { fail=$((fail+1)); echo "  FAIL: $*"; }
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:exitcode=86
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=87
 export LSAN_OPTIONS=exitcode=88
-# run EXPECTED-STATUS DESCRIPTION ARGS...: the status, and no sanitizer report on stderr
+# run EXPECTED-STATUS DESCRIPTION ARGS...: the status, and no sanitizer report on stderr (a hang: 124 after 120 s)
 run() {
   local want=$1 d=$2; shift 2
-  "$FB" "$@" > "$W/so" 2> "$W/se"; local rc=$?
+  timeout 120 "$FB" "$@" > "$W/so" 2> "$W/se"; local rc=$?  # 124: it hung
   if grep -qE 'AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:' "$W/se"; then
     bad "$d: a sanitizer report (exit $rc):"; sed 's/^/    /' "$W/se" | head -40; return 1
   fi
