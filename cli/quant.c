@@ -40,7 +40,8 @@ static void quant_usage(FILE *f, const char *cmd) {
           "                    round trip IN -> OUT -> float32, over the finite inputs\n"
           "  -h, --help        this text\n"
           "\n"
-          "OUT is written whole or not at all (a temporary file renamed into place).\n"
+          "OUT is written whole or not at all (a temporary file renamed into place); a character device or\n"
+          "FIFO (/dev/null, /dev/stdout) is written into instead.\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage or input.\n",
           cmd, cmd, cmd);
 }

@@ -64,6 +64,14 @@ run 0 "cache export" cache export "$W/c.fbx" --cache "$W/c"
 run 0 "cache import" cache import "$W/c.fbx" --cache "$W/d"
 run 0 "cache export (imported)" cache export "$W/d.fbx" --cache "$W/d"
 cmp -s "$W/c.fbx" "$W/d.fbx" && ok || bad "cache round trip: the exports differ"
+# cache export into a character device (mknod) and through a link to /dev/stdout: both stay what they were
+if mknod "$W/null" c 1 3 2>/dev/null; then
+  run 0 "cache export to a character device" cache export "$W/null" --cache "$W/c" && [ -c "$W/null" ] && ok \
+    || bad "cache export replaced a character device: now $(stat -c %F "$W/null")"
+fi
+# (export prints its summary on stdout too, after the file: the export is the first bytes)
+"$FB" cache export "$W/out" --cache "$W/c" 2> "$W/se" | head -c "$(stat -c %s "$W/c.fbx")" | cmp -s - "$W/c.fbx" && [ -L "$W/out" ] && ok \
+  || bad "cache export through a link to /dev/stdout: not the export's bytes, or the link replaced: $(cat "$W/se")"
 
 # a short CPU train: checkpoint, then the same run interrupted at step 2 and resumed
 M="--model-override micro --steps 4 --batch 32"
