@@ -200,7 +200,7 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-tcgen05-cutlass $(CHECK_TIERS)
+               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-tcgen05-cutlass tier-asan-cli $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
@@ -276,6 +276,20 @@ tier-ep-gpu:
 tier-bench-layer:
 	$(Q)$(MEMOENV) $(TIER) "tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)" -- \
 	  bash tests/test_bench_layer.sh $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda
+# build/fourbit under ASan + UBSan (clang; any report aborts the command): tests/test_asan_cli.sh runs quant/dequant,
+# plan, gen into a cache and the cache commands, train with --checkpoint and --resume through it. (No memo, as fuzz.)
+ASANCC := clang -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+          -std=c11 -D_GNU_SOURCE -pthread -ffp-contract=off $(INCS)
+$(BUILD)/asan/obj/%.o: %.c $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CLANG   $< (ASan + UBSan)"
+	$(Q)$(ASANCC) -MMD -MP -c $< -o $@
+$(BUILD)/asan/fourbit: $(patsubst %.c,$(BUILD)/asan/obj/%.o,$(LIBSRC) $(CLISRC)) $(BUILD)/gen/embedded.c
+	@echo "  LD      $@ (ASan + UBSan)"
+	$(Q)$(ASANCC) -o $@ $^ $(LDLIBS)
+-include $(patsubst %.c,$(BUILD)/asan/obj/%.d,$(LIBSRC) $(CLISRC))
+tier-asan-cli: $(BUILD)/asan/fourbit $(BUILD)/tests/tools/f32tool
+	$(Q)$(TIER) "tests/test_asan_cli.sh (the CLI under ASan + UBSan)" -- bash tests/test_asan_cli.sh $(BUILD)/asan/fourbit $(BUILD)/tests/tools/f32tool
 # (no memo: the sanitizers' runtime must come first in the fuzzer's libraries)
 tier-fuzz:
 	$(Q)$(TIER) "fuzz_recipe ($(TESTFUZZSECS) s; make test-exhaustive: FUZZSECS)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(TESTFUZZSECS)

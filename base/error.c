@@ -21,6 +21,11 @@ const char *fb_status_name(fb_status s) {
 fb_status fb_seterr(fb_status s, const char *file, int line, const char *fmt, ...) {
   int n = file ? snprintf(errbuf, sizeof errbuf, "%s:%d: ", file, line) : 0;
   if (n < 0 || (size_t)n >= sizeof errbuf) n = 0;
+  /* every FB_ENOMEM says so, whatever its caller names (what ran out, how many bytes) */
+  if (s == FB_ENOMEM && strncmp(fmt, "out of memory", 13) != 0) {
+    int m = snprintf(errbuf + n, sizeof errbuf - (size_t)n, "out of memory: ");
+    if (m > 0 && (size_t)(n + m) < sizeof errbuf) n += m;
+  }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(errbuf + n, sizeof errbuf - (size_t)n, fmt, ap);

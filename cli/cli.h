@@ -13,10 +13,17 @@ int fb_cli_tune(int argc, char **argv);
 /* Parse a decimal unsigned integer in [lo, hi]; 0 on success, -1 (message printed) otherwise. */
 int fb_cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long lo,
                      unsigned long long hi, unsigned long long *out);
-/* Read a whole file that must be exactly `expect` bytes. 0 ok; -1 with a message. *buf is malloc'd. */
+/* The argument getopt_long just refused (after it returned '?' with opterr 0): "--bogus", "--rows" (no value), or
+ * the whole cluster "-xy" for an unknown short option in it. */
+const char *fb_cli_badopt(int argc, char **argv);
+/* Read a whole regular file that must be exactly `expect` bytes. 0 ok; -1 with a message naming path (missing,
+ * not a regular file -- a FIFO is refused without waiting for a writer --, wrong size). *buf is malloc'd. */
 int fb_cli_read_exact(const char *cmd, const char *path, size_t expect, const char *what, void **buf);
-/* Write `n` parts to path atomically: a temporary file beside it, fsync, rename. Nothing partial is
- * ever left at path. 0 ok; -1 with a message. */
+/* Write `n` parts to path whole or not at all: a temporary file beside the file path names (its symbolic links
+ * followed: a link stays a link), fsync, rename; the file's mode is kept. A character device or FIFO (/dev/null,
+ * /dev/stdout) is written into directly and never replaced; a folder or any other kind of file is refused.
+ * 0 ok; 2 OUT cannot be written (a folder, no permission, no such folder, ...); 1 failure while writing
+ * (no space, I/O); a message naming path on both. */
 int fb_cli_write_atomic(const char *cmd, const char *path, const void *const *parts, const size_t *sizes, int n);
 /* fourbit train / fourbit compare (cli/train.c, cli/compare.c): shared options and the train loop. */
 typedef struct {

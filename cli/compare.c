@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void compare_usage(FILE *f) {
@@ -88,6 +89,15 @@ static int mkdir_p(const char *dir) {
       *p = '/';
     }
   return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* s as the inside of a gnuplot single-quoted string: a quote doubled (a recipe name or --out folder with a ' in it
+   would otherwise end the string, and the rest would run as gnuplot commands) */
+static void gp_str(FILE *f, const char *s) {
+  for (; *s; ++s) {
+    if (*s == '\'') fputc('\'', f);
+    if (*s != '\n' && *s != '\r') fputc(*s, f);
+  }
 }
 
 static int have_gnuplot(void) {
@@ -243,20 +253,34 @@ int fb_cli_compare(int argc, char **argv) {
   for (int i = 0; i < n; ++i)
     for (int s = 0; s < N; ++s)
       if (isfinite(res[i].loss[s]) && res[i].loss[s] > ymax) ymax = res[i].loss[s];
-  fprintf(f, "set terminal pngcairo size 1000,640\nset output '%s/loss.png'\nset datafile separator ','\n", out);
+  fprintf(f, "set terminal pngcairo size 1000,640 noenhanced\nset output '");
+  gp_str(f, out);
+  fprintf(f, "/loss.png'\nset datafile separator ','\n");
   fprintf(f, "set title 'fourbit compare: %d steps, moving average over %d steps'\n", N, w);
   fprintf(f, "set xlabel 'step'\nset ylabel 'cross-entropy (nats/token)'\nset grid\nset key top right\n");
   fprintf(f, "set termoption noenhanced\nset logscale x\nset xrange [1:%d]\nset yrange [%.4f:%.4f]\n", N,
           res[0].floor - 0.1, ymax + 0.05);
-  fprintf(f, "plot '%s/losses_smooth.csv' using 1:2 with lines dashtype 2 lw 2 lc rgb 'black' title "
-             "'entropy floor %.3f'", out, res[0].floor);
-  for (int i = 0; i < n; ++i)
-    fprintf(f, ", '' using 1:%d with lines lw 2 title '%s (%.3f)'", i + 3, res[i].name, res[i].final);
+  fprintf(f, "plot '");
+  gp_str(f, out);
+  fprintf(f, "/losses_smooth.csv' using 1:2 with lines dashtype 2 lw 2 lc rgb 'black' title 'entropy floor %.3f'",
+          res[0].floor);
+  for (int i = 0; i < n; ++i) {
+    fprintf(f, ", '' using 1:%d with lines lw 2 title '", i + 3);
+    gp_str(f, res[i].name);
+    fprintf(f, " (%.3f)'", res[i].final);
+  }
   fprintf(f, "\n");
   if (fclose(f) != 0) { fprintf(stderr, "fourbit compare: %s: write failed\n", path); rc = 1; goto done; }
-  char cmd[1300];
-  snprintf(cmd, sizeof cmd, "gnuplot '%s/loss.gp'", out);
-  if (system(cmd) != 0) {
+  /* gnuplot PATH without a shell: the folder's name is an argument, never shell text */
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execlp("gnuplot", "gnuplot", path, (char *)NULL);
+    _exit(127);
+  }
+  int ws = 0;
+  while (pid > 0 && waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+  if (pid < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
     fprintf(stderr, "fourbit compare: gnuplot failed on %s/loss.gp\n", out);
     rc = 1;
   } else {

@@ -129,7 +129,7 @@ int fb_cli_gen(int argc, char **argv) {
     case 'c': cache_dir = optarg; break;
     case 'h': gen_usage(stdout); return 0;
     default:
-      fprintf(stderr, "fourbit gen: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
+      fprintf(stderr, "fourbit gen: unknown or incomplete option '%s' (see --help)\n", fb_cli_badopt(argc, argv));
       return 2;
     }
   }
@@ -158,12 +158,20 @@ int fb_cli_gen(int argc, char **argv) {
     fprintf(stderr, "fourbit gen: %s\n", fb_errmsg());
     return 2;
   }
+  /* OUT must be a folder we can write into before anything compiles (not a failure per kernel afterwards) */
+  struct stat ost;
   if (mkdir(out, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "fourbit gen: --out %s: %s\n", out, strerror(errno));
     fb_recipe_free(r);
     return 2;
   }
-  int cap = 256, n = 0, rc = 0, skipped = 0, pruned_total = 0;
+  if (stat(out, &ost) != 0 || !S_ISDIR(ost.st_mode) || access(out, W_OK | X_OK) != 0) {
+    fprintf(stderr, "fourbit gen: --out %s: %s\n", out, stat(out, &ost) != 0 ? strerror(errno)
+                    : !S_ISDIR(ost.st_mode) ? "not a folder" : strerror(errno));
+    fb_recipe_free(r);
+    return 2;
+  }
+  int cap = 256, n = 0, rc = 0, skipped = 0, pruned_total = 0, matched = 0;
   job *jobs_v = calloc((size_t)cap, sizeof *jobs_v);
   fb_str notice = {0};
   for (int a = 0; a < na && jobs_v; ++a) {
@@ -176,6 +184,7 @@ int fb_cli_gen(int argc, char **argv) {
     for (int k = 0; k < p->nkernels; ++k) {
       const fb_kernel_spec *ks = &p->kernels[k];
       if (only && !strstr(ks->name, only)) continue;
+      ++matched;
       const char *why;
       if (!fb_gen_template(ks, &why)) {
         fb_str_printf(&notice, "  %-52s %s\n", ks->name, why);
@@ -219,9 +228,16 @@ int fb_cli_gen(int argc, char **argv) {
     fb_plan_free(p);
   }
   if (!jobs_v) {
-    fprintf(stderr, "fourbit gen: out of memory\n");
+    fprintf(stderr, "fourbit gen: out of memory (%zu bytes for the compile jobs)\n", sizeof *jobs_v * (size_t)cap);
     fb_recipe_free(r);
     return 1;
+  }
+  if (only && !matched && rc == 0) {
+    fprintf(stderr, "fourbit gen: --only %s: no kernel of %s's plan (%s) matches\n", only, argv[optind], archs);
+    free(notice.buf);
+    free(jobs_v);
+    fb_recipe_free(r);
+    return 2;
   }
   pool pl = {.jobs = jobs_v, .n = n, .out = out, .tty = isatty(2)};
   if (cache_dir && fb_cache_open(cache_dir, &pl.cache) != FB_OK) {

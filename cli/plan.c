@@ -34,7 +34,7 @@ int fb_cli_plan(int argc, char **argv) {
     case 'a': arch = optarg; break;
     case 'h': plan_usage(stdout); return 0;
     default:
-      fprintf(stderr, "fourbit plan: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
+      fprintf(stderr, "fourbit plan: unknown or incomplete option '%s' (see --help)\n", fb_cli_badopt(argc, argv));
       return 2;
     }
   }

@@ -40,7 +40,8 @@ static void quant_usage(FILE *f, const char *cmd) {
           "                    round trip IN -> OUT -> float32, over the finite inputs\n"
           "  -h, --help        this text\n"
           "\n"
-          "OUT is written whole or not at all (a temporary file renamed into place).\n"
+          "OUT is written whole or not at all (a temporary file renamed into place); a character device or\n"
+          "FIFO (/dev/null, /dev/stdout) is written into instead.\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage or input.\n",
           cmd, cmd, cmd);
 }
@@ -133,7 +134,7 @@ int fb_cli_quant(int argc, char **argv, int dequant) {
     case 'S': a.stats = 1; break;
     case 'h': quant_usage(stdout, cmd); return 0;
     default:
-      fprintf(stderr, "fourbit %s: unknown or incomplete option '%s' (see --help)\n", cmd, argv[optind - 1]);
+      fprintf(stderr, "fourbit %s: unknown or incomplete option '%s' (see --help)\n", cmd, fb_cli_badopt(argc, argv));
       return 2;
     }
   }
@@ -191,20 +192,29 @@ int fb_cli_quant(int argc, char **argv, int dequant) {
     else if (a.format == F_MXFP8) s = fb_mxfp8_quantize(x, R, C, FB_MX_ROWWISE, &so, codes, scales);
     else s = fb_s2f6_quantize(x, R, C, a.rht, signs, (int8_t *)codes, scales);
     if (a.format == F_NVFP4) memcpy(q + code_bytes + scale_bytes, sdec, outer_bytes);
-    free(sdec);
-    if (s != FB_OK) goto libfail;
+    if (s != FB_OK) {
+      free(sdec);
+      goto libfail;
+    }
     if (a.stats) {
       y = malloc(n * sizeof *y);
-      if (!y) goto oom;
-      if (a.format == F_NVFP4) s = fb_nvfp4_dequantize(codes, scales, (float *)(q + code_bytes + scale_bytes), R, C, &no, y);
+      if (!y) {
+        free(sdec);
+        goto oom;
+      }
+      /* sdec, not OUT's copy: at code_bytes + scale_bytes the outer scales need not be 4-byte aligned */
+      if (a.format == F_NVFP4) s = fb_nvfp4_dequantize(codes, scales, sdec, R, C, &no, y);
       else if (a.format == F_MXFP8) s = fb_mxfp8_dequantize(codes, scales, R, C, y);
       else s = fb_s2f6_dequantize((int8_t *)codes, scales, R, C, a.rht, signs, y);
+      free(sdec);
+      sdec = NULL;
       if (s != FB_OK) goto libfail;
       print_stats(x, y, n);
     }
+    free(sdec);
     const void *parts[1] = {q};
     size_t sizes[1] = {qbytes};
-    rc = fb_cli_write_atomic(cmd, out, parts, sizes, 1) ? 1 : 0;
+    rc = fb_cli_write_atomic(cmd, out, parts, sizes, 1);
   } else {
     uint8_t *codes = inbuf, *scales = codes + code_bytes;
     y = malloc(n * sizeof *y);
@@ -223,7 +233,7 @@ int fb_cli_quant(int argc, char **argv, int dequant) {
     if (s != FB_OK) goto libfail;
     const void *parts[1] = {y};
     size_t sizes[1] = {n * sizeof(float)};
-    rc = fb_cli_write_atomic(cmd, out, parts, sizes, 1) ? 1 : 0;
+    rc = fb_cli_write_atomic(cmd, out, parts, sizes, 1);
   }
   goto done;
 oom:

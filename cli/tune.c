@@ -146,7 +146,7 @@ int fb_cli_tune(int argc, char **argv) {
     case 'W': warm = 1; break;
     case 'h': tune_usage(stdout); return 0;
     default:
-      fprintf(stderr, "fourbit tune: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
+      fprintf(stderr, "fourbit tune: unknown or incomplete option '%s' (see --help)\n", fb_cli_badopt(argc, argv));
       return 2;
     }
   }

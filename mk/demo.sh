@@ -40,16 +40,7 @@ echo; echo "== fourbit train recipes/tiny.lua --device cpu --steps $STEPS (a lin
 "$FB" train recipes/tiny.lua --device cpu --steps "$STEPS" --print-every 20 --log "$D/train_tiny.csv"
 floor=$(awk -F, 'NR == 2 {print $3}' "$D/train_tiny.csv")
 if command -v gnuplot > /dev/null; then
-  gnuplot <<GP
-set datafile separator ','
-set xlabel 'step'; set ylabel 'loss (nats/token)'; set key top right; set grid
-set terminal pngcairo size 900,560; set output '$D/train_tiny.png'
-set title 'fourbit train recipes/tiny.lua (CPU): loss and the entropy floor'
-plot '$D/train_tiny.csv' using 1:2 with lines lw 2 title 'tiny (inkling2_small numerics)', $floor with lines dt 2 lc rgb 'black' title 'entropy floor $floor'
-set terminal dumb size 100,26; set output
-set title 'loss by step (ASCII); the flat line is the entropy floor'; set key off; unset grid
-plot '$D/train_tiny.csv' using 1:2 with lines, $floor with lines
-GP
+  bash mk/demo_plot.sh "$D" "$floor" | gnuplot
   echo "plot: $D/train_tiny.png"
 else
   echo "(gnuplot not found: no plot; apt-get install gnuplot-nox)"

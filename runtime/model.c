@@ -55,13 +55,14 @@ static fb_status add_param(fb_trainer *t, int i, const char *name, size_t rows, 
   p->w = malloc(n * sizeof *p->w), p->g = calloc(n, sizeof *p->g);
   p->m = calloc(n, sizeof *p->m), p->v = calloc(n, sizeof *p->v);
   p->wb = expert ? NULL : malloc(n * sizeof *p->wb);
-  if (!p->w || !p->g || !p->m || !p->v || (!expert && !p->wb)) return FB_ERR(FB_ENOMEM, "parameter %s: %zu values", name, n);
+  if (!p->w || !p->g || !p->m || !p->v || (!expert && !p->wb)) return FB_ERR(FB_ENOMEM, "parameter %s: %zu values (%zu bytes each for the weights, gradients and AdamW moments)", name, n, n * sizeof *p->w);
   for (size_t k = 0; k < n; ++k) p->w[k] = (float)(one + std * gauss(t->o.seed, INIT_STREAM + (uint32_t)i, k0 + k));
   return FB_OK;
 }
 
 #define ALLOC(ptr, n) do { (ptr) = calloc((size_t)(n), sizeof *(ptr)); \
-  if (!(ptr)) return FB_ERR(FB_ENOMEM, "model buffers: %s", #ptr); } while (0)
+  if (!(ptr)) return FB_ERR(FB_ENOMEM, "%zu bytes for the model's activations and gradients (%zu x %zu bytes, %s)", \
+                           (size_t)(n) * sizeof *(ptr), (size_t)(n), sizeof *(ptr), #ptr); } while (0)
 
 fb_status fbr_model_init(fb_trainer *t) {
   const fb_model *M = &t->M;
@@ -70,7 +71,7 @@ fb_status fbr_model_init(fb_trainer *t) {
   size_t nE = (size_t)t->nE, e0 = (size_t)t->e0, Tg = (size_t)t->Tg;
   t->np = P_GLOBAL + (int)L * P_PER_LAYER;
   t->p = calloc((size_t)t->np, sizeof *t->p);
-  if (!t->p) return FB_ERR(FB_ENOMEM, "parameters");
+  if (!t->p) return FB_ERR(FB_ENOMEM, "%zu bytes for the parameter table", (size_t)t->np * sizeof *t->p);
   FB_TRY(add_param(t, P_EMB, "embedding", V, D, 0, 1.0, 0.0, 0, 0));
   FB_TRY(add_param(t, P_NF, "final_norm", 1, D, 0, 0.0, 1.0, 0, 0));
   FB_TRY(add_param(t, P_HEAD, "lm_head", V, D, 0, 1.0 / sqrt((double)D), 0.0, 1, 0));
