@@ -48,14 +48,18 @@
  *    string.rep of an empty string ("" at once), plain string.find (memmem: linear, where Lua's search is
  *    length x length), table.insert/remove/move (loops that check the clock every LOOP_CHECK steps: a __len
  *    or a range can ask for 2^62 steps).
- *  - A wall-clock limit (WALL_LIMIT_S, or FOURBIT_RECIPE_TIMEOUT seconds) is checked by the same hook and by
- *    those loops, for the instructions that cost far more than one step (a string.rep of 10 MB per
- *    iteration: 200M instructions would take hours).
+ *  - A wall-clock limit (WALL_LIMIT_S, or FOURBIT_RECIPE_TIMEOUT seconds) is checked by the same hook, by
+ *    those loops, and by the allocator for every block of BIG_ALLOC bytes or more, for the instructions that
+ *    cost far more than one step (a string.rep of 10 MB per iteration: 200M instructions would take hours,
+ *    and 1000 of them, one hook's worth, 2 s). Past the deadline the allocator fails, Lua raises "not
+ *    enough memory", and the loader reports the wall-clock limit instead.
  * Once a limit fires, the hook runs at every instruction and raises again, so a pcall cannot swallow it. */
 #ifndef WALL_LIMIT_S
-#define WALL_LIMIT_S 8 /* of wall time for the whole load; the instruction limit takes 1-2 s of CPU */
+#define WALL_LIMIT_S 20 /* of wall time for the whole load: a safety net well above the instruction limit's 1-2 s of
+                         * CPU, which a loaded machine (make check on 2 shared cores) may stretch several times */
 #endif
 #define LOOP_CHECK 256
+#define BIG_ALLOC (1u << 20)
 /* print goes to stderr and is for debugging a recipe: at most PRINT_LIMIT bytes per load, then one line
  * saying the rest was dropped (an endless print loop wrote 10.7 GB of stderr in 20 s before). */
 #define PRINT_LIMIT 4096
@@ -67,6 +71,7 @@ typedef struct {
   double deadline; /* CLOCK_MONOTONIC seconds */
   int wall_s;
   int stopped;     /* a limit fired: raise again at every instruction */
+  int late;        /* an allocation was refused past the deadline */
   unsigned ticks;
   size_t printed;
   char dir[FB_RECIPE_PATH_MAX];
@@ -77,6 +82,7 @@ static const char SRCKEY = 'S'; /* registry: the files this load ran, "path" -> 
 #define MSG_MAX 8192 /* fb_errmsg()'s buffer */
 
 /* ---- sandbox ---------------------------------------------------------------------------------- */
+static double now_s(void);
 static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   sandbox *sb = ud;
   size_t old = ptr ? osize : 0;
@@ -86,6 +92,10 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return NULL;
   }
   if (sb->mem - old + nsize > MEM_LIMIT) return NULL; /* Lua raises "not enough memory" */
+  if (nsize >= BIG_ALLOC && sb->deadline > 0 && now_s() > sb->deadline) { /* see "Time limits" */
+    sb->late = 1;
+    return NULL;
+  }
   void *p = realloc(ptr, nsize);
   if (p) sb->mem = sb->mem - old + nsize;
   return p;
@@ -97,7 +107,7 @@ static sandbox *sb_of(lua_State *L) {
   return ud;
 }
 
-static double now_s(void) {
+static double now_s(void) { /* CLOCK_MONOTONIC */
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -1562,7 +1572,12 @@ static int traceback_msgh(lua_State *L) {
 
 /* Make the loader's message start with a file this load ran (see push_located), escaped to one line. */
 static fb_status located_error(lua_State *L, fb_status code, const char *m, const char *name) {
-  char esc[MSG_MAX];
+  char esc[MSG_MAX], late[96];
+  sandbox *sb = sb_of(L);
+  if (sb->late && m && !strcmp(m, "not enough memory")) {
+    snprintf(late, sizeof late, "wall-clock limit exceeded (%d s): a runaway recipe?", sb->wall_s);
+    m = late;
+  }
   push_located(L, m ? m : "error", name);
   escape(lua_tostring(L, -1), esc, sizeof esc);
   lua_pop(L, 1);
