@@ -5,9 +5,10 @@
  * The sandbox: only base (load is text-only; dofile, loadfile, require and string.dump are gone),
  * string, table and math; reading an undefined global or assigning one is an error (typos in constructor
  * names fail where they are written); a memory limit (allocator) and an instruction limit (count hook)
- * stop a runaway recipe in well under a second. What a count hook cannot reach is closed off (see "time
+ * stop a runaway recipe in well under a second. What a count hook cannot reach is closed off ("Time
  * limits" below): no finalizers, a wall-clock limit, C loops that check the clock, bounded print output.
- * Files (the recipe, its includes) are read only when they are regular files, as text. The prelude is C functions: recipe, nvfp4, mxfp8, bf16,
+ * Files (the recipe, its includes) are read only when they are regular files, as text. Every message
+ * starts with a file this load ran (push_located). The prelude is C functions: recipe, nvfp4, mxfp8, bf16,
  * s2f6 (constructors), range/first/last/first_fraction/last_fraction (layer ranges), include (a recipe
  * file beside this one), extend (a deep copy with overrides). Every table a constructor or helper
  * returns is remembered with the file:line that made it, so validation errors name a line even for
