@@ -5,7 +5,10 @@
  * The sandbox: only base (load is text-only; dofile, loadfile, require and string.dump are gone),
  * string, table and math; reading an undefined global or assigning one is an error (typos in constructor
  * names fail where they are written); a memory limit (allocator) and an instruction limit (count hook)
- * stop a runaway recipe in well under a second. The prelude is C functions: recipe, nvfp4, mxfp8, bf16,
+ * stop a runaway recipe in well under a second. What a count hook cannot reach is closed off ("Time
+ * limits" below): no finalizers, a wall-clock limit, C loops that check the clock, bounded print output.
+ * Files (the recipe, its includes) are read only when they are regular files, as text. Every message
+ * starts with a file this load ran (push_located). The prelude is C functions: recipe, nvfp4, mxfp8, bf16,
  * s2f6 (constructors), range/first/last/first_fraction/last_fraction (layer ranges), include (a recipe
  * file beside this one), extend (a deep copy with overrides). Every table a constructor or helper
  * returns is remembered with the file:line that made it, so validation errors name a line even for
@@ -14,6 +17,8 @@
 #include "fourbit.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <lauxlib.h>
 #include <lua.h>
@@ -22,6 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MEM_LIMIT (64u << 20)
 #ifndef INSTR_LIMIT
@@ -30,17 +38,52 @@
 #define INCLUDE_DEPTH 8
 #define MAX_INCLUDES 256 /* per load: each include parses a file, which the instruction limit does not count */
 #define MAX_VARIANTS 65536
+/* Time limits. The count hook alone does not stop every recipe:
+ *  - Lua turns hooks off while a finalizer (__gc) runs, and lua_close() runs every pending finalizer, so a
+ *    `__gc` with an endless loop hung plan/gen/tune/train for ever, in the run or in lua_close. The sandbox's
+ *    setmetatable refuses a metatable holding a __gc field: only a metatable that has __gc when setmetatable
+ *    is called marks a table for finalization (Lua 5.4 manual, 2.5.3), recipes cannot reach
+ *    debug.setmetatable or userdata, and the loader's own metatables have none; so no recipe code ever runs
+ *    with hooks off, and lua_close() runs none.
+ *  - Hooks do not run inside C functions. The library loops whose length memory does not bound are replaced:
+ *    string.rep of an empty string ("" at once), plain string.find (memmem: linear, where Lua's search is
+ *    length x length), table.insert/remove/move (loops that check the clock every LOOP_CHECK steps: a __len
+ *    or a range can ask for 2^62 steps).
+ *  - A wall-clock limit (WALL_LIMIT_S, or FOURBIT_RECIPE_TIMEOUT seconds) is checked by the same hook, by
+ *    those loops, and by the allocator for every block of BIG_ALLOC bytes or more, for the instructions that
+ *    cost far more than one step (a string.rep of 10 MB per iteration: 200M instructions would take hours,
+ *    and 1000 of them, one hook's worth, 2 s). Past the deadline the allocator fails, Lua raises "not
+ *    enough memory", and the loader reports the wall-clock limit instead.
+ * Once a limit fires, the hook runs at every instruction and raises again, so a pcall cannot swallow it. */
+#ifndef WALL_LIMIT_S
+#define WALL_LIMIT_S 20 /* of wall time for the whole load: a safety net well above the instruction limit's 1-2 s of
+                         * CPU, which a loaded machine (make check on 2 shared cores) may stretch several times */
+#endif
+#define LOOP_CHECK 256
+#define BIG_ALLOC (1u << 20)
+/* print goes to stderr and is for debugging a recipe: at most PRINT_LIMIT bytes per load, then one line
+ * saying the rest was dropped (an endless print loop wrote 10.7 GB of stderr in 20 s before). */
+#define PRINT_LIMIT 4096
 
 typedef struct {
   size_t mem;
   long long instr;
   int depth, includes;
-  char dir[512];
+  double deadline; /* CLOCK_MONOTONIC seconds */
+  int wall_s;
+  int stopped;     /* a limit fired: raise again at every instruction */
+  int late;        /* an allocation was refused past the deadline */
+  unsigned ticks;
+  size_t printed;
+  char dir[FB_RECIPE_PATH_MAX];
 } sandbox;
 
 static const char LOCKEY = 'L'; /* registry: weak table, table -> "file:line" */
+static const char SRCKEY = 'S'; /* registry: the files this load ran, "path" -> true (messages must name one) */
+#define MSG_MAX 8192 /* fb_errmsg()'s buffer */
 
 /* ---- sandbox ---------------------------------------------------------------------------------- */
+static double now_s(void);
 static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   sandbox *sb = ud;
   size_t old = ptr ? osize : 0;
@@ -50,6 +93,10 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return NULL;
   }
   if (sb->mem - old + nsize > MEM_LIMIT) return NULL; /* Lua raises "not enough memory" */
+  if (nsize >= BIG_ALLOC && sb->deadline > 0 && now_s() > sb->deadline) { /* see "Time limits" */
+    sb->late = 1;
+    return NULL;
+  }
   void *p = realloc(ptr, nsize);
   if (p) sb->mem = sb->mem - old + nsize;
   return p;
@@ -61,20 +108,42 @@ static sandbox *sb_of(lua_State *L) {
   return ud;
 }
 
+static double now_s(void) { /* CLOCK_MONOTONIC */
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sb_hook(lua_State *L, lua_Debug *ar);
+
+/* Raise the limit's error if one is exceeded (from the hook or from a C loop). */
+static void sb_check(lua_State *L) {
+  sandbox *sb = sb_of(L);
+  int instr = sb->instr > INSTR_LIMIT, wall = !instr && now_s() > sb->deadline;
+  if (!instr && !wall) return;
+  if (!sb->stopped) lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1); /* every instruction from now on */
+  sb->stopped = 1;
+  lua_Debug d;
+  if (lua_getstack(L, 0, &d) && lua_getinfo(L, "Sl", &d) && d.currentline > 0)
+    lua_pushfstring(L, "%s:%d: ", d.source[0] == '@' ? d.source + 1 : d.short_src, d.currentline);
+  else
+    lua_pushliteral(L, "");
+  if (instr) lua_pushfstring(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)INSTR_LIMIT);
+  else lua_pushfstring(L, "wall-clock limit exceeded (%d s): a runaway recipe?", sb->wall_s);
+  lua_concat(L, 2);
+  lua_error(L);
+}
+
 static void sb_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   sandbox *sb = sb_of(L);
-  sb->instr += 1000;
-  if (sb->instr > INSTR_LIMIT) {
-    lua_Debug d;
-    if (lua_getstack(L, 0, &d) && lua_getinfo(L, "Sl", &d) && d.currentline > 0)
-      lua_pushfstring(L, "%s:%d: ", d.source[0] == '@' ? d.source + 1 : d.short_src, d.currentline);
-    else
-      lua_pushliteral(L, "");
-    lua_pushfstring(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)INSTR_LIMIT);
-    lua_concat(L, 2);
-    lua_error(L);
-  }
+  if (!sb->stopped) sb->instr += 1000;
+  sb_check(L);
+}
+
+static void sb_tick(lua_State *L) { /* in C loops */
+  sandbox *sb = sb_of(L);
+  if (++sb->ticks % LOOP_CHECK == 0) sb_check(L);
 }
 
 /* Remember where table at idx was made: the calling Lua line. */
@@ -106,7 +175,7 @@ static const char *where_of(lua_State *L, int idx, char *buf, size_t n) {
 static void locate(lua_State *L, int idx, char *buf, size_t n) {
   idx = lua_absindex(L, idx);
   if (where_of(L, idx, buf, n)) return;
-  char best[256] = "", cur[256];
+  char best[FB_RECIPE_WHERE_MAX] = "", cur[FB_RECIPE_WHERE_MAX];
   long bestline = -1;
   lua_pushnil(L);
   while (lua_next(L, idx)) {
@@ -183,14 +252,16 @@ static void deep_copy_d(lua_State *L, int src, int depth) {
     lua_rawset(L, -5);
     lua_pop(L, 1);
   }
-  char buf[256];
-  if (where_of(L, src, buf, sizeof buf)) { /* keep the original's location */
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &LOCKEY);
-    lua_pushvalue(L, -2);
-    lua_pushstring(L, buf);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &LOCKEY); /* keep the original's location */
+  lua_pushvalue(L, src);
+  if (lua_rawget(L, -2) == LUA_TSTRING) {
+    lua_pushvalue(L, -3);
+    lua_insert(L, -2);
     lua_rawset(L, -3);
+  } else {
     lua_pop(L, 1);
   }
+  lua_pop(L, 1);
 }
 
 static void deep_copy(lua_State *L, int src) { deep_copy_d(L, src, 0); }
@@ -243,23 +314,97 @@ static int load_text(lua_State *L, const char *text, size_t len, const char *chu
   return luaL_loadbufferx(L, text, len, chunkname, "t");
 }
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+/* A recipe or include file, whole; NULL and *why on failure. Only a regular file: a directory read as empty
+ * text (and "returned nil"), and opening a FIFO blocked until a writer came. O_NONBLOCK keeps the open
+ * itself from blocking; fstat on the open file then decides, with no window between the check and the read. */
+static const char WHY_DIR[] = "it is a directory", WHY_NOTREG[] = "not a regular file (a FIFO, device or socket?)";
+static char *read_file(const char *path, size_t *len, const char **why) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *why = strerror(errno);
+    return NULL;
+  }
+  struct stat st;
+  *why = NULL;
+  if (fstat(fd, &st) != 0) *why = strerror(errno);
+  else if (S_ISDIR(st.st_mode)) *why = WHY_DIR;
+  else if (!S_ISREG(st.st_mode)) *why = WHY_NOTREG;
+  if (*why) {
+    close(fd);
+    return NULL;
+  }
   size_t cap = 4096, n = 0;
   char *buf = malloc(cap);
-  for (;;) {
-    if (!buf) break;
-    n += fread(buf + n, 1, cap - n, f);
-    if (n < cap) break;
-    if (cap > (16u << 20)) { free(buf); buf = NULL; break; } /* a recipe is not 16 MiB */
+  *why = "out of memory";
+  while (buf) {
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) { *why = strerror(errno); free(buf); buf = NULL; break; }
+    if (got == 0) break;
+    n += (size_t)got;
+    if (n < cap) continue;
+    if (cap >= (16u << 20)) { *why = "larger than 16 MiB (a recipe is not)"; free(buf); buf = NULL; break; }
     char *nb = realloc(buf, cap *= 2);
-    if (!nb) { free(buf); buf = NULL; }
+    if (!nb) free(buf);
     buf = nb;
   }
-  fclose(f);
+  close(fd);
   *len = n;
   return buf;
+}
+
+/* Files whose names may start a message: the recipe and what it included. */
+static void add_source(lua_State *L, const char *path) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &SRCKEY);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, path);
+  lua_pop(L, 1);
+}
+
+/* Does m start with "F:" for a file F this load ran? Then the length of F, else 0. */
+static size_t source_prefix(lua_State *L, const char *m) {
+  size_t best = 0;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &SRCKEY);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    lua_pop(L, 1);
+    size_t n;
+    const char *f = lua_tolstring(L, -1, &n);
+    if (n > best && !strncmp(m, f, n) && m[n] == ':') best = n;
+  }
+  lua_pop(L, 1);
+  return best;
+}
+
+/* Lua shortens a chunk name past LUA_IDSIZE (60) to "..." and its tail: m = "...TAIL:rest". Push the message
+ * with the whole path of the file TAIL ends, if this load ran one; 0 if none. */
+static int expand_tail(lua_State *L, const char *m) {
+  if (strncmp(m, "...", 3)) return 0;
+  for (const char *c = strchr(m + 3, ':'); c; c = strchr(c + 1, ':')) {
+    size_t tl = (size_t)(c - (m + 3));
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &SRCKEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      lua_pop(L, 1);
+      size_t n;
+      const char *f = lua_tolstring(L, -1, &n);
+      if (n > tl && !strncmp(f + n - tl, m + 3, tl)) {
+        lua_pushfstring(L, "%s%s", f, c);
+        lua_replace(L, -3);
+        lua_pop(L, 1);
+        return 1;
+      }
+    }
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+/* Push message m so that it starts with a file this load ran: as is, with a shortened path made whole, or
+ * after `where` (a forged error("other.lua:1: boom", 0), a message without a position). */
+static void push_located(lua_State *L, const char *m, const char *where) {
+  if (source_prefix(L, m)) lua_pushstring(L, m);
+  else if (!expand_tail(L, m)) lua_pushfstring(L, "%s: %s", where, m);
 }
 
 /* include "name.lua": run a recipe file from the same folder; returns what it returns. */
@@ -272,15 +417,22 @@ static int l_include(lua_State *L) {
   if (sb->depth >= INCLUDE_DEPTH) return luaL_error(L, "include '%s': more than %d levels deep (a cycle?)", name, INCLUDE_DEPTH);
   if (++sb->includes > MAX_INCLUDES)
     return luaL_error(L, "include '%s': more than %d includes in one recipe (an include inside a loop?)", name, MAX_INCLUDES);
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", sb->dir, name);
+  char path[FB_RECIPE_PATH_MAX];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", sb->dir, name) >= sizeof path)
+    return luaL_error(L, "include '%s': the path is longer than %d bytes", name, FB_RECIPE_PATH_MAX - 1);
   size_t len;
-  char *text = read_file(path, &len);
-  if (!text) return luaL_error(L, "include '%s': cannot read %s", name, path);
+  const char *why = "";
+  char *text = read_file(path, &len, &why);
+  if (!text) return luaL_error(L, "include '%s': cannot read %s: %s", name, path, why);
+  add_source(L, path);
   lua_pushfstring(L, "@%s", path);
   int rc = load_text(L, text, len, lua_tostring(L, -1));
   free(text);
-  if (rc != LUA_OK) return lua_error(L);
+  if (rc != LUA_OK) { /* a syntax error names the include's line; a binary chunk or a C stack overflow nothing */
+    const char *m = lua_tostring(L, -1) ? lua_tostring(L, -1) : "error";
+    if (source_prefix(L, m) || expand_tail(L, m)) return lua_error(L);
+    return luaL_error(L, "include '%s': %s: %s", name, path, m);
+  }
   sb->depth++;
   lua_call(L, 0, 1);
   sb->depth--;
@@ -304,19 +456,143 @@ static int l_load(lua_State *L) { /* load(chunk [, name [, mode [, env]]]), text
   return 1;
 }
 
-static int l_find_plain(lua_State *L) { /* string.find(s, sub [, init]): plain search only */
-  lua_settop(L, 3);
-  lua_pushboolean(L, 1);
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, 4, LUA_MULTRET);
-  return lua_gettop(L);
+/* string.find(s, sub [, init]): plain search only, by memmem (linear; Lua's plain search compares the
+ * pattern at every position, 10^14 steps for a 20 MB string and a 10 MB pattern, inside C). */
+static int l_find_plain(lua_State *L) {
+  size_t ls, lp;
+  const char *s = luaL_checklstring(L, 1, &ls), *p = luaL_checklstring(L, 2, &lp);
+  lua_Integer init = luaL_optinteger(L, 3, 1);
+  if (init == 0 || (init < 0 && (lua_Unsigned)-init > ls)) init = 1;
+  else if (init < 0) init = (lua_Integer)ls + init + 1;
+  if ((lua_Unsigned)init - 1 > ls) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  const char *hit = memmem(s + init - 1, ls - (size_t)(init - 1), p, lp);
+  if (!hit) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  lua_pushinteger(L, (lua_Integer)(hit - s) + 1);
+  lua_pushinteger(L, (lua_Integer)(hit - s) + (lua_Integer)lp);
+  return 2;
 }
 
-static int l_print(lua_State *L) { /* to stderr: stdout belongs to the command (--json) */
+/* string.rep(s, n [, sep]): Lua loops n times even when s and sep are empty (n = 2^62: for ever, in C).
+ * Otherwise the result is n bytes or more, which the memory limit bounds. */
+static int l_rep(lua_State *L) {
+  size_t l, lsep;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_optlstring(L, 3, "", &lsep);
+  if (n <= 0 || l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* table.insert, table.remove, table.move with the semantics of Lua 5.4's (tables only, no proxies), and a
+ * clock check every LOOP_CHECK steps: a __len or a range may ask for 2^62 steps, which no hook sees. */
+static int l_tinsert(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer e = (lua_Integer)((lua_Unsigned)luaL_len(L, 1) + 1u), pos; /* first empty slot */
+  switch (lua_gettop(L)) {
+  case 2: pos = e; break;
+  case 3:
+    pos = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, (lua_Unsigned)pos - 1u < (lua_Unsigned)e, 2, "position out of bounds");
+    for (lua_Integer i = e; i > pos; --i) {
+      lua_geti(L, 1, i - 1);
+      lua_seti(L, 1, i);
+      sb_tick(L);
+    }
+    break;
+  default: return luaL_error(L, "wrong number of arguments to 'insert'");
+  }
+  lua_seti(L, 1, pos);
+  return 0;
+}
+
+static int l_tremove(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer size = luaL_len(L, 1), pos = luaL_optinteger(L, 2, size);
+  if (pos != size) luaL_argcheck(L, (lua_Unsigned)pos - 1u <= (lua_Unsigned)size, 2, "position out of bounds");
+  lua_geti(L, 1, pos);
+  for (; pos < size; ++pos) {
+    lua_geti(L, 1, pos + 1);
+    lua_seti(L, 1, pos);
+    sb_tick(L);
+  }
+  lua_pushnil(L);
+  lua_seti(L, 1, pos);
+  return 1;
+}
+
+static int l_tmove(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3), t = luaL_checkinteger(L, 4);
+  int tt = !lua_isnoneornil(L, 5) ? 5 : 1;
+  luaL_checktype(L, tt, LUA_TTABLE);
+  if (e >= f) {
+    luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+    lua_Integer n = e - f + 1;
+    luaL_argcheck(L, t <= LUA_MAXINTEGER - n + 1, 4, "destination wrap around");
+    if (t > e || t <= f || (tt != 1 && !lua_compare(L, 1, tt, LUA_OPEQ))) {
+      for (lua_Integer i = 0; i < n; ++i) {
+        lua_geti(L, 1, f + i);
+        lua_seti(L, tt, t + i);
+        sb_tick(L);
+      }
+    } else {
+      for (lua_Integer i = n - 1; i >= 0; --i) {
+        lua_geti(L, 1, f + i);
+        lua_seti(L, tt, t + i);
+        sb_tick(L);
+      }
+    }
+  }
+  lua_pushvalue(L, tt);
+  return 1;
+}
+
+/* setmetatable(t, mt) without finalizers: see "Time limits" at the top. */
+static int l_setmetatable(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, 2) != LUA_TNIL)
+      return luaL_error(L, "setmetatable: a metatable with '__gc' is refused (a finalizer runs with the sandbox's "
+                           "limits off)");
+    lua_pop(L, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+static void out_bytes(sandbox *sb, const char *s, size_t n) {
+  if (sb->printed >= PRINT_LIMIT) return;
+  size_t room = PRINT_LIMIT - sb->printed;
+  fwrite(s, 1, n < room ? n : room, stderr);
+  sb->printed += n < room ? n : room;
+  if (sb->printed >= PRINT_LIMIT) fprintf(stderr, "\n(recipe output truncated: print writes at most %d bytes)\n", PRINT_LIMIT);
+}
+
+static int l_print(lua_State *L) { /* to stderr: stdout belongs to the command (--json); bounded */
+  sandbox *sb = sb_of(L);
   int n = lua_gettop(L);
-  for (int i = 1; i <= n; ++i) fprintf(stderr, "%s%s", i > 1 ? "\t" : "", luaL_tolstring(L, i, NULL)), lua_pop(L, 1);
-  fputc('\n', stderr);
+  for (int i = 1; i <= n && sb->printed < PRINT_LIMIT; ++i) {
+    size_t len;
+    const char *s = luaL_tolstring(L, i, &len);
+    if (i > 1) out_bytes(sb, "\t", 1);
+    out_bytes(sb, s, len);
+    lua_pop(L, 1);
+  }
+  out_bytes(sb, "\n", 1);
   return 0;
 }
 
@@ -341,6 +617,8 @@ static int open_sandbox(lua_State *L) {
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, -2);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &LOCKEY);
+  lua_newtable(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &SRCKEY);
 
   lua_pushglobaltable(L);
   static const char *drop[] = {"dofile", "loadfile", "require", "collectgarbage"};
@@ -354,10 +632,19 @@ static int open_sandbox(lua_State *L) {
     lua_pushnil(L);
     lua_setfield(L, -2, nostr[i]);
   }
-  lua_getfield(L, -1, "find");
-  lua_pushcclosure(L, l_find_plain, 1);
+  lua_pushcfunction(L, l_find_plain);
   lua_setfield(L, -2, "find");
+  lua_getfield(L, -1, "rep");
+  lua_pushcclosure(L, l_rep, 1);
+  lua_setfield(L, -2, "rep");
   lua_pop(L, 1);
+  lua_getfield(L, -1, "table");
+  static const luaL_Reg tfns[] = {{"insert", l_tinsert}, {"remove", l_tremove}, {"move", l_tmove}, {NULL, NULL}};
+  luaL_setfuncs(L, tfns, 0);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "setmetatable");
+  lua_pushcclosure(L, l_setmetatable, 1);
+  lua_setfield(L, -2, "setmetatable");
   static const luaL_Reg fns[] = {{"load", l_load}, {"print", l_print}, {"recipe", l_recipe}, {"nvfp4", l_nvfp4},
                                  {"mxfp8", l_mxfp8}, {"bf16", l_bf16}, {"s2f6", l_s2f6}, {"range", l_range},
                                  {"first", l_first}, {"last", l_last}, {"first_fraction", l_first_fraction},
@@ -378,7 +665,7 @@ static int open_sandbox(lua_State *L) {
 typedef struct {
   lua_State *L;
   char path[256];
-  char where[256];
+  char where[FB_RECIPE_WHERE_MAX];
 } vctx;
 
 #define VERR(v, ...) verr((v), __VA_ARGS__)
@@ -396,7 +683,7 @@ static void escape(const char *in, char *out, size_t n) {
 }
 
 static fb_status verr(vctx *v, const char *fmt, ...) {
-  char msg[512], path[400], esc[1024];
+  char msg[MSG_MAX], path[400], esc[MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -422,7 +709,7 @@ static fb_status verr(vctx *v, const char *fmt, ...) {
 /* Enter field `key` (or index) of the table at the top: path grows, location follows tagged tables. */
 typedef struct {
   size_t plen;
-  char where[256];
+  char where[FB_RECIPE_WHERE_MAX];
 } vmark;
 
 static vmark enter(vctx *v, const char *fmt, ...) FB_PRINTF(2, 3);
@@ -1259,15 +1546,57 @@ static int validate_protected(lua_State *L) { /* (vcall *, recipe table) */
   return 0;
 }
 
-static int traceback_msgh(lua_State *L) { /* keep the message; the location is already in it */
-  if (!lua_isstring(L, 1)) lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  return 1;
+/* The message handler: a string message keeps its location when it names a file this load ran; else (no
+ * position, a forged one, one in a load()ed chunk) the line of the innermost frame of such a file goes
+ * first, so the message still starts with the recipe's own file. */
+static int traceback_msgh(lua_State *L) {
+  if (!lua_isstring(L, 1)) {
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    return 1;
+  }
+  const char *m = lua_tostring(L, 1);
+  if (source_prefix(L, m)) return 1;
+  lua_Debug d;
+  for (int level = 1; lua_getstack(L, level, &d); ++level) {
+    if (!lua_getinfo(L, "Sl", &d) || d.currentline <= 0 || d.source[0] != '@') continue;
+    size_t n = strlen(d.source + 1);
+    lua_pushfstring(L, "%s:", d.source + 1);
+    int known = source_prefix(L, lua_tostring(L, -1)) == n;
+    lua_pop(L, 1);
+    if (!known) continue;
+    lua_pushfstring(L, "%s:%d", d.source + 1, d.currentline);
+    push_located(L, m, lua_tostring(L, -1));
+    return 1;
+  }
+  return 1; /* none: fb_recipe_load_buffer names the recipe */
+}
+
+/* Make the loader's message start with a file this load ran (see push_located), escaped to one line. */
+static fb_status located_error(lua_State *L, fb_status code, const char *m, const char *name) {
+  char esc[MSG_MAX], late[96];
+  sandbox *sb = sb_of(L);
+  if (sb->late && m && !strcmp(m, "not enough memory")) {
+    snprintf(late, sizeof late, "wall-clock limit exceeded (%d s): a runaway recipe?", sb->wall_s);
+    m = late;
+  }
+  push_located(L, m ? m : "error", name);
+  escape(lua_tostring(L, -1), esc, sizeof esc);
+  lua_pop(L, 1);
+  return FB_USERERR(code, "%s", esc);
 }
 
 fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, const char *dir, fb_recipe **out) {
   *out = NULL;
+  if (strlen(name) >= FB_RECIPE_PATH_MAX) return FB_USERERR(FB_EINVAL, "%s: the name is longer than %d bytes", name, FB_RECIPE_PATH_MAX - 1);
   sandbox sb = {0};
-  snprintf(sb.dir, sizeof sb.dir, "%s", dir && *dir ? dir : ".");
+  if ((size_t)snprintf(sb.dir, sizeof sb.dir, "%s", dir && *dir ? dir : ".") >= sizeof sb.dir)
+    return FB_USERERR(FB_EINVAL, "%s: the folder is longer than %d bytes", name, FB_RECIPE_PATH_MAX - 1);
+  const char *env = getenv("FOURBIT_RECIPE_TIMEOUT");
+  char *end = NULL;
+  long secs = env && *env ? strtol(env, &end, 10) : WALL_LIMIT_S;
+  if (env && *env && (*end || secs < 1 || secs > 3600))
+    return FB_USERERR(FB_EINVAL, "FOURBIT_RECIPE_TIMEOUT: '%s' is not a number of seconds in [1, 3600]", env);
+  sb.wall_s = (int)secs;
   lua_State *L = lua_newstate(sb_alloc, &sb);
   if (!L) return FB_ERR(FB_ENOMEM, "lua_newstate");
   fb_recipe *r = calloc(1, sizeof *r);
@@ -1282,23 +1611,18 @@ fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, 
     rc = FB_ERR(FB_ELUA, "opening the sandbox: %s", lua_tostring(L, -1));
     goto done;
   }
+  add_source(L, name);
+  sb.deadline = now_s() + sb.wall_s;
   lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1000);
   lua_pushcfunction(L, traceback_msgh);
-  char chunk[600];
-  snprintf(chunk, sizeof chunk, "@%s", name);
-  if (load_text(L, text, len, chunk) != LUA_OK) {
-    char esc[1024];
-    escape(lua_tostring(L, -1), esc, sizeof esc);
-    rc = FB_USERERR(FB_ELUA, "%s", esc);
+  lua_pushfstring(L, "@%s", name);
+  if (load_text(L, text, len, lua_tostring(L, -1)) != LUA_OK) { /* binary chunks and C stack overflows: no position */
+    rc = located_error(L, FB_ELUA, lua_tostring(L, -1), name);
     goto done;
   }
-  if (lua_pcall(L, 0, 1, 1) != LUA_OK) {
-    char m[1024];
-    escape(lua_tostring(L, -1) ? lua_tostring(L, -1) : "error", m, sizeof m);
-    if (strncmp(m, name, strlen(name)) && !strstr(m, ".lua:")) /* no location (e.g. out of memory) */
-      rc = FB_USERERR(FB_ELUA, "%s: %s", name, m);
-    else
-      rc = FB_USERERR(FB_ELUA, "%s", m);
+  lua_remove(L, -2);
+  if (lua_pcall(L, 0, 1, 1) != LUA_OK) { /* out of memory, "error in error handling": no position */
+    rc = located_error(L, FB_ELUA, lua_tostring(L, -1), name);
     goto done;
   }
   if (!lua_istable(L, -1)) {
@@ -1316,16 +1640,15 @@ fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, 
     lua_pushlightuserdata(L, &c);
     lua_pushvalue(L, -3);
     if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
-      const char *m = lua_tostring(L, -1);
-      char esc[1024];
-      escape(m ? m : "error", esc, sizeof esc);
-      rc = FB_USERERR(FB_ELUA, "%s%s%s", strstr(esc, ".lua:") ? "" : name, strstr(esc, ".lua:") ? "" : ": ", esc);
-    } else {
-      rc = c.rc;
+      rc = located_error(L, FB_ELUA, lua_tostring(L, -1), name);
+    } else if ((rc = c.rc) != FB_OK && rc != FB_ENOMEM) { /* a table made in load(s, "@other.lua") names other.lua */
+      char m[MSG_MAX];
+      snprintf(m, sizeof m, "%s", fb_errmsg());
+      rc = located_error(L, rc, m, name);
     }
   }
 done:
-  lua_close(L);
+  lua_close(L); /* runs no recipe code: a recipe cannot install a finalizer (see "Time limits") */
   if (rc != FB_OK) {
     fb_recipe_free(r);
     return rc;
@@ -1336,10 +1659,12 @@ done:
 
 fb_status fb_recipe_load(const char *path, fb_recipe **out) {
   *out = NULL;
+  if (strlen(path) >= FB_RECIPE_PATH_MAX) return FB_USERERR(FB_EINVAL, "%s: the path is longer than %d bytes", path, FB_RECIPE_PATH_MAX - 1);
   size_t len;
-  char *text = read_file(path, &len);
-  if (!text) return FB_USERERR(FB_EIO, "%s: cannot read the recipe", path);
-  char dir[512];
+  const char *why = "";
+  char *text = read_file(path, &len, &why);
+  if (!text) return FB_USERERR(why == WHY_DIR || why == WHY_NOTREG ? FB_EINVAL : FB_EIO, "%s: cannot read the recipe: %s", path, why);
+  char dir[FB_RECIPE_PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
   if (slash) *slash = 0;

@@ -16,6 +16,7 @@
 #     "fourbit plan: " tag), e.g. "fourbit plan: tests/fixtures/recipes/unknown_key_top.lua:3: ...";
 #     a fixture whose second line is "-- noline: <why>" must start with "<path>: " instead (no line);
 #   - it finishes within FB_FIXTURE_TIMEOUT seconds (default 10): the sandbox's limits must stop it.
+# Then the cases no fixture file can be (made in a temporary folder: see special() below).
 # Prints one line per fixture and a summary; exits 1 if any fixture fails.
 set -u
 
@@ -88,10 +89,86 @@ for f in "$dir"/*.lua; do
   fi
 done
 
-total=$((pass + fail))
-if [ "$total" -eq 0 ]; then
+nfix=$((pass + fail))
+if [ "$nfix" -eq 0 ]; then
   echo "no fixtures in $dir"
   exit 1
 fi
-echo "recipes_bad: $total fixtures ($bytext by their whole text), $pass passed, $fail failed${failed:+: ${failed[*]}}"
+
+# Cases a fixture file cannot be, made in $tmp: a directory, a FIFO, a binary chunk, a path of over 250
+# characters, a print flood, limits that need FOURBIT_RECIPE_TIMEOUT lowered, and the other commands that load
+# a recipe. special NAME PREFIX [ENV=VALUE...] -- ARGS...: `fourbit ARGS` exits 2 within the time limit, prints
+# nothing on stdout and one line on stderr that starts with PREFIX (the CLI's tag, the file, ':' and the line
+# where there is one) and holds every name of $also after PREFIX, in order (a directory is named so: the word;
+# before, it ran as an empty recipe and "returned nil"). flood=N: any number of lines, at most N bytes, the last
+# one the message.
+special() {
+  local name=$1 prefix=$2 why="" envs=() rc msg nl
+  shift 2
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  : >"$tmp/out"; : >"$tmp/err"
+  rc=$( { env "${envs[@]}" timeout -k 2 "$limit" "$bin" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; echo $?; } 2>/dev/null )
+  msg=$(head -n 1 "$tmp/err")
+  nl=$(wc -l <"$tmp/err")
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="still running after ${limit} s (killed)"
+  elif [ "$rc" -gt 128 ]; then why="crashed: killed by signal $((rc - 128))"
+  elif [ "$rc" -ne 2 ]; then why="exit status $rc, not 2"
+  elif [ -s "$tmp/out" ]; then why="wrote $(wc -c <"$tmp/out") bytes to stdout"
+  elif [ -n "${flood:-}" ]; then
+    msg=$(tail -n 1 "$tmp/err")
+    [ "$(wc -c <"$tmp/err")" -le "$flood" ] || why="stderr has $(wc -c <"$tmp/err") bytes, more than $flood"
+  elif [ "$nl" -ne 1 ]; then why="stderr has $nl line(s), not exactly one"
+  fi
+  if [ -z "$why" ]; then
+    if [[ "$msg" != "$prefix"* ]]; then why="does not start with '$prefix'"
+    elif [ -n "${also:-}" ]; then
+      local b=$bytext; named "${msg#"$prefix"}" "$also"; bytext=$b
+      [ -z "$missing" ] || why="message lacks $missing"
+    fi
+  fi
+  if [ -z "$why" ]; then
+    pass=$((pass + 1)); echo "ok    $name"
+  else
+    fail=$((fail + 1)); failed+=("$name"); echo "FAIL  $name: $why"
+    [ -s "$tmp/err" ] && echo "      stderr: $(head -c 400 "$tmp/err" | tr '\n' '|')"
+  fi
+  also="" flood=""
+}
+also="" flood=""
+t=$tmp
+mkdir "$t/dir.lua"; mkfifo "$t/fifo.lua"; mkdir "$t/incdir.lua"
+printf 'return include "fifo.lua"\n' >"$t/include_fifo.lua"
+printf 'return include "incdir.lua"\n' >"$t/include_dir.lua"
+printf '\033Lua\124\000\031\223\r\n\032\n' >"$t/binary.lua"
+also="'fifo.lua'" special special_include_fifo "${tag}$t/include_fifo.lua:1: " -- plan "$t/include_fifo.lua"
+also="directory" special special_include_dir "${tag}$t/include_dir.lua:1: " -- plan "$t/include_dir.lua"
+special special_recipe_fifo "${tag}$t/fifo.lua: " -- plan "$t/fifo.lua"
+also="directory" special special_recipe_dir "${tag}$t/dir.lua: " -- plan "$t/dir.lua"
+special special_recipe_binary "${tag}$t/binary.lua: " -- plan "$t/binary.lua"
+long="$t/$(printf 'd%.0s' {1..150})/$(printf 'e%.0s' {1..150})"
+mkdir -p "$long"
+cp "$dir/runtime_error.lua" "$dir/unknown_key_top.lua" "$dir/include_missing.lua" "$dir/rules_overlap.lua" "$long/"
+special special_long_path_runtime "${tag}$long/runtime_error.lua:2: " -- plan "$long/runtime_error.lua"
+also="'nmae'" special special_long_path_field "${tag}$long/unknown_key_top.lua:3: " -- plan "$long/unknown_key_top.lua"
+also="'no_such_recipe.lua' $long/no_such_recipe.lua" special special_long_path_include "${tag}$long/include_missing.lua:2: " -- plan "$long/include_missing.lua"
+also="$long/rules_overlap.lua" special special_long_path_rule "${tag}$long/rules_overlap.lua:" -- plan "$long/rules_overlap.lua"
+printf 'for i = 1, 1000000 do print(string.rep("x", 100)) end\nerror("printed")\n' >"$t/print_flood.lua"
+flood=5000 special special_print_flood "${tag}$t/print_flood.lua:2: " -- plan "$t/print_flood.lua"
+printf 'while true do local s = string.rep("x", 1 << 20) end\n' >"$t/wall_rep.lua"
+printf 'table.move({}, 1, 1 << 62, 2)\n' >"$t/wall_move.lua"
+printf 'table.insert(setmetatable({}, { __len = function() return 1 << 62 end }), 1, 0)\n' >"$t/wall_insert.lua"
+printf 'table.remove(setmetatable({}, { __len = function() return 1 << 62 end }), 1)\n' >"$t/wall_remove.lua"
+# (the allocator stops wall_rep: "not enough memory" has no position, so no line is asked for there)
+also="(1 s)" special special_wall_clock_rep "${tag}$t/wall_rep.lua:" FOURBIT_RECIPE_TIMEOUT=1 -- plan "$t/wall_rep.lua"
+for w in move insert remove; do
+  also="(1 s)" special "special_wall_clock_$w" "${tag}$t/wall_$w.lua:1: " FOURBIT_RECIPE_TIMEOUT=1 -- plan "$t/wall_$w.lua"
+done
+gc=$dir/sandbox_gc_finalizer_loop.lua
+special special_gc_gen "fourbit gen: $gc:4: " -- gen "$gc" --out "$t/gen"
+special special_gc_tune "fourbit tune: $gc:4: " -- tune "$gc" --dry-run
+special special_gc_train "fourbit train: $gc:4: " -- train "$gc" --steps 1
+
+total=$((pass + fail))
+echo "recipes_bad: $total cases ($nfix fixtures, $bytext by their whole text; $((total - nfix)) made at run time), $pass passed, $fail failed${failed:+: ${failed[*]}}"
 [ "$fail" -eq 0 ]

@@ -62,22 +62,27 @@ typedef struct {
 extern const fb_tune_param FB_TUNE_PARAMS[];
 const fb_tune_param *fb_tune_param_find(const char *name); /* NULL: no such parameter */
 
+/* A recipe's path (and an include's) is kept whole in messages: up to FB_RECIPE_PATH_MAX - 1 bytes (Linux's
+ * PATH_MAX); a longer one is refused. "file:line" adds the line. */
+#define FB_RECIPE_PATH_MAX 4096
+#define FB_RECIPE_WHERE_MAX (FB_RECIPE_PATH_MAX + 24)
+
 typedef struct {
   int first, last; /* 1-based, inclusive */
   fb_layer_prec prec;
   unsigned set;     /* FB_RULE_* bits: what the rule overrides */
-  char where[256];  /* file:line of the rule */
+  char where[FB_RECIPE_WHERE_MAX]; /* file:line of the rule */
 } fb_layer_rule;
 enum { FB_RULE_FWD = 1, FB_RULE_BWD = 2, FB_RULE_DISPATCH = 4, FB_RULE_COMBINE = 8 };
 
 typedef struct fb_recipe {
-  char path[512], name[64], description[256];
+  char path[FB_RECIPE_PATH_MAX], name[64], description[256];
   uint32_t seed;
   fb_model model;
   int ep;            /* expert-parallel ranks */
   int tokens;        /* tokens per rank per step */
   fb_layer_prec base;
-  char base_where[256];
+  char base_where[FB_RECIPE_WHERE_MAX];
   int nrules;
   fb_layer_rule *rules;
   int nfamilies;

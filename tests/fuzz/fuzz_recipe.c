@@ -7,6 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  setenv("FOURBIT_RECIPE_TIMEOUT", "5", 0); /* the loader's wall-clock limit, well inside libFuzzer's -timeout=20 */
+  return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fb_recipe *r = NULL;
   if (fb_recipe_load_buffer((const char *)data, size, "fuzz.lua", "recipes", &r) != FB_OK) {
