@@ -14,6 +14,7 @@
 #include "../runtime/experts_gpu.h"
 #include "../runtime/train_gpu.h"
 #include "../tuner/tune.h"
+#include "fb_str.h"
 #include "fourbit_train.h"
 
 #include <errno.h>
@@ -49,7 +50,7 @@ static const char *OPTIONS_HELP =
     "                       of the router's load-balancing loss (0.01)\n"
     "  --successors N       successors per state of the synthetic Markov language (default 4)\n"
     "  --print-every N      a line every N steps (default 1; the last step always)\n"
-    "  --quiet              no per-step lines (the summary only)\n"
+    "  --quiet              nothing on stdout (errors only; with --log /dev/stdout, the CSV alone)\n"
     "  --cache DIR          GPU: kernels from this kernel cache (fourbit tune's winners, else the cached default\n"
     "                       variant); without it every kernel's default variant is compiled with NVRTC at start\n"
     "  --require-tuned      GPU: fail, listing them, when a kernel has no tuned winner in --cache\n"
@@ -424,8 +425,8 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
     if (bad) return 2;
   }
   fb_status s = fb_train_recipe_load(path, &c->over, &r);
-  if (s != FB_OK) {
-    fprintf(stderr, "fourbit %s: %s%s\n", cmd, who, fb_errmsg());
+  if (s != FB_OK) { /* the same file and options on every rank: the same error, said once */
+    if (lead || s == FB_ENOMEM) fprintf(stderr, "fourbit %s: %s%s\n", cmd, s == FB_ENOMEM ? who : "", fb_errmsg());
     return s == FB_ENOMEM ? 1 : 2;
   }
   snprintf(res->name, sizeof res->name, "%s", r->name);
@@ -728,6 +729,8 @@ static int launch(int n, int gpu, char **argv) {
   sigaction(SIGINT, &old_int, NULL), sigaction(SIGTERM, &old_term, NULL), sigaction(SIGALRM, &old_alrm, NULL);
   /* report: ranks killed by a signal first (the cause, usually), then the ranks that exited with an error */
   int code = -1;
+  char *said = calloc((size_t)(started > 0 ? started : 1), 1);
+  if (!said) { free(fds), free(pid), free(st), free(done), free(ours); return 1; }
   for (int pass = 0; pass < 2; ++pass)
     for (int i = 0; i < started; ++i) {
       int ws = st[i];
@@ -738,13 +741,24 @@ static int launch(int n, int gpu, char **argv) {
       else if (pass == 1 && WIFSIGNALED(ws) && ours[i])
         fprintf(stderr, "fourbit train: rank %d (pid %d) was stopped by the launcher after another rank failed\n", i,
                 (int)pid[i]);
-      else if (pass == 1 && WIFEXITED(ws))
-        fprintf(stderr, "fourbit train: rank %d (pid %d) exited with status %d\n", i, (int)pid[i], WEXITSTATUS(ws));
+      else if (pass == 1 && WIFEXITED(ws) && !said[i]) { /* one line for every rank that exited with this status */
+        fb_str line = {0};
+        int nr = 0;
+        for (int j = i; j < started; ++j)
+          if (done[j] && WIFEXITED(st[j]) && WEXITSTATUS(st[j]) == WEXITSTATUS(ws)) {
+            fb_str_printf(&line, "%s%d (pid %d)", nr ? ", " : "", j, (int)pid[j]);
+            said[j] = 1, ++nr;
+          }
+        fprintf(stderr, "fourbit train: rank%s %s exited with status %d\n", nr > 1 ? "s" : "", line.buf ? line.buf : "?",
+                WEXITSTATUS(ws));
+        free(line.buf);
+      }
       if (pass == 1) {
         int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
         code = code < 0 || code == c ? c : 1;
       }
     }
+  free(said);
   if (code > 0) rc = code;
   else if (failed) rc = 1;
 out:

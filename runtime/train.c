@@ -352,29 +352,10 @@ static fb_status save_rank0(const fb_trainer *t, const char *path, buf_t *bp) {
   *bp = b;
   if (b.oom) return FB_ERR(FB_ENOMEM, "checkpoint: %zu bytes", b.n);
 
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 16);
-  if (!tmp) return FB_ERR(FB_ENOMEM, "checkpoint path");
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    rc = FB_USERERR(FB_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
-    goto out;
-  }
-  for (size_t off = 0; off < b.n;) {
-    ssize_t w = write(fd, b.b + off, b.n - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) { rc = FB_USERERR(FB_EIO, "%s: write failed: %s", path, strerror(errno)); break; }
-    off += (size_t)w;
-  }
-  if (rc == FB_OK && (fchmod(fd, 0644) != 0 || fsync(fd) != 0))
-    rc = FB_USERERR(FB_EIO, "%s: fsync failed: %s", path, strerror(errno));
-  if (close(fd) != 0 && rc == FB_OK) rc = FB_USERERR(FB_EIO, "%s: close failed: %s", path, strerror(errno));
-  if (rc == FB_OK && rename(tmp, path) != 0) rc = FB_USERERR(FB_EIO, "%s: rename failed: %s", path, strerror(errno));
-  if (rc != FB_OK) unlink(tmp);
-out:
-  free(tmp);
-  return rc;
+  /* whole or not at all, beside the file a link names (the link kept); base/file.c */
+  const void *parts[1] = {b.b};
+  size_t sizes[1] = {b.n};
+  return fb_file_write(path, parts, sizes, 1);
 }
 
 typedef struct {
@@ -495,10 +476,12 @@ fb_status fb_train_save_check(const char *path) {
   } else if (errno != ENOENT) {
     return FB_USERERR(FB_EINVAL, "%s: %s", path, strerror(errno));
   }
-  size_t len = strlen(path);
+  char target[4096]; /* fb_train_save writes beside the file a link names (base/file.c) */
+  if (fb_file_resolve(path, target, sizeof target) != 0) return FB_USERERR(FB_EINVAL, "%s: %s", path, strerror(errno));
+  size_t len = strlen(target);
   char *tmp = malloc(len + 16);
-  if (!tmp) return FB_ERR(FB_ENOMEM, "checkpoint path");
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path); /* the name fb_train_save writes first */
+  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the checkpoint's temporary name", path, len + 16);
+  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", target); /* the name fb_train_save writes first */
   int fd = mkstemp(tmp);
   if (fd < 0) {
     int e = errno;

@@ -126,6 +126,9 @@ expect2 "--gpus on cpu" "--gpus|--device gpu" train $TR --gpus 2
 RANK=0 WORLD_SIZE=1 "$FB" train $TR --ranks 2 --steps 1 > /dev/null 2> "$W/e"; rc=$?
 [ $rc = 2 ] && grep -qF -- "--ranks 2" "$W/e" && grep -qF "WORLD_SIZE" "$W/e" && ok || bad "WORLD_SIZE mismatch: exit $rc, $(head -2 "$W/e")"
 expect2 "compare --ranks" "--ranks" compare $TR --ranks 2
+# one error of the recipe, the same on every rank, is said once, and the ranks' common exit status in one line
+expect2 "a bad override, 3 ranks" "$TR|d_model|100" train $TR $MI --ranks 3 --d-model 100 --steps 1
+[ "$(grep -c 'd_model' "$W/e")" = 1 ] && [ "$(wc -l < "$W/e")" = 2 ] && ok || bad "3 ranks, one error: $(wc -l < "$W/e") lines: $(cat "$W/e")"
 
 echo "test_ep.sh: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -81,6 +81,16 @@ for cp in "$W/nodir/x.ckpt" "$W/file/x.ckpt" "$W/dir" "$W/dir/"; do
   expect2 "--checkpoint $cp" "--checkpoint $cp" train $TR $M --log "$W/h.csv" --checkpoint "$cp"
   [ ! -e "$W/h.csv" ] && ok || bad "--checkpoint $cp: the run started (it wrote its log)"
 done
+# a --checkpoint through a symbolic link: the file it names is written, the link stays a link; a character device
+# (mknod, like /dev/null) is refused before step 1 and stays a device
+mkdir -p "$W/ckdir"; ln -s ckdir/real.ckpt "$W/lnk.ckpt"
+"$FB" train $TR $M --checkpoint "$W/lnk.ckpt" --quiet && [ -L "$W/lnk.ckpt" ] && [ -f "$W/ckdir/real.ckpt" ] \
+  && ! ls "$W"/lnk.ckpt.tmp.* "$W"/ckdir/real.ckpt.tmp.* > /dev/null 2>&1 && ok \
+  || bad "--checkpoint through a link: the link replaced, the file not written, or a temporary file left"
+if mknod "$W/cdev" c 1 3 2>/dev/null; then
+  expect2 "--checkpoint a character device" "--checkpoint $W/cdev" train $TR $M --checkpoint "$W/cdev"
+  [ -c "$W/cdev" ] && ok || bad "--checkpoint replaced a character device: now $(stat -c %F "$W/cdev")"
+fi
 # 4b. a crash after step 9 whose last checkpoint is of step 5 (the run to 5, then a resumed run whose log reached
 # step 9 and whose checkpoint was lost); resuming from step 5's checkpoint logs each step once: the uninterrupted log
 "$FB" train $TR $M --log "$W/k.csv" --checkpoint "$W/k5.ckpt" --stop-at 5 --quiet || bad "--stop-at 5 failed"

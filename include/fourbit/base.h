@@ -32,6 +32,15 @@ typedef enum {
 const char *fb_errmsg(void);
 const char *fb_status_name(fb_status s);
 
+/* ---- files (base/file.c) ---------------------------------------------------------------------- */
+/* Write parts[0..n) as the whole of path: into a character device or FIFO directly; else through a temporary file
+ * beside the file the path names once its symbolic links are followed, then renamed over it (a link stays a link,
+ * the file's mode is kept). FB_EINVAL naming the path for an OUT that cannot be written (a folder, a block device,
+ * a missing folder, no permission: nothing written); FB_EIO for a failure while writing (the old file kept). */
+fb_status fb_file_write(const char *path, const void *const *parts, const size_t *sizes, int n);
+/* The file path names once its symbolic links are followed (it need not exist): 0, or -1 with errno. */
+int fb_file_resolve(const char *path, char *out, size_t cap);
+
 /* ---- hashing (base/sha256.c) ----------------------------------------------------------------- */
 void fb_sha256(const void *data, size_t len, uint8_t out[32]);
 void fb_sha256_hex(const void *data, size_t len, char out[65]);

@@ -1,0 +1,118 @@
+/* file.c — writing a whole file safely, for every command and the checkpoint (fb_file_write, fb_file_resolve).
+ *
+ * OUT is written whole or not at all, and never turned into something else:
+ *   - a character device or a FIFO (/dev/null, a terminal, a pipe, /dev/stdout) is opened and written into: no
+ *     O_CREAT, no O_TRUNC, no rename, so the device stays a device (as root, `quant ... /dev/null` once replaced the
+ *     machine's /dev/null);
+ *   - a regular file, or a name that does not exist yet, is written to a temporary file beside it, synced and
+ *     renamed over it: a reader sees the old file or the new one, a process killed midway leaves the old one;
+ *   - symbolic links are followed to the file they name (existing or not), and the temporary file goes beside that
+ *     file, so the link stays a link;
+ *   - anything else (a folder, a block device, a socket), a missing folder, an unwritable file: FB_EINVAL naming the
+ *     path (the commands exit 2), nothing written. A failure while writing (a full disk): FB_EIO, the old file kept. */
+#include "fb_error.h"
+#include "fourbit/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int fb_file_resolve(const char *path, char *out, size_t cap) {
+  if (strlen(path) >= cap) return errno = ENAMETOOLONG, -1;
+  strcpy(out, path);
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (lstat(out, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISLNK(st.st_mode)) return 0;
+    char link[4096];
+    ssize_t n = readlink(out, link, sizeof link - 1);
+    if (n < 0) return -1;
+    link[n] = 0;
+    if (link[0] == '/') {
+      if ((size_t)n >= cap) return errno = ENAMETOOLONG, -1;
+      memcpy(out, link, (size_t)n + 1);
+    } else { /* relative to the link's own folder */
+      char *slash = strrchr(out, '/');
+      size_t keep = slash ? (size_t)(slash - out) + 1 : 0;
+      if (keep + (size_t)n >= cap) return errno = ENAMETOOLONG, -1;
+      memcpy(out + keep, link, (size_t)n + 1);
+    }
+  }
+  return errno = ELOOP, -1;
+}
+
+static int write_all(int fd, const void *const *parts, const size_t *sizes, int n) {
+  for (int i = 0; i < n; ++i) {
+    const char *p = parts[i];
+    size_t left = sizes[i];
+    while (left) {
+      ssize_t w = write(fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return -1;
+      if (w == 0) return errno = EIO, -1;
+      p += w;
+      left -= (size_t)w;
+    }
+  }
+  return 0;
+}
+
+static fb_status write_device(const char *path, const void *const *parts, const size_t *sizes, int n) {
+  int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    fb_status s = FB_USERERR(FB_EINVAL, "%s: cannot open for writing: %s", path, fd < 0 ? strerror(errno) : "it changed");
+    if (fd >= 0) close(fd);
+    return s;
+  }
+  int bad = write_all(fd, parts, sizes, n);
+  fb_status s = bad ? FB_USERERR(FB_EIO, "%s: write failed: %s", path, strerror(errno)) : FB_OK;
+  if (close(fd) != 0 && !bad && errno != EINTR) s = FB_USERERR(FB_EIO, "%s: write failed: %s", path, strerror(errno));
+  return s;
+}
+
+fb_status fb_file_write(const char *path, const void *const *parts, const size_t *sizes, int n) {
+  struct stat st;
+  if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) return write_device(path, parts, sizes, n);
+  char target[4096];
+  if (fb_file_resolve(path, target, sizeof target) != 0) return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
+  mode_t mode = 0644;
+  if (stat(target, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: is a directory", path);
+    if (!S_ISREG(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: not a regular file, character device or FIFO: not replaced", path);
+    if (access(target, W_OK) != 0) return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
+    mode = st.st_mode & 07777;
+  } else if (errno != ENOENT) {
+    return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
+  }
+  size_t len = strlen(target);
+  char *tmp = malloc(len + 16);
+  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the temporary file's name", path, len + 16);
+  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", target);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    int user = e == EACCES || e == EPERM || e == ENOENT || e == ENOTDIR || e == EROFS || e == ELOOP || e == ENAMETOOLONG;
+    return FB_USERERR(user ? FB_EINVAL : FB_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(e));
+  }
+  if (write_all(fd, parts, sizes, n) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) goto fail;
+  if (close(fd) != 0) {
+    fd = -1;
+    goto fail;
+  }
+  fd = -1;
+  if (rename(tmp, target) != 0) goto fail;
+  free(tmp);
+  return FB_OK;
+fail:;
+  fb_status s = FB_USERERR(FB_EIO, "%s: write failed: %s", path, strerror(errno));
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+  free(tmp);
+  return s;
+}
