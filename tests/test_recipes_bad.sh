@@ -27,7 +27,9 @@ if [ -z "$bin" ] || [ ! -x "$bin" ]; then
 fi
 dir=$(dirname "$0")/fixtures/recipes
 dir=${dir#./}
-limit=${FB_FIXTURE_TIMEOUT:-10}
+# a hang fails at this many seconds; generous, as the sandbox's own limits (an instruction count, a 20 s wall clock) answer
+# first, and the endless-loop fixture takes about 2 s of CPU, which a loaded 2-core machine can stretch past 10 s of wall
+limit=${FB_FIXTURE_TIMEOUT:-60}
 tag="fourbit plan: "
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
