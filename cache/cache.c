@@ -30,7 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,13 +49,23 @@ struct fb_cache {
   MDB_env *env;
   MDB_dbi dbi[3]; /* FB_DB_KERNELS, FB_DB_WINNERS, FB_DB_TRIALS */
   pthread_rwlock_t grow; /* transactions hold it shared; a map resize holds it exclusively (LMDB's rule) */
+  int ro;                /* opened read-only (no write access): every write fails with a message saying so */
+  int have[3];           /* the database exists (a read-only cache may lack one: it reads as empty) */
   char dir[512];
 };
 
 static const char *const DBNAME[3] = {"kernels", "winners", "trials"};
 const char *fb_cache_db_name(fb_cache_db db) { return (unsigned)db < 3 ? DBNAME[db] : "?"; }
 
-/* ---- environment ------------------------------------------------------------------------------------------ */
+/* ---- environment ------------------------------------------------------------------------------------------
+ * A damaged data.mdb must not crash whoever opens it: LMDB trusts its pages, so a truncated file faults (SIGBUS)
+ * and a flipped byte in a page can send a pointer anywhere (SIGSEGV). fb_cache_open therefore checks an existing
+ * file before this process maps it: a 0-byte file is damaged (LMDB would silently start a new, empty cache over
+ * it), and a forked child opens the environment, checks that the pages the meta page claims fit in the file, then
+ * walks every key and value of every database (entries in order, as many as the database's stat says). The
+ * child's death by a signal, or any LMDB error in the walk, makes the cache damaged (FB_EIO, with how to rebuild
+ * it), and the caller never touches its pages. A cache without write access (permission bits, a read-only mount)
+ * is opened read-only: MDB_RDONLY, and without LMDB's lock file when that cannot be opened either. */
 static int mkdir_p(const char *dir) {
   char tmp[512];
   snprintf(tmp, sizeof tmp, "%s", dir);
@@ -72,27 +85,197 @@ const char *fb_cache_default_dir(char *buf, size_t n) {
   return buf;
 }
 
-fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) {
+static fb_status damaged(const char *dir, const char *why) {
+  return FB_USERERR(FB_EIO,
+                    "%s/data.mdb: the cache is damaged (%s); fourbit does not read it. Move the directory away "
+                    "(mv %s %s.damaged) and rebuild it with `fourbit tune` (cubins: `fourbit gen --cache`), or import "
+                    "an export into a fresh directory (`fourbit cache import FILE --cache %s`)",
+                    dir, why, dir, dir, dir);
+}
+
+/* Open env on dir read-write, else (no write access) read-only, else read-only without the lock file. *ro: how. */
+static int env_open(MDB_env *env, const char *dir, unsigned extra, int force_ro, int *ro) {
+  unsigned tries[3] = {MDB_NOTLS, MDB_NOTLS | MDB_RDONLY, MDB_NOTLS | MDB_RDONLY | MDB_NOLOCK};
+  int r = EACCES;
+  for (int i = force_ro ? 1 : 0; i < 3; ++i) {
+    r = mdb_env_open(env, dir, tries[i] | extra, 0644);
+    if (r != EACCES && r != EROFS) {
+      *ro = i > 0;
+      return r;
+    }
+  }
+  return r;
+}
+
+/* The pages the environment's meta page claims must lie inside the file (a truncated file faults on the first
+ * touch of a missing page). NULL when they do, else why not (in buf). */
+static const char *size_bad(MDB_env *env, char *buf, size_t n) {
+  MDB_envinfo info;
+  MDB_stat st;
+  mdb_filehandle_t fd;
+  struct stat fs;
+  if (mdb_env_info(env, &info) || mdb_env_stat(env, &st) || mdb_env_get_fd(env, &fd) || fstat(fd, &fs))
+    return snprintf(buf, n, "its size cannot be read"), buf;
+  unsigned long long need = ((unsigned long long)info.me_last_pgno + 1) * st.ms_psize;
+  if (need <= (unsigned long long)fs.st_size) return NULL;
+  snprintf(buf, n, "truncated: %lld bytes, but its pages end at byte %llu", (long long)fs.st_size, need);
+  return buf;
+}
+
+/* Walk one database: every key and value read, keys in order, the count as its stat says. 0 or an LMDB code. */
+static int walk_db(MDB_txn *txn, MDB_dbi dbi, unsigned long long *sum, char *why, size_t n) {
+  MDB_cursor *cur;
+  MDB_stat st;
+  MDB_val k, v, prev = {0, NULL};
+  size_t count = 0;
+  int r = mdb_stat(txn, dbi, &st);
+  if (!r) r = mdb_cursor_open(txn, dbi, &cur);
+  if (r) return r;
+  for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (size_t i = 0; i < k.mv_size; ++i) *sum += ((const uint8_t *)k.mv_data)[i];
+    for (size_t i = 0; i < v.mv_size; ++i) *sum += ((const uint8_t *)v.mv_data)[i];
+    if (prev.mv_data && mdb_cmp(txn, dbi, &prev, &k) >= 0) {
+      snprintf(why, n, "its keys are out of order");
+      r = MDB_CORRUPTED;
+      break;
+    }
+    prev = k, ++count;
+  }
+  mdb_cursor_close(cur);
+  if (r == MDB_NOTFOUND && count != st.ms_entries) {
+    snprintf(why, n, "%zu entries read, %zu stated", count, (size_t)st.ms_entries);
+    return MDB_CORRUPTED;
+  }
+  return r == MDB_NOTFOUND ? 0 : r;
+}
+
+/* The child's side of check_env: its verdict on fd ("ok", else why not), then _exit. */
+static void check_child(const char *dir, int fd) {
+  char why[400] = "", buf[400];
+  struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core); /* a fault is the verdict, not a core file */
+  signal(SIGBUS, SIG_DFL), signal(SIGSEGV, SIG_DFL), signal(SIGPIPE, SIG_IGN);
+  MDB_env *env = NULL;
+  MDB_txn *txn = NULL;
+  int r = mdb_env_create(&env), ro = 0;
+  if (!r) r = mdb_env_set_maxdbs(env, 8);
+  if (!r) r = mdb_env_set_maxreaders(env, 512);
+  if (!r) r = env_open(env, dir, 0, 1, &ro);
+  if (r) {
+    /* not a verdict on the pages (the caller's own open reports it), except a file that is not LMDB's */
+    snprintf(buf, sizeof buf, "%s%s", r == MDB_INVALID || r == MDB_VERSION_MISMATCH ? "bad " : "open ", mdb_strerror(r));
+    goto say;
+  }
+  const char *sz = size_bad(env, why, sizeof why);
+  if (sz) {
+    snprintf(buf, sizeof buf, "bad %s", sz);
+    goto say;
+  }
+  unsigned long long sum = 0;
+  r = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
+  MDB_dbi main_dbi = 0, dbi;
+  if (!r) r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+  if (!r) r = walk_db(txn, main_dbi, &sum, why, sizeof why);
+  for (int d = 0; d < 3 && !r; ++d) {
+    r = mdb_dbi_open(txn, DBNAME[d], 0, &dbi);
+    if (r == MDB_NOTFOUND) { r = 0; continue; } /* not created yet */
+    if (!r) r = walk_db(txn, dbi, &sum, why, sizeof why);
+    if (r && !why[0]) snprintf(why, sizeof why, "reading %s: %s", DBNAME[d], mdb_strerror(r));
+  }
+  if (r && !why[0]) snprintf(why, sizeof why, "%s", mdb_strerror(r));
+  if (r) snprintf(buf, sizeof buf, "bad %s", why);
+  else snprintf(buf, sizeof buf, "ok %llu", sum);
+say:;
+  size_t len = strlen(buf);
+  if (write(fd, buf, len) != (ssize_t)len) _exit(3);
+  _exit(0);
+}
+
+/* Check an existing data.mdb in a forked child (a crash there cannot take this process down). FB_OK when it reads
+ * whole, FB_EIO (damaged, with how to rebuild) when not. A child that cannot even open it leaves that to the
+ * caller's own open, which reports why. */
+static fb_status check_env(const char *dir) {
+  int p[2];
+  if (pipe(p) != 0) return FB_ERR(FB_EIO, "%s: checking the cache: pipe: %s", dir, strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(p[0]), close(p[1]);
+    return FB_ERR(FB_EIO, "%s: checking the cache: fork: %s", dir, strerror(errno));
+  }
+  if (pid == 0) {
+    close(p[0]);
+    check_child(dir, p[1]);
+  }
+  close(p[1]);
+  char msg[512];
+  size_t got = 0;
+  for (;;) {
+    ssize_t n = read(p[0], msg + got, sizeof msg - 1 - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || (got += (size_t)n) == sizeof msg - 1) break;
+  }
+  msg[got] = 0;
+  close(p[0]);
+  int st = 0;
+  pid_t w;
+  while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
+  if (!strncmp(msg, "ok ", 3) || !strncmp(msg, "open ", 5)) return FB_OK;
+  if (!strncmp(msg, "bad ", 4)) return damaged(dir, msg + 4);
+  char why[128];
+  if (w == pid && WIFSIGNALED(st))
+    snprintf(why, sizeof why, "reading it killed the checking process with signal %d, %s", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else snprintf(why, sizeof why, "the checking process died without a verdict");
+  return damaged(dir, why);
+}
+
+static fb_status open_impl(const char *dir, size_t mapsize, int force_ro, fb_cache **out) {
   *out = NULL;
   struct stat st;
-  if (mkdir_p(dir) != 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+  char path[600];
+  if (force_ro) {
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+      return FB_USERERR(FB_ENOTFOUND, "%s: no cache there (%s)", dir, errno ? strerror(errno) : "not a directory");
+  } else if (mkdir_p(dir) != 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     return FB_USERERR(FB_EIO, "%s: cannot create the cache directory", dir);
+  }
+  snprintf(path, sizeof path, "%s/data.mdb", dir);
+  if (stat(path, &st) == 0) {
+    /* 0 bytes: LMDB would start an empty cache over it. A process creating the cache right now writes its meta
+       pages within microseconds of creating the file, so look again for 50 ms before calling it damaged. */
+    for (int i = 0; st.st_size == 0 && i < 10; ++i) {
+      nanosleep(&(struct timespec){0, 5000000}, NULL);
+      if (stat(path, &st) != 0) break;
+    }
+    if (st.st_size == 0) return damaged(dir, "data.mdb is 0 bytes");
+    FB_TRY(check_env(dir));
+  }
   fb_cache *c = calloc(1, sizeof *c);
   if (!c) return FB_ERR(FB_ENOMEM, "cache");
   snprintf(c->dir, sizeof c->dir, "%s", dir);
   pthread_rwlock_init(&c->grow, NULL);
   fb_status rc = FB_OK;
   MDB_txn *txn = NULL;
-  int dead = 0;
+  int dead = 0, r;
+  char why[400];
   LMDB_CHECK_GOTO(mdb_env_create(&c->env), fail);
   LMDB_CHECK_GOTO(mdb_env_set_maxdbs(c->env, 8), fail);
   LMDB_CHECK_GOTO(mdb_env_set_mapsize(c->env, mapsize ? mapsize : (size_t)256 << 20), fail);
   LMDB_CHECK_GOTO(mdb_env_set_maxreaders(c->env, 512), fail);
   /* MDB_NOTLS: read transactions are not tied to a thread slot (the tuner's compile pool reads from threads) */
-  LMDB_CHECK_GOTO(mdb_env_open(c->env, dir, MDB_NOTLS, 0644), fail);
-  mdb_reader_check(c->env, &dead); /* reader slots of killed processes */
+  if ((r = env_open(c->env, dir, 0, force_ro, &c->ro))) {
+    if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH) rc = damaged(dir, mdb_strerror(r));
+    else rc = FB_ERR(FB_ELMDB, "%s: mdb_env_open: %s", dir, mdb_strerror(r));
+    goto fail;
+  }
+  const char *sz = size_bad(c->env, why, sizeof why); /* truncated since the check: before any page is touched */
+  if (sz) {
+    rc = damaged(dir, sz);
+    goto fail;
+  }
+  if (!c->ro) mdb_reader_check(c->env, &dead); /* reader slots of killed processes */
   for (int attempt = 0;; ++attempt) {
-    int r = mdb_txn_begin(c->env, NULL, 0, &txn);
+    r = mdb_txn_begin(c->env, NULL, c->ro ? MDB_RDONLY : 0, &txn);
     if (r == MDB_MAP_RESIZED && attempt < 4) {
       mdb_env_set_mapsize(c->env, 0);
       continue;
@@ -100,8 +283,13 @@ fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) {
     LMDB_CHECK_GOTO(r, fail);
     break;
   }
-  for (int d = 0; d < 3; ++d) LMDB_CHECK_GOTO(mdb_dbi_open(txn, DBNAME[d], MDB_CREATE, &c->dbi[d]), fail);
-  LMDB_CHECK_GOTO(mdb_txn_commit(txn), fail);
+  for (int d = 0; d < 3; ++d) {
+    r = mdb_dbi_open(txn, DBNAME[d], c->ro ? 0 : MDB_CREATE, &c->dbi[d]);
+    if (r == MDB_NOTFOUND && c->ro) continue; /* a read-only cache without it: empty */
+    LMDB_CHECK_GOTO(r, fail);
+    c->have[d] = 1;
+  }
+  LMDB_CHECK_GOTO(mdb_txn_commit(txn), fail); /* read-only too: the handles opened in it stay for the environment */
   txn = NULL;
   *out = c;
   return FB_OK;
@@ -113,7 +301,9 @@ fail:
   return rc;
 }
 
-fb_status fb_cache_open(const char *dir, fb_cache **out) { return fb_cache_open_ex(dir, 0, out); }
+fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) { return open_impl(dir, mapsize, 0, out); }
+fb_status fb_cache_open(const char *dir, fb_cache **out) { return open_impl(dir, 0, 0, out); }
+fb_status fb_cache_open_readonly(const char *dir, fb_cache **out) { return open_impl(dir, 0, 1, out); }
 
 void fb_cache_close(fb_cache *c) {
   if (!c) return;
@@ -132,6 +322,7 @@ size_t fb_cache_mapsize(fb_cache *c) {
 
 /* Begin a transaction, adopting a map another process grew. Holds c->grow shared until end_txn(). */
 static int begin_txn(fb_cache *c, unsigned flags, MDB_txn **txn) {
+  if (c->ro && !(flags & MDB_RDONLY)) return EACCES; /* the callers that write say so first (read_only()) */
   for (int attempt = 0;; ++attempt) {
     pthread_rwlock_rdlock(&c->grow);
     int r = mdb_txn_begin(c->env, NULL, flags, txn);
@@ -159,6 +350,12 @@ static int grow_map(fb_cache *c) {
   return r;
 }
 
+/* A write to a cache opened read-only: what failed, why, and what to do. */
+static fb_status read_only(fb_cache *c, const char *what) {
+  return FB_USERERR(FB_EIO, "%s: %s: the cache is open read-only (no write access to the directory or its files): nothing written; "
+                    "give it write access, or use a writable --cache DIR", c->dir, what);
+}
+
 /* One write transaction of n puts (skip_existing: MDB_NOOVERWRITE, an existing key is left as it is). Retries
  * with a doubled map on MDB_MAP_FULL. */
 typedef struct {
@@ -166,6 +363,7 @@ typedef struct {
   MDB_val k, v;
 } put_op;
 static fb_status put_many(fb_cache *c, const put_op *ops, int n, int skip_existing, const char *what) {
+  if (c->ro) return read_only(c, what);
   for (int attempt = 0; attempt < 16; ++attempt) {
     MDB_txn *txn = NULL;
     int r = begin_txn(c, 0, &txn);
@@ -242,6 +440,7 @@ fb_status fb_cache_get_kernel(fb_cache *c, const uint8_t key[32], void **cubin, 
   *cubin = NULL, *size = 0;
   MDB_txn *txn = NULL;
   fb_status rc = FB_OK;
+  if (!c->have[FB_DB_KERNELS]) return FB_ENOTFOUND;
   int r = begin_txn(c, MDB_RDONLY, &txn);
   if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
   MDB_val k = {32, (void *)key}, v;
@@ -526,6 +725,7 @@ fb_status fb_cache_get_trial(fb_cache *c, const fb_fingerprint *fp, const char *
                              fb_trial *out) {
   char key[512];
   trial_key(fp, spec, bucket, variant, key, sizeof key);
+  if (!c->have[FB_DB_TRIALS]) return FB_ENOTFOUND;
   MDB_txn *txn;
   int r = begin_txn(c, MDB_RDONLY, &txn);
   if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
@@ -553,6 +753,10 @@ fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char 
   fb_fingerprint_id(fp, id);
   snprintf(prefix, sizeof prefix, "%s/%s/b", id, spec);
   size_t pl = strlen(prefix);
+  if (!c->have[FB_DB_WINNERS]) {
+    if (note && notelen) snprintf(note, notelen, "no winner of %s for this device and toolchain", spec);
+    return FB_ENOTFOUND;
+  }
   MDB_txn *txn;
   MDB_cursor *cur = NULL;
   int r = begin_txn(c, MDB_RDONLY, &txn);
@@ -581,6 +785,10 @@ fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char 
     double d = bucket_distance(w.bucket, want);
     if (d < best_d || (d == best_d && w.bucket > out->bucket)) best_d = d, *out = w, found = 1;
   }
+  if (r && r != MDB_NOTFOUND) { /* a damaged page, not the end of the data */
+    rc = FB_ERR(FB_ELMDB, "%s: reading winners of %s: %s", c->dir, spec, mdb_strerror(r));
+    goto done;
+  }
   if (!found) { /* anything for spec under other fingerprints? */
     r = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     for (; r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -592,6 +800,10 @@ fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char 
       fb_trial t;
       if (record_bad(FB_DB_WINNERS, &k, &v, &w, &t)) continue;
       if (!foreign++) fb_fingerprint_text(&w.fp, foreign_fp, sizeof foreign_fp);
+    }
+    if (r != MDB_NOTFOUND) {
+      rc = FB_ERR(FB_ELMDB, "%s: reading winners of %s: %s", c->dir, spec, mdb_strerror(r));
+      goto done;
     }
   }
   if (found) {
@@ -642,6 +854,7 @@ static void entry_of(fb_cache_db db, const MDB_val *k, const MDB_val *v, fb_cach
 
 fb_status fb_cache_iterate(fb_cache *c, fb_cache_db db, fb_cache_visit fn, void *arg) {
   if ((unsigned)db > 2) return FB_ERR(FB_EINVAL, "no database %d", (int)db);
+  if (!c->have[db]) return FB_OK;
   MDB_txn *txn;
   MDB_cursor *cur;
   int r = begin_txn(c, MDB_RDONLY, &txn);
@@ -657,10 +870,16 @@ fb_status fb_cache_iterate(fb_cache *c, fb_cache_db db, fb_cache_visit fn, void 
   for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     fb_cache_entry e;
     entry_of(db, &k, &v, &e, &w, &t, keybuf, sizeof keybuf);
-    if (fn(&e, arg)) break;
+    if (fn(&e, arg)) {
+      r = MDB_NOTFOUND; /* stopped by fn: as good as the end */
+      break;
+    }
   }
   mdb_cursor_close(cur);
   end_txn(c, txn, 0, NULL);
+  if (r != MDB_NOTFOUND) /* a damaged page, not the end of the data */
+    return FB_ERR(FB_ELMDB, "%s: reading %s: %s (fourbit cache verify; rebuild it with fourbit tune, or import an export)", c->dir,
+                  DBNAME[db], mdb_strerror(r));
   return FB_OK;
 }
 
@@ -755,6 +974,7 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
   for (int pass = 0; pass < 3 && rc == FB_OK; ++pass) { /* winners, trials, then kernels (the winners' when filtered) */
     int db = pass == 0 ? FB_DB_WINNERS : pass == 1 ? FB_DB_TRIALS : FB_DB_KERNELS;
     MDB_cursor *cur;
+    if (!c->have[db]) continue;
     if ((r = mdb_cursor_open(txn, c->dbi[db], &cur))) {
       rc = FB_ERR(FB_ELMDB, "%s: mdb_cursor_open: %s", c->dir, mdb_strerror(r));
       break;
@@ -785,6 +1005,8 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
       }
       emit(&x, db, k.mv_data, (uint32_t)k.mv_size, v.mv_data, v.mv_size);
     }
+    if (rc == FB_OK && r != MDB_NOTFOUND) /* a damaged page, not the end of the data: no export of a part */
+      rc = FB_ERR(FB_ELMDB, "%s: export: reading %s: %s: nothing exported", c->dir, DBNAME[db], mdb_strerror(r));
     mdb_cursor_close(cur);
   }
   end_txn(c, txn, 0, NULL);
@@ -811,6 +1033,7 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
                           fb_cache_counts *added, int *kept_local) {
   memset(added, 0, sizeof *added);
   *kept_local = 0;
+  if (c->ro) return read_only(c, "import");
   const uint8_t *p = data;
   uint32_t ver;
   uint64_t count;
@@ -859,6 +1082,10 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
     for (uint64_t i = 0; i < count && r == 0; ++i) {
       MDB_val k = ops[i].k, v = ops[i].v, old;
       int g = mdb_get(txn, c->dbi[ops[i].db], &k, &old);
+      if (g && g != MDB_NOTFOUND) { /* a damaged page: not "absent" */
+        r = g;
+        break;
+      }
       if (g == 0 && old.mv_size == v.mv_size && !memcmp(old.mv_data, v.mv_data, v.mv_size)) continue; /* already here */
       if (g == 0 && ops[i].db == FB_DB_WINNERS) {
         fb_winner ow, nw;
@@ -903,17 +1130,20 @@ out:
 /* ---- gc: drop the cubins no winner uses ------------------------------------------------------------------- */
 fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run) {
   *dropped = 0, *kept = 0;
+  if (c->ro && !dry_run) return read_only(c, "gc");
   for (int attempt = 0; attempt < 16; ++attempt) {
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
-    int r = begin_txn(c, 0, &txn);
+    int r = begin_txn(c, dry_run ? MDB_RDONLY : 0, &txn);
     if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
     uint8_t (*use)[32] = NULL;
     int nuse = 0, cap = 0;
     long d = 0, k_ = 0;
     MDB_val k, v;
-    r = mdb_cursor_open(txn, c->dbi[FB_DB_WINNERS], &cur);
-    for (int g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    /* every winner's cubin is kept: a walk of winners that ends on anything but its end deletes nothing */
+    int g = r = c->have[FB_DB_WINNERS] ? mdb_cursor_open(txn, c->dbi[FB_DB_WINNERS], &cur) : 0;
+    for (g = r ? r : c->have[FB_DB_WINNERS] ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND; g == 0;
+         g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       fb_winner w;
       fb_trial t;
       if (record_bad(FB_DB_WINNERS, &k, &v, &w, &t)) continue;
@@ -924,21 +1154,25 @@ fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run) {
       }
       memcpy(use[nuse++], w.kernel, 32);
     }
+    if (!r && g != MDB_NOTFOUND) r = g;
     if (cur) mdb_cursor_close(cur), cur = NULL;
-    if (!r) r = mdb_cursor_open(txn, c->dbi[FB_DB_KERNELS], &cur);
-    for (int g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); !r && g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      int used = 0;
-      for (int i = 0; i < nuse && !used; ++i) used = k.mv_size == 32 && !memcmp(use[i], k.mv_data, 32);
-      if (used) { ++k_; continue; }
-      ++d;
-      if (!dry_run) r = mdb_cursor_del(cur, 0);
+    if (!r && c->have[FB_DB_KERNELS]) {
+      r = mdb_cursor_open(txn, c->dbi[FB_DB_KERNELS], &cur);
+      for (g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); !r && g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        int used = 0;
+        for (int i = 0; i < nuse && !used; ++i) used = k.mv_size == 32 && !memcmp(use[i], k.mv_data, 32);
+        if (used) { ++k_; continue; }
+        ++d;
+        if (!dry_run) r = mdb_cursor_del(cur, 0);
+      }
+      if (!r && g != MDB_NOTFOUND) r = g;
     }
     if (cur) mdb_cursor_close(cur);
     free(use);
     if (r == 0 && !dry_run) end_txn(c, txn, 1, &r);
     else end_txn(c, txn, 0, NULL);
     if (r == MDB_MAP_FULL && grow_map(c) == 0) continue;
-    if (r) return FB_ERR(FB_ELMDB, "%s: gc: %s", c->dir, r == ENOMEM ? "out of memory" : mdb_strerror(r));
+    if (r) return FB_ERR(FB_ELMDB, "%s: gc: %s: nothing deleted", c->dir, r == ENOMEM ? "out of memory" : mdb_strerror(r));
     *dropped = d, *kept = k_;
     return FB_OK;
   }

@@ -222,7 +222,9 @@ int fb_cli_cache(int argc, char **argv) {
     return 2;
   }
   fb_cache *cache = NULL;
-  if (fb_cache_open(dir, &cache) != FB_OK) {
+  /* ls, show, verify and export only read: a read-only open, so that a cache without write access reads too */
+  int reads = cmd <= 3 && stat(dir, &st) == 0;
+  if ((reads ? fb_cache_open_readonly(dir, &cache) : fb_cache_open(dir, &cache)) != FB_OK) {
     fprintf(stderr, "fourbit cache %s: %s\n", CMDS[cmd], fb_errmsg());
     free(file);
     return 2;

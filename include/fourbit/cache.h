@@ -11,8 +11,13 @@ extern "C" {
 
 /* ---- the LMDB kernel cache (cache/cache.c) ------------------------------------------------------ */
 typedef struct fb_cache fb_cache;
-/* Open (creating) the cache environment in dir: a local disk, not a network file system. */
+/* Open (creating) the cache environment in dir: a local disk, not a network file system. An existing data.mdb is
+ * checked first, in a forked child (every page of every database read): a damaged one (truncated, 0 bytes, a
+ * page LMDB cannot read) is FB_EIO with how to rebuild it, never a crash. Without write access the cache is
+ * opened read-only (writes then fail with FB_EIO saying so). */
 fb_status fb_cache_open(const char *dir, fb_cache **out);
+/* The same, read-only and never creating anything (FB_ENOTFOUND when dir is not there): ls, verify, export. */
+fb_status fb_cache_open_readonly(const char *dir, fb_cache **out);
 void fb_cache_close(fb_cache *c);
 /* The content address of a compiled kernel: sha256 of its source, arch, NVRTC version and options. */
 void fb_cache_kernel_key(const char *src, const char *arch, uint8_t key[32]);
