@@ -42,7 +42,7 @@ DEPSOK := $(BUILD)/.deps-ok
 GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
-.PHONY: all test test-gpu bench demo clean deps golden fuzz inspect
+.PHONY: all test test-gpu bench demo clean deps golden fuzz fuzz-cache inspect
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer \
             $(BUILD)/gpu/test_train_dev $(BUILD)/gpu/test_names
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
@@ -188,7 +188,7 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz $(CHECK_TIERS)
+               tier-bench-layer tier-names tier-fuzz tier-fuzz-cache $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
@@ -263,6 +263,8 @@ tier-bench-layer:
 # (no memo: the sanitizers' runtime must come first in the fuzzer's libraries)
 tier-fuzz:
 	$(Q)$(TIER) "fuzz_recipe ($(TESTFUZZSECS) s; make test-exhaustive: FUZZSECS)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(TESTFUZZSECS)
+tier-fuzz-cache:
+	$(Q)$(TIER) "fuzz_cache ($(TESTFUZZCACHESECS) s)" -- $(MAKE) --no-print-directory fuzz-cache FUZZCACHESECS=$(TESTFUZZCACHESECS)
 tier-fuzz-long:
 	$(Q)$(TIER) "fuzz_recipe ($(FUZZSECS) s)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 tier-formats-exhaustive:
@@ -317,6 +319,24 @@ fuzz: $(BUILD)/fuzz/fuzz_recipe
 	  -dict=tests/fuzz/recipe.dict -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus 2>$(BUILD)/fuzz/log.txt || \
 	  { tail -40 $(BUILD)/fuzz/log.txt; echo "fuzz_recipe FAILED: see $(BUILD)/fuzz/log.txt"; exit 1; }
 	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/log.txt | tr '\n' ' '; echo
+
+# libFuzzer on the cache's decoders (tests/fuzz/fuzz_cache.c: stored values, records, export files), FUZZCACHESECS
+# seconds over the seeds build/tests/test_cache --fuzz-seeds writes from a filled cache.
+FUZZCACHESECS ?= 30
+TESTFUZZCACHESECS ?= 7
+$(BUILD)/fuzz/fuzz_cache: tests/fuzz/fuzz_cache.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h include/*.h include/fourbit/*.h)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CLANG   $@"
+	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -ffp-contract=off $(INCS) \
+	  -o $@ tests/fuzz/fuzz_cache.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
+fuzz-cache: $(BUILD)/fuzz/fuzz_cache $(BUILD)/tests/test_cache
+	$(Q)rm -rf $(BUILD)/fuzz/cache-corpus && mkdir -p $(BUILD)/fuzz/cache-corpus && \
+	  $(BUILD)/tests/test_cache --fuzz-seeds $(BUILD)/fuzz/cache-corpus > /dev/null && rm -rf $(BUILD)/fuzz/cache-corpus/cache
+	@echo "== fuzz_cache for $(FUZZCACHESECS) s"
+	$(Q)$(BUILD)/fuzz/fuzz_cache -max_total_time=$(FUZZCACHESECS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(BUILD)/fuzz/cache- $(BUILD)/fuzz/cache-corpus 2>$(BUILD)/fuzz/cache-log.txt || \
+	  { tail -40 $(BUILD)/fuzz/cache-log.txt; echo "fuzz_cache FAILED: see $(BUILD)/fuzz/cache-log.txt"; exit 1; }
+	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/cache-log.txt | tr '\n' ' '; echo
 
 clean:
 	rm -rf $(BUILD)

@@ -93,16 +93,26 @@ static fb_status damaged(const char *dir, const char *why) {
                     dir, why, dir, dir, dir);
 }
 
-/* Open env on dir read-write, else (no write access) read-only, else read-only without the lock file. *ro: how. */
-static int env_open(MDB_env *env, const char *dir, unsigned extra, int force_ro, int *ro) {
+/* Create and open *env on dir read-write, else (no write access) read-only, else read-only without the lock file
+ * (a read-only cache has no writers to lock out). *ro: which. mapsize 0: LMDB's (the file's own size). A failed
+ * mdb_env_open leaves the handle unusable (LMDB's rule), so each try has a new one. */
+static int env_open(MDB_env **env, const char *dir, size_t mapsize, int force_ro, int *ro) {
   unsigned tries[3] = {MDB_NOTLS, MDB_NOTLS | MDB_RDONLY, MDB_NOTLS | MDB_RDONLY | MDB_NOLOCK};
   int r = EACCES;
+  *env = NULL;
   for (int i = force_ro ? 1 : 0; i < 3; ++i) {
-    r = mdb_env_open(env, dir, tries[i] | extra, 0644);
-    if (r != EACCES && r != EROFS) {
+    if ((r = mdb_env_create(env))) return r;
+    r = mdb_env_set_maxdbs(*env, 8);
+    if (!r && mapsize) r = mdb_env_set_mapsize(*env, mapsize);
+    if (!r) r = mdb_env_set_maxreaders(*env, 512);
+    if (!r) r = mdb_env_open(*env, dir, tries[i], 0644);
+    if (!r) {
       *ro = i > 0;
-      return r;
+      return 0;
     }
+    mdb_env_close(*env);
+    *env = NULL;
+    if (r != EACCES && r != EROFS) return r;
   }
   return r;
 }
@@ -122,8 +132,66 @@ static const char *size_bad(MDB_env *env, char *buf, size_t n) {
   return buf;
 }
 
+/* Where the child's map of data.mdb lies ([lo, lo + the used pages)), for the walk's bounds checks: from
+ * /proc/self/maps, the mapping of data.mdb's inode. 0 when found. */
+typedef struct {
+  uintptr_t lo, end;
+  size_t psize;
+} map_span;
+static int find_map(MDB_env *env, map_span *m) {
+  mdb_filehandle_t fd;
+  struct stat fs;
+  MDB_envinfo info;
+  MDB_stat st;
+  if (mdb_env_get_fd(env, &fd) || fstat(fd, &fs) || mdb_env_info(env, &info) || mdb_env_stat(env, &st)) return -1;
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[1024];
+  int found = -1;
+  while (found && fgets(line, sizeof line, f)) {
+    unsigned long a, b, ino;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &a, &b, &ino) == 3 && ino == (unsigned long)fs.st_ino && strstr(line, "data.mdb")) {
+      m->lo = a, m->psize = st.ms_psize, m->end = a + (uintptr_t)(info.me_last_pgno + 1) * st.ms_psize;
+      found = m->end <= b ? 0 : -1;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* A key and its value as LMDB 0.9 lays them out: both inside the used pages; a small value in the key's page, a
+ * big one at the start (after the 16-byte header) of overflow pages (P_OVERFLOW, enough of them). NULL when so. */
+static const char *node_bad(const map_span *m, const MDB_val *k, const MDB_val *v) {
+  uintptr_t kp = (uintptr_t)k->mv_data, vp = (uintptr_t)v->mv_data;
+  if (!m->lo) return NULL;
+  if (kp < m->lo || kp + k->mv_size > m->end || vp < m->lo || vp + v->mv_size > m->end) return "a node points outside the file";
+  size_t pk = (kp - m->lo) / m->psize;
+  if (k->mv_size && (kp + k->mv_size - 1 - m->lo) / m->psize != pk) return "a key runs over its page";
+  if ((vp - m->lo) / m->psize == pk) return v->mv_size && (vp + v->mv_size - 1 - m->lo) / m->psize != pk ? "a value runs over its page" : NULL;
+  uint16_t flags;
+  uint32_t pages;
+  if ((vp - m->lo) % m->psize != 16) return "a big value does not start an overflow page";
+  memcpy(&flags, (const void *)(vp - 16 + 10), 2), memcpy(&pages, (const void *)(vp - 16 + 12), 4);
+  if (!(flags & 0x04) || (uint64_t)pages * m->psize < 16 + (uint64_t)v->mv_size) return "a big value's overflow pages are wrong";
+  return NULL;
+}
+
+/* A value of LMDB's free-page database: a count, then that many page numbers, each a page of the file. */
+static const char *free_bad(const map_span *m, const MDB_val *v) {
+  size_t cnt;
+  if (v->mv_size < sizeof cnt || v->mv_size % sizeof cnt) return "a free-page list of a wrong length";
+  memcpy(&cnt, v->mv_data, sizeof cnt);
+  if (cnt != v->mv_size / sizeof cnt - 1) return "a free-page list of a wrong count";
+  for (size_t i = 1; i <= cnt && m->lo; ++i) {
+    size_t pg;
+    memcpy(&pg, (const char *)v->mv_data + i * sizeof pg, sizeof pg);
+    if (pg < 2 || pg >= (m->end - m->lo) / m->psize) return "a free-page list names a page outside the file";
+  }
+  return NULL;
+}
+
 /* Walk one database: every key and value read, keys in order, the count as its stat says. 0 or an LMDB code. */
-static int walk_db(MDB_txn *txn, MDB_dbi dbi, unsigned long long *sum, char *why, size_t n) {
+static int walk_db(MDB_txn *txn, MDB_dbi dbi, const map_span *m, unsigned long long *sum, char *why, size_t n) {
   MDB_cursor *cur;
   MDB_stat st;
   MDB_val k, v, prev = {0, NULL};
@@ -132,6 +200,17 @@ static int walk_db(MDB_txn *txn, MDB_dbi dbi, unsigned long long *sum, char *why
   if (!r) r = mdb_cursor_open(txn, dbi, &cur);
   if (r) return r;
   for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const char *nb = node_bad(m, &k, &v);
+    if (nb) {
+      snprintf(why, n, "%s", nb);
+      r = MDB_CORRUPTED;
+      break;
+    }
+    if (dbi == 0 && (nb = free_bad(m, &v))) { /* FREE_DBI: what writers allocate pages from */
+      snprintf(why, n, "%s", nb);
+      r = MDB_CORRUPTED;
+      break;
+    }
     for (size_t i = 0; i < k.mv_size; ++i) *sum += ((const uint8_t *)k.mv_data)[i];
     for (size_t i = 0; i < v.mv_size; ++i) *sum += ((const uint8_t *)v.mv_data)[i];
     if (prev.mv_data && mdb_cmp(txn, dbi, &prev, &k) >= 0) {
@@ -157,10 +236,7 @@ static void check_child(const char *dir, int fd) {
   signal(SIGBUS, SIG_DFL), signal(SIGSEGV, SIG_DFL), signal(SIGPIPE, SIG_IGN);
   MDB_env *env = NULL;
   MDB_txn *txn = NULL;
-  int r = mdb_env_create(&env), ro = 0;
-  if (!r) r = mdb_env_set_maxdbs(env, 8);
-  if (!r) r = mdb_env_set_maxreaders(env, 512);
-  if (!r) r = env_open(env, dir, 0, 1, &ro);
+  int ro = 0, r = env_open(&env, dir, 0, 1, &ro);
   if (r) {
     /* not a verdict on the pages (the caller's own open reports it), except a file that is not LMDB's */
     snprintf(buf, sizeof buf, "%s%s", r == MDB_INVALID || r == MDB_VERSION_MISMATCH ? "bad " : "open ", mdb_strerror(r));
@@ -172,14 +248,17 @@ static void check_child(const char *dir, int fd) {
     goto say;
   }
   unsigned long long sum = 0;
+  map_span m = {0, 0, 0};
+  if (find_map(env, &m)) m.lo = 0; /* no /proc: the walk without its bounds checks */
   r = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
   MDB_dbi main_dbi = 0, dbi;
   if (!r) r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
-  if (!r) r = walk_db(txn, main_dbi, &sum, why, sizeof why);
+  if (!r) r = walk_db(txn, 0 /* FREE_DBI */, &m, &sum, why, sizeof why);
+  if (!r) r = walk_db(txn, main_dbi, &m, &sum, why, sizeof why);
   for (int d = 0; d < 3 && !r; ++d) {
     r = mdb_dbi_open(txn, DBNAME[d], 0, &dbi);
     if (r == MDB_NOTFOUND) { r = 0; continue; } /* not created yet */
-    if (!r) r = walk_db(txn, dbi, &sum, why, sizeof why);
+    if (!r) r = walk_db(txn, dbi, &m, &sum, why, sizeof why);
     if (r && !why[0]) snprintf(why, sizeof why, "reading %s: %s", DBNAME[d], mdb_strerror(r));
   }
   if (r && !why[0]) snprintf(why, sizeof why, "%s", mdb_strerror(r));
@@ -258,12 +337,8 @@ static fb_status open_impl(const char *dir, size_t mapsize, int force_ro, fb_cac
   MDB_txn *txn = NULL;
   int dead = 0, r;
   char why[400];
-  LMDB_CHECK_GOTO(mdb_env_create(&c->env), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_maxdbs(c->env, 8), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_mapsize(c->env, mapsize ? mapsize : (size_t)256 << 20), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_maxreaders(c->env, 512), fail);
   /* MDB_NOTLS: read transactions are not tied to a thread slot (the tuner's compile pool reads from threads) */
-  if ((r = env_open(c->env, dir, 0, force_ro, &c->ro))) {
+  if ((r = env_open(&c->env, dir, mapsize ? mapsize : (size_t)256 << 20, force_ro, &c->ro))) {
     if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH) rc = damaged(dir, mdb_strerror(r));
     else rc = FB_ERR(FB_ELMDB, "%s: mdb_env_open: %s", dir, mdb_strerror(r));
     goto fail;
@@ -689,6 +764,18 @@ static const char *record_bad(fb_cache_db db, const MDB_val *k, const MDB_val *v
   return NULL;
 }
 
+/* Decode and check any database's value against its key. NULL when good. */
+static const char *value_bad(fb_cache_db db, const MDB_val *k, const MDB_val *v, fb_winner *w, fb_trial *t) {
+  if (db == FB_DB_KERNELS) return k->mv_size == 32 ? kernel_bad(v->mv_data, v->mv_size) : "key is not 32 bytes";
+  return record_bad(db, k, v, w, t);
+}
+
+const char *fb_cache_decode(fb_cache_db db, const void *key, size_t klen, const void *val, size_t vlen, fb_winner *w, fb_trial *t) {
+  if ((unsigned)db > 2) return "no such database";
+  MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
+  return value_bad(db, &k, &v, w, t);
+}
+
 fb_status fb_cache_put_winner(fb_cache *c, const fb_winner *w) {
   fb_str s = {0};
   winner_text(w, &s);
@@ -1029,11 +1116,11 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
   return rc;
 }
 
-fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
-                          fb_cache_counts *added, int *kept_local) {
-  memset(added, 0, sizeof *added);
-  *kept_local = 0;
-  if (c->ro) return read_only(c, "import");
+/* Parse and check a whole export (header, checksum, every entry decoded as fb_cache_decode does) without writing
+ * anything: FB_EINVAL naming name and the entry when any of it is bad. *ops_out (malloc'd): the entries, pointing
+ * into data. */
+static fb_status parse_export(const void *data, size_t size, const char *name, put_op **ops_out, uint64_t *count_out) {
+  *ops_out = NULL, *count_out = 0;
   const uint8_t *p = data;
   uint32_t ver;
   uint64_t count;
@@ -1045,8 +1132,9 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
   fb_sha256(p, size - 32, sum);
   if (memcmp(sum, p + size - 32, 32)) return FB_USERERR(FB_EINVAL, "%s: fails its checksum (truncated or corrupt): nothing imported", name);
   /* every entry is parsed and checked before anything is written */
+  if (count > (size - 48) / 13) return FB_USERERR(FB_EINVAL, "%s: bad entry count", name); /* 13 bytes an entry at least */
   put_op *ops = calloc(count ? count : 1, sizeof *ops);
-  if (!ops || count > size) return free(ops), FB_USERERR(FB_EINVAL, "%s: bad entry count", name);
+  if (!ops) return FB_ERR(FB_ENOMEM, "%s: %llu entries", name, (unsigned long long)count);
   size_t off = 16;
   fb_status rc = FB_OK;
   for (uint64_t i = 0; i < count; ++i) {
@@ -1062,7 +1150,7 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
     MDB_val k = {kl, (void *)(p + off + 13)}, v = {vl, (void *)(p + off + 13 + kl)};
     fb_winner w;
     fb_trial t;
-    const char *bad = db == FB_DB_KERNELS ? (kl == 32 ? kernel_bad(v.mv_data, v.mv_size) : "key is not 32 bytes") : record_bad((fb_cache_db)db, &k, &v, &w, &t);
+    const char *bad = value_bad((fb_cache_db)db, &k, &v, &w, &t);
     if (bad) {
       rc = FB_USERERR(FB_EINVAL, "%s: entry %llu (%s): %s: nothing imported", name, (unsigned long long)i, DBNAME[db], bad);
       goto out;
@@ -1070,7 +1158,32 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
     ops[i] = (put_op){db, k, v};
     off += 13 + kl + vl;
   }
-  if (off != size - 32) { rc = FB_USERERR(FB_EINVAL, "%s: %zu stray bytes after the entries", name, size - 32 - off); goto out; }
+  if (off != size - 32) rc = FB_USERERR(FB_EINVAL, "%s: %zu stray bytes after the entries", name, size - 32 - off);
+out:
+  if (rc != FB_OK) free(ops);
+  else *ops_out = ops, *count_out = count;
+  return rc;
+}
+
+fb_status fb_cache_check_export(const void *data, size_t size, const char *name, fb_cache_counts *n) {
+  put_op *ops;
+  uint64_t count;
+  memset(n, 0, sizeof *n);
+  FB_TRY(parse_export(data, size, name, &ops, &count));
+  for (uint64_t i = 0; i < count; ++i) n->entries[ops[i].db]++;
+  free(ops);
+  return FB_OK;
+}
+
+fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
+                          fb_cache_counts *added, int *kept_local) {
+  memset(added, 0, sizeof *added);
+  *kept_local = 0;
+  put_op *ops = NULL;
+  uint64_t count = 0;
+  fb_status rc = parse_export(data, size, name, &ops, &count);
+  if (rc != FB_OK) return rc;
+  if (c->ro) return free(ops), read_only(c, "import");
   /* winners: on a conflict keep the faster measured one */
   for (int attempt = 0; attempt < 16; ++attempt) {
     MDB_txn *txn;

@@ -1,8 +1,14 @@
-/* util.c — number parsing and whole-file I/O for the subcommands (atomic writes: temp + rename). */
+/* util.c — number parsing and whole-file I/O for the subcommands (atomic writes: temp + rename).
+ * The temporary file is PATH.tmp.<pid>.XXXXXX beside PATH: SIGINT, SIGTERM and SIGHUP during the write remove it
+ * (then the signal does what it did), and a write to PATH removes the ones that a process no longer running left
+ * (killed with SIGKILL, a crash, a power cut). */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -53,20 +59,73 @@ int fb_cli_read_exact(const char *cmd, const char *path, size_t expect, const ch
   return 0;
 }
 
+/* The temporary file being written, for the signal handler (one write at a time: the CLI is one thread here). */
+static char *volatile tmp_now;
+static struct sigaction old_act[3];
+static const int TMP_SIGS[3] = {SIGINT, SIGTERM, SIGHUP};
+static void tmp_on_signal(int sig) {
+  char *t = tmp_now;
+  if (t) unlink(t);
+  for (int i = 0; i < 3; ++i)
+    if (TMP_SIGS[i] == sig) sigaction(sig, &old_act[i], NULL);
+  raise(sig);
+}
+static void tmp_guard(char *tmp) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = tmp_on_signal;
+  sigemptyset(&sa.sa_mask);
+  tmp_now = tmp;
+  for (int i = 0; i < 3; ++i) {
+    sigaction(TMP_SIGS[i], NULL, &old_act[i]);
+    if (old_act[i].sa_handler != SIG_IGN) sigaction(TMP_SIGS[i], &sa, NULL); /* ignored (nohup) stays ignored */
+  }
+}
+static void tmp_unguard(void) {
+  for (int i = 0; i < 3; ++i) sigaction(TMP_SIGS[i], &old_act[i], NULL);
+  tmp_now = NULL;
+}
+
+/* Remove PATH.tmp.<pid>.* whose process is gone. */
+static void tmp_sweep(const char *path) {
+  char *a = strdup(path), *b = strdup(path);
+  if (!a || !b) goto done;
+  const char *dir = dirname(a), *base = basename(b);
+  size_t bl = strlen(base);
+  DIR *d = opendir(dir);
+  if (!d) goto done;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *nm = e->d_name;
+    if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp.", 5)) continue;
+    char *end;
+    long pid = strtol(nm + bl + 5, &end, 10);
+    if (end == nm + bl + 5 || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* still running (or not ours to ask): leave it */
+    char full[4096];
+    snprintf(full, sizeof full, "%s/%s", dir, nm);
+    unlink(full);
+  }
+  closedir(d);
+done:
+  free(a), free(b);
+}
+
 int fb_cli_write_atomic(const char *cmd, const char *path, const void *const *parts, const size_t *sizes, int n) {
   size_t len = strlen(path);
-  char *tmp = malloc(len + 16);
+  char *tmp = malloc(len + 40);
   if (!tmp) {
     fprintf(stderr, "fourbit %s: out of memory\n", cmd);
     return -1;
   }
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
+  tmp_sweep(path);
+  snprintf(tmp, len + 40, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
   int fd = mkstemp(tmp);
   if (fd < 0) {
     fprintf(stderr, "fourbit %s: %s: cannot create a temporary file beside it: %s\n", cmd, path, strerror(errno));
     free(tmp);
     return -1;
   }
+  tmp_guard(tmp);
   for (int i = 0; i < n; ++i) {
     const char *p = parts[i];
     size_t left = sizes[i];
@@ -85,12 +144,14 @@ int fb_cli_write_atomic(const char *cmd, const char *path, const void *const *pa
   }
   fd = -1;
   if (rename(tmp, path) != 0) goto fail;
+  tmp_unguard();
   free(tmp);
   return 0;
 fail:
   fprintf(stderr, "fourbit %s: %s: write failed: %s\n", cmd, path, strerror(errno));
   if (fd >= 0) close(fd);
   unlink(tmp);
+  tmp_unguard();
   free(tmp);
   return -1;
 }

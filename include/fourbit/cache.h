@@ -129,6 +129,12 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
 typedef void (*fb_cache_note)(const char *msg, void *arg);
 fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
                           fb_cache_counts *added, int *kept_local);
+/* The decoders, on their own (tests/fuzz/fuzz_cache.c): one stored value of db under its key, checked as verify
+ * and every read check it (format, length, checksum, fields, the key it belongs to): NULL when good, else why not;
+ * *w (winners) or *t (trials) filled when good. And a whole export file, checked as import checks it before it
+ * writes (FB_EINVAL naming name and the entry; n: the entries by database). */
+const char *fb_cache_decode(fb_cache_db db, const void *key, size_t klen, const void *val, size_t vlen, fb_winner *w, fb_trial *t);
+fb_status fb_cache_check_export(const void *data, size_t size, const char *name, fb_cache_counts *n);
 /* Drop the cubins no good winner uses (dry_run: only count). */
 fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run);
 
