@@ -176,6 +176,108 @@ static const char *node_bad(const map_span *m, const MDB_val *k, const MDB_val *
   return NULL;
 }
 
+/* Every page of a B-tree checked as LMDB 0.9 lays it out (lmdb's mdb.c: MDB_page, MDB_node, MDB_meta, MDB_db) before
+ * LMDB touches it: a writer copies a page by its lower/upper bounds and follows branch pointers without checks,
+ * so a flipped bit there faults a later put even when every read succeeded. Page: pgno u64 | pad u16 | flags u16
+ * | lower u16 | upper u16 (overflow: pages u32) | node offsets u16...; node: lo u16 | hi u16 | flags u16 | ksize
+ * u16 | key | data (a branch node's child page: lo | hi << 16 | flags << 32; a leaf's data size: lo | hi << 16).
+ * NULL when the tree is sound, else what is wrong. */
+typedef struct {
+  const uint8_t *map;
+  uint64_t npages;
+  size_t psize;
+  uint64_t entries;
+  const char *why;
+} tree_ctx;
+static uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void tree_page(tree_ctx *t, uint64_t pg, int depth, int want_depth) {
+  if (t->why) return;
+  if (pg < 2 || pg >= t->npages) { t->why = "a page number outside the file"; return; }
+  if (depth > want_depth || depth > 32) { t->why = "a tree deeper than its record says"; return; }
+  const uint8_t *p = t->map + pg * t->psize;
+  uint16_t flags = rd16(p + 10), lower = rd16(p + 12), upper = rd16(p + 14);
+  int branch = (flags & 0x03) == 0x01, leaf = (flags & 0x03) == 0x02;
+  if (rd64(p) != pg) { t->why = "a page that is not where its number says"; return; }
+  if (!branch && !leaf) { t->why = "a page that is neither branch nor leaf"; return; }
+  if (branch != (depth < want_depth)) { t->why = "a leaf where a branch belongs, or the reverse"; return; }
+  if (lower < 16 || lower > upper || upper > t->psize || (lower & 1)) { t->why = "a page's bounds are wrong"; return; }
+  for (int i = 0; i < (lower - 16) / 2 && !t->why; ++i) {
+    uint16_t off = rd16(p + 16 + 2 * i);
+    if (off < upper || (size_t)off + 8 > t->psize || (off & 1)) { t->why = "a node offset outside its page"; return; }
+    const uint8_t *n = p + off;
+    uint16_t lo = rd16(n), hi = rd16(n + 2), nf = rd16(n + 4), ks = rd16(n + 6);
+    if (branch) {
+      if ((size_t)off + 8 + ks > t->psize) { t->why = "a branch key runs over its page"; return; }
+      tree_page(t, (uint64_t)lo | (uint64_t)hi << 16 | (uint64_t)nf << 32, depth + 1, want_depth);
+      continue;
+    }
+    uint64_t ds = (uint64_t)lo | (uint64_t)hi << 16;
+    ++t->entries;
+    if (nf & ~0x03u) { t->why = "a node of a kind fourbit never stores"; return; }
+    if ((size_t)off + 8 + ks + (nf & 0x01 ? 8 : ds) > t->psize) { t->why = "a leaf node runs over its page"; return; }
+    if (nf & 0x01) { /* F_BIGDATA: the data is in overflow pages */
+      uint64_t op = rd64(n + 8 + ks);
+      if (op < 2 || op >= t->npages) { t->why = "an overflow page number outside the file"; return; }
+      const uint8_t *o = t->map + op * t->psize;
+      uint32_t pages;
+      memcpy(&pages, o + 12, 4);
+      if (rd64(o) != op || !(rd16(o + 10) & 0x04) || op + pages > t->npages || (uint64_t)pages * t->psize < 16 + ds) {
+        t->why = "a big value's overflow pages are wrong";
+        return;
+      }
+    }
+  }
+}
+/* One database's tree from its MDB_db record (md_depth u16 at 6, md_entries at 32, md_root at 40). */
+static const char *tree_bad(tree_ctx *t, const uint8_t *db) {
+  uint64_t root = rd64(db + 40), entries = rd64(db + 32);
+  uint16_t depth = rd16(db + 6);
+  if (root == ~(uint64_t)0) return entries ? "an empty database with entries" : NULL;
+  t->entries = 0, t->why = NULL;
+  tree_page(t, root, 1, depth);
+  if (!t->why && t->entries != entries) t->why = "a database holds another count of entries than its record says";
+  return t->why;
+}
+/* The free-page and main trees of the snapshot of read transaction `txnid` (its meta page: the one of that txnid,
+ * copied and then found unchanged; the transaction keeps writers off the snapshot's pages), then each named
+ * database's tree from its record in main. 1 in *skip when that meta page was already rewritten by newer commits. */
+static const char *pages_bad(const map_span *m, uint64_t txnid, int *skip) {
+  *skip = 0;
+  if (!m->lo) return NULL;
+  tree_ctx t = {(const uint8_t *)m->lo, (m->end - m->lo) / m->psize, m->psize, 0, NULL};
+  /* MDB_meta: magic u32 | version u32 | address | mapsize | the free and main MDB_db (48 bytes each) | last page | txnid */
+  uint8_t meta[136];
+  const volatile uint8_t *src = t.map + (txnid & 1) * m->psize + 16;
+  for (int i = 0; i < 136; ++i) meta[i] = src[i];
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (rd64(meta + 128) != txnid || rd64((const uint8_t *)src + 128) != txnid) return *skip = 1, NULL;
+  const char *why = tree_bad(&t, meta + 24);
+  if (!why) why = tree_bad(&t, meta + 72);
+  if (why) return why;
+  uint64_t root = rd64(meta + 72 + 40); /* main: its leaves are the named databases' records (F_SUBDATA) */
+  if (root == ~(uint64_t)0) return NULL;
+  const uint8_t *stack[32];
+  int sp = 0;
+  stack[sp++] = t.map + root * t.psize;
+  while (sp) {
+    const uint8_t *p = stack[--sp];
+    uint16_t lower = rd16(p + 12);
+    for (int i = 0; i < (lower - 16) / 2; ++i) {
+      const uint8_t *n = p + rd16(p + 16 + 2 * i);
+      uint16_t lo = rd16(n), hi = rd16(n + 2), nf = rd16(n + 4), ks = rd16(n + 6);
+      if ((rd16(p + 10) & 0x03) == 0x01) {
+        if (sp < 32) stack[sp++] = t.map + ((uint64_t)lo | (uint64_t)hi << 16 | (uint64_t)nf << 32) * t.psize;
+        continue;
+      }
+      if (!(nf & 0x02)) continue;
+      if (((uint64_t)lo | (uint64_t)hi << 16) != 48) return "a database record of a wrong size";
+      if ((why = tree_bad(&t, n + 8 + ks))) return why;
+    }
+  }
+  return NULL;
+}
+
 /* A value of LMDB's free-page database: a count, then that many page numbers, each a page of the file. */
 static const char *free_bad(const map_span *m, const MDB_val *v) {
   size_t cnt;
@@ -250,7 +352,14 @@ static void check_child(const char *dir, int fd) {
   unsigned long long sum = 0;
   map_span m = {0, 0, 0};
   if (find_map(env, &m)) m.lo = 0; /* no /proc: the walk without its bounds checks */
-  r = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
+  for (int attempt = 0, skip = 1; skip && attempt < 8; ++attempt) {
+    if (txn) mdb_txn_abort(txn), txn = NULL;
+    if ((r = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn))) break;
+    if ((sz = pages_bad(&m, mdb_txn_id(txn), &skip))) {
+      snprintf(buf, sizeof buf, "bad %s", sz);
+      goto say;
+    }
+  }
   MDB_dbi main_dbi = 0, dbi;
   if (!r) r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
   if (!r) r = walk_db(txn, 0 /* FREE_DBI */, &m, &sum, why, sizeof why);
@@ -388,6 +497,7 @@ void fb_cache_close(fb_cache *c) {
 }
 
 const char *fb_cache_dir(const fb_cache *c) { return c->dir; }
+int fb_cache_readonly(const fb_cache *c) { return c->ro; }
 
 size_t fb_cache_mapsize(fb_cache *c) {
   MDB_envinfo info;

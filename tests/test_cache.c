@@ -389,10 +389,10 @@ static void fill(const char *d, const char *tag) {
 }
 
 /* ---- an LMDB error in the middle of a walk ----------------------------------------------------------------- */
-/* Set the flags of every leaf page of data.mdb that holds a winner record (and no other database's value) to
+/* Set the flags of every leaf page of data.mdb that holds a value of magic's database (and no other database's) to
  * `flags`, through the file, under a cache that is open; keeps the old bytes in old[] (offsets in at[]). */
 enum { PSZ = 4096 };
-static int set_winner_leaf_flags(const char *data, uint16_t flags, long *at, uint16_t *old, int max) {
+static int set_leaf_flags(const char *data, const char *magic, uint16_t flags, long *at, uint16_t *old, int max) {
   FILE *f = fopen(data, "r+b");
   assert_non_null(f);
   fseek(f, 0, SEEK_END);
@@ -404,9 +404,10 @@ static int set_winner_leaf_flags(const char *data, uint16_t flags, long *at, uin
     uint64_t pgno;
     uint16_t fl;
     memcpy(&pgno, pg, 8), memcpy(&fl, pg + 10, 2); /* LMDB 0.9's page header: pgno, pad, flags, lower, upper */
-    if (pgno != (uint64_t)i || fl != 0x02 /* P_LEAF */ || !memmem(pg, PSZ, "FBW1", 4) || memmem(pg, PSZ, "FBT1", 4) ||
-        memmem(pg, PSZ, "FBK1", 4))
-      continue;
+    int others = 0;
+    for (const char *const *m = (const char *const[]){"FBW1", "FBT1", "FBK1", NULL}; *m; ++m)
+      others += strcmp(*m, magic) && memmem(pg, PSZ, *m, 4);
+    if (pgno != (uint64_t)i || fl != 0x02 /* P_LEAF */ || !memmem(pg, PSZ, magic, 4) || others) continue;
     at[n] = i * PSZ + 10, old[n] = fl;
     fseek(f, at[n], SEEK_SET);
     fwrite(&flags, 2, 1, f);
@@ -436,7 +437,7 @@ static void test_lmdb_error_mid_walk(void **state) {
   assert_int_equal(n0.entries[FB_DB_WINNERS], 3);
   long at[8];
   uint16_t old[8];
-  int hit = set_winner_leaf_flags(data, 0x10 /* not a leaf, not a branch: LMDB says MDB_CORRUPTED */, at, old, 8);
+  int hit = set_leaf_flags(data, "FBW1", 0x10 /* not a leaf, not a branch: LMDB says MDB_CORRUPTED */, at, old, 8);
   assert_true(hit > 0);
   /* verify, export, the lookup: an error naming LMDB's, not "0 winners" */
   fb_status s = fb_cache_verify(c, &n, NULL, NULL);
@@ -467,6 +468,13 @@ static void test_lmdb_error_mid_walk(void **state) {
   assert_int_equal(fb_cache_open(d, &c), FB_OK);
   assert_int_equal(fb_cache_verify(c, &n, NULL, NULL), FB_OK);
   assert_memory_equal(&n, &n0, sizeof n); /* every cubin still there */
+  /* kernels, the export's last pass: not an export without them */
+  hit = set_leaf_flags(data, "FBK1", 0x10, at, old, 8);
+  assert_true(hit > 0);
+  s = fb_cache_export(c, NULL, &data_out, &size, &n);
+  if (s == FB_OK) fprintf(stderr, "  export of a damaged kernels page: FB_OK, %ld kernels\n", n.entries[FB_DB_KERNELS]), free(data_out);
+  assert_int_equal(s, FB_ELMDB);
+  restore_flags(data, at, old, hit);
   fb_cache_close(c);
 }
 

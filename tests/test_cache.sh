@@ -150,7 +150,7 @@ for o in $cands; do
   fresh; python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek($o); c = f.read(1); f.seek($o); f.write(bytes([c[0] ^ 0xff]))" "$W/x/data.mdb"
   r=$(on_cache "$W/x"); nc=$((nc+1)); i=0
   for x in $r; do
-    [ "$x" -gt 128 ] && { nsig=$((nsig+1)); echo "  byte $o flipped: a command died by signal $((x - 128)) ($r)"; }
+    [ "$x" -gt 128 ] && { nsig=$((nsig+1)); [ $nsig -le 3 ] && echo "  byte $o flipped: command $((i+1)) died by signal $((x - 128)) ($r)"; }
     [ "$x" = 2 ] && { ndam=$((ndam+1)); grep -qF "$W/x/data.mdb" "$W/dm.$i" || [ $i -ge 4 ] || nbadmsg=$((nbadmsg+1)); }
     i=$((i+1)); done
 done

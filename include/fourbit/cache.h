@@ -27,6 +27,7 @@ fb_status fb_cache_get_kernel(fb_cache *c, const uint8_t key[32], void **cubin, 
 /* fb_cache_open with an initial map size in bytes (0: 256 MiB); the map doubles whenever it is full. */
 fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out);
 const char *fb_cache_dir(const fb_cache *c);
+int fb_cache_readonly(const fb_cache *c); /* opened read-only (no write access, or fb_cache_open_readonly) */
 size_t fb_cache_mapsize(fb_cache *c);
 /* $FOURBIT_CACHE, else ~/.cache/fourbit, into buf. */
 const char *fb_cache_default_dir(char *buf, size_t n);
