@@ -168,7 +168,8 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 #                    cache commands. No NVRTC tier, no fake-driver run, no tuner sweep, no fuzzing: make test has those.
 #   test             check's tiers, then fourbit gen (NVRTC), the tuner's sweeps on the emulated worker, every GPU test
 #                    kernel compiled for sm_90a (test_kernels, test_gemm, test_train_gpu, test_train_dev), the GPU train
-#                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s.
+#                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s, fuzz_cache (the cache's
+#                    decoders) for $(TESTFUZZCACHESECS) s.
 #   test-exhaustive  the sweeps too long for make test: test_formats --exhaustive (all 2^31 non-negative floats through
 #                    the E2M1 RN grid) and fuzz_recipe for FUZZSECS (30) s. CI runs make test, then this.
 # make test's NVRTC compiles go through build/tests/tools/libnvrtc_memo.so (LD_PRELOAD; tests/tools/nvrtc_memo.c):

@@ -15,9 +15,14 @@
  * writers with a robust mutex, so a killed writer's lock is recovered and its open transaction simply never
  * happened). The map grows on MDB_MAP_FULL (doubling) and adopts another process's growth on MDB_MAP_RESIZED.
  *
- * Entry points: fb_cache_open(), fb_cache_kernel_key(), fb_cache_put_kernel()/get_kernel(), fb_fingerprint_*(),
+ * An existing data.mdb is checked before it is used (check_env: a forked child reads every page; a damaged cache
+ * is FB_EIO, never a crash), every walk's LMDB error other than MDB_NOTFOUND is an error, and a cache without
+ * write access opens read-only (see "environment" below and cache/README.md).
+ *
+ * Entry points: fb_cache_open(), fb_cache_open_readonly(), fb_cache_kernel_key(), fb_cache_put_kernel()/get_kernel(), fb_fingerprint_*(),
  * fb_cache_put_winner()/get_winner(), fb_cache_put_trial()/get_trial(), fb_cache_iterate(), fb_cache_verify(),
- * fb_cache_export()/import(), fb_cache_gc(), fb_cache_default_dir(). */
+ * fb_cache_export()/import(), fb_cache_gc(), fb_cache_default_dir(), and the decoders on their own:
+ * fb_cache_decode(), fb_cache_check_export() (tests/fuzz/fuzz_cache.c). */
 #include "fb_error.h"
 #include "fb_str.h"
 #include "fourbit.h"
