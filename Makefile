@@ -42,7 +42,7 @@ DEPSOK := $(BUILD)/.deps-ok
 GOLDEN := inkling2_small nvidia_nvfp4 mxfp8 bf16 tiny
 FUZZSECS ?= 30
 
-.PHONY: all test test-gpu bench demo clean deps golden fuzz fuzz-checkpoint inspect
+.PHONY: all test test-gpu bench demo clean deps golden fuzz fuzz-checkpoint fuzz-cache inspect
 GPUTOOLS := $(BUILD)/gpu/test_kernels $(BUILD)/gpu/bench $(BUILD)/gpu/test_gemm $(BUILD)/gpu/test_train_gpu $(BUILD)/gpu/bench_layer \
             $(BUILD)/gpu/test_train_dev $(BUILD)/gpu/test_names
 all: $(BUILD)/fourbit $(BUILD)/libfourbit.a $(GPUTOOLS) $(BUILD)/emu/test_kernels $(BUILD)/fourbit-worker $(BUILD)/emu/fourbit-worker
@@ -179,7 +179,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 #   test             check's tiers, then fourbit gen (NVRTC), the tuner's sweeps on the emulated worker, every GPU test
 #                    kernel compiled for sm_90a (test_kernels, test_gemm, test_train_gpu, test_train_dev), the GPU train
 #                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s, fuzz_checkpoint for
-#                    $(TESTFUZZCKPTSECS) s.
+#                    $(TESTFUZZCKPTSECS) s, fuzz_cache (the cache's decoders) for $(TESTFUZZCACHESECS) s.
 #   test-exhaustive  the sweeps too long for make test: test_formats --exhaustive (all 2^31 non-negative floats through
 #                    the E2M1 RN grid) and fuzz_recipe for FUZZSECS (30) s. CI runs make test, then this.
 # make test's NVRTC compiles go through build/tests/tools/libnvrtc_memo.so (LD_PRELOAD; tests/tools/nvrtc_memo.c):
@@ -200,7 +200,8 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-tcgen05-cutlass tier-asan-cli $(CHECK_TIERS)
+               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass \
+               tier-asan-cli $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
@@ -210,7 +211,7 @@ check: $(CHECKDEPS)
 	@echo "make check: all quick tiers passed (make test runs the rest)"
 
 test: all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 $(BUILD)/fuzz/fuzz_recipe \
-      $(BUILD)/fuzz/fuzz_checkpoint
+      $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fuzz/fuzz_cache
 	$(Q)rm -rf $(MEMO) && mkdir -p $(MEMO)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(TEST_TIERS) || { echo "make test: FAILED (make names the tiers above)"; exit 1; }
 	$(Q)cat $(MEMO)/stats.* 2>/dev/null | awk '{ n[$$1]++ } END { printf "NVRTC: %d kernels compiled, %d compiles answered from the memo\n", n["compiled"], n["hit"] }'
@@ -296,6 +297,8 @@ tier-fuzz:
 tier-fuzz-checkpoint:
 	$(Q)$(TIER) "fuzz_checkpoint ($(TESTFUZZCKPTSECS) s over a checkpoint trained now)" -- \
 	  $(MAKE) --no-print-directory fuzz-checkpoint FUZZSECS=$(TESTFUZZCKPTSECS)
+tier-fuzz-cache:
+	$(Q)$(TIER) "fuzz_cache ($(TESTFUZZCACHESECS) s)" -- $(MAKE) --no-print-directory fuzz-cache FUZZCACHESECS=$(TESTFUZZCACHESECS)
 tier-fuzz-long:
 	$(Q)$(TIER) "fuzz_recipe ($(FUZZSECS) s)" -- $(MAKE) --no-print-directory fuzz FUZZSECS=$(FUZZSECS)
 tier-formats-exhaustive:
@@ -371,6 +374,23 @@ fuzz-checkpoint: $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fourbit
 	  -artifact_prefix=$(BUILD)/fuzz/ckpt- $(BUILD)/fuzz/ckpt-corpus 2>$(BUILD)/fuzz/ckpt-log.txt || \
 	  { tail -40 $(BUILD)/fuzz/ckpt-log.txt; echo "fuzz_checkpoint FAILED: see $(BUILD)/fuzz/ckpt-log.txt"; exit 1; }
 	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/ckpt-log.txt | tr '\n' ' '; echo
+# libFuzzer on the cache's decoders (tests/fuzz/fuzz_cache.c: stored values, records, export files), FUZZCACHESECS
+# seconds over the seeds build/tests/test_cache --fuzz-seeds writes from a filled cache.
+FUZZCACHESECS ?= 30
+TESTFUZZCACHESECS ?= 7
+$(BUILD)/fuzz/fuzz_cache: tests/fuzz/fuzz_cache.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h include/*.h include/fourbit/*.h)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CLANG   $@"
+	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -ffp-contract=off $(INCS) \
+	  -o $@ tests/fuzz/fuzz_cache.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
+fuzz-cache: $(BUILD)/fuzz/fuzz_cache $(BUILD)/tests/test_cache
+	$(Q)rm -rf $(BUILD)/fuzz/cache-corpus && mkdir -p $(BUILD)/fuzz/cache-corpus && \
+	  $(BUILD)/tests/test_cache --fuzz-seeds $(BUILD)/fuzz/cache-corpus > /dev/null && rm -rf $(BUILD)/fuzz/cache-corpus/cache
+	@echo "== fuzz_cache for $(FUZZCACHESECS) s"
+	$(Q)$(BUILD)/fuzz/fuzz_cache -max_total_time=$(FUZZCACHESECS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(BUILD)/fuzz/cache- $(BUILD)/fuzz/cache-corpus 2>$(BUILD)/fuzz/cache-log.txt || \
+	  { tail -40 $(BUILD)/fuzz/cache-log.txt; echo "fuzz_cache FAILED: see $(BUILD)/fuzz/cache-log.txt"; exit 1; }
+	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/cache-log.txt | tr '\n' ' '; echo
 
 clean:
 	rm -rf $(BUILD)

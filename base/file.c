@@ -9,12 +9,19 @@
  *   - symbolic links are followed to the file they name (existing or not), and the temporary file goes beside that
  *     file, so the link stays a link;
  *   - anything else (a folder, a block device, a socket), a missing folder, an unwritable file: FB_EINVAL naming the
- *     path (the commands exit 2), nothing written. A failure while writing (a full disk): FB_EIO, the old file kept. */
+ *     path (the commands exit 2), nothing written. A failure while writing (a full disk): FB_EIO, the old file kept.
+ * The temporary file is TARGET.tmp.<pid>.XXXXXX. While it exists, SIGINT, SIGTERM and SIGHUP remove it before they
+ * end the process (only where they would end it: a handler of the caller's, such as the trainer's, is left alone,
+ * and an ignored signal stays ignored); a write to TARGET removes those a process no longer running left (SIGKILL,
+ * a crash, a power cut). */
 #include "fb_error.h"
 #include "fourbit/base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +50,58 @@ int fb_file_resolve(const char *path, char *out, size_t cap) {
     }
   }
   return errno = ELOOP, -1;
+}
+
+/* The temporary file being written, for the signal handler (one write at a time: the commands are one thread). */
+static char *volatile tmp_now;
+static struct sigaction old_act[3];
+static int guarded[3];
+static const int TMP_SIGS[3] = {SIGINT, SIGTERM, SIGHUP};
+static void tmp_on_signal(int sig) {
+  char *t = tmp_now;
+  if (t) unlink(t);
+  for (int i = 0; i < 3; ++i)
+    if (TMP_SIGS[i] == sig) sigaction(sig, &old_act[i], NULL);
+  raise(sig);
+}
+static void tmp_guard(char *tmp) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = tmp_on_signal;
+  sigemptyset(&sa.sa_mask);
+  tmp_now = tmp;
+  for (int i = 0; i < 3; ++i) {
+    guarded[i] = sigaction(TMP_SIGS[i], NULL, &old_act[i]) == 0 && old_act[i].sa_handler == SIG_DFL;
+    if (guarded[i]) sigaction(TMP_SIGS[i], &sa, NULL);
+  }
+}
+static void tmp_unguard(void) {
+  for (int i = 0; i < 3; ++i)
+    if (guarded[i]) sigaction(TMP_SIGS[i], &old_act[i], NULL), guarded[i] = 0;
+  tmp_now = NULL;
+}
+
+/* Remove TARGET.tmp.<pid>.* whose process is gone. */
+static void tmp_sweep(const char *target) {
+  char *a = strdup(target), *b = strdup(target);
+  if (!a || !b) goto done;
+  const char *dir = dirname(a), *base = basename(b);
+  size_t bl = strlen(base);
+  DIR *d = opendir(dir);
+  if (!d) goto done;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *nm = e->d_name;
+    if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp.", 5)) continue;
+    char *end;
+    long pid = strtol(nm + bl + 5, &end, 10);
+    if (end == nm + bl + 5 || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* still running (or not ours to ask): left alone */
+    char full[4096];
+    if (snprintf(full, sizeof full, "%s/%s", dir, nm) < (int)sizeof full) unlink(full);
+  }
+  closedir(d);
+done:
+  free(a), free(b);
 }
 
 static int write_all(int fd, const void *const *parts, const size_t *sizes, int n) {
@@ -89,10 +148,11 @@ fb_status fb_file_write(const char *path, const void *const *parts, const size_t
   } else if (errno != ENOENT) {
     return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
   }
-  size_t len = strlen(target);
-  char *tmp = malloc(len + 16);
-  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the temporary file's name", path, len + 16);
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", target);
+  size_t len = strlen(target) + 40;
+  char *tmp = malloc(len);
+  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the temporary file's name", path, len);
+  tmp_sweep(target);
+  snprintf(tmp, len, "%s.tmp.%ld.XXXXXX", target, (long)getpid());
   int fd = mkstemp(tmp);
   if (fd < 0) {
     int e = errno;
@@ -100,6 +160,7 @@ fb_status fb_file_write(const char *path, const void *const *parts, const size_t
     int user = e == EACCES || e == EPERM || e == ENOENT || e == ENOTDIR || e == EROFS || e == ELOOP || e == ENAMETOOLONG;
     return FB_USERERR(user ? FB_EINVAL : FB_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(e));
   }
+  tmp_guard(tmp);
   if (write_all(fd, parts, sizes, n) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) goto fail;
   if (close(fd) != 0) {
     fd = -1;
@@ -107,12 +168,14 @@ fb_status fb_file_write(const char *path, const void *const *parts, const size_t
   }
   fd = -1;
   if (rename(tmp, target) != 0) goto fail;
+  tmp_unguard();
   free(tmp);
   return FB_OK;
 fail:;
   fb_status s = FB_USERERR(FB_EIO, "%s: write failed: %s", path, strerror(errno));
   if (fd >= 0) close(fd);
   unlink(tmp);
+  tmp_unguard();
   free(tmp);
   return s;
 }

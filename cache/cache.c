@@ -15,9 +15,14 @@
  * writers with a robust mutex, so a killed writer's lock is recovered and its open transaction simply never
  * happened). The map grows on MDB_MAP_FULL (doubling) and adopts another process's growth on MDB_MAP_RESIZED.
  *
- * Entry points: fb_cache_open(), fb_cache_kernel_key(), fb_cache_put_kernel()/get_kernel(), fb_fingerprint_*(),
+ * An existing data.mdb is checked before it is used (check_env: a forked child reads every page; a damaged cache
+ * is FB_EIO, never a crash), every walk's LMDB error other than MDB_NOTFOUND is an error, and a cache without
+ * write access opens read-only (see "environment" below and cache/README.md).
+ *
+ * Entry points: fb_cache_open(), fb_cache_open_readonly(), fb_cache_kernel_key(), fb_cache_put_kernel()/get_kernel(), fb_fingerprint_*(),
  * fb_cache_put_winner()/get_winner(), fb_cache_put_trial()/get_trial(), fb_cache_iterate(), fb_cache_verify(),
- * fb_cache_export()/import(), fb_cache_gc(), fb_cache_default_dir(). */
+ * fb_cache_export()/import(), fb_cache_gc(), fb_cache_default_dir(), and the decoders on their own:
+ * fb_cache_decode(), fb_cache_check_export() (tests/fuzz/fuzz_cache.c). */
 #include "fb_error.h"
 #include "fb_str.h"
 #include "fourbit.h"
@@ -30,7 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,13 +54,23 @@ struct fb_cache {
   MDB_env *env;
   MDB_dbi dbi[3]; /* FB_DB_KERNELS, FB_DB_WINNERS, FB_DB_TRIALS */
   pthread_rwlock_t grow; /* transactions hold it shared; a map resize holds it exclusively (LMDB's rule) */
+  int ro;                /* opened read-only (no write access): every write fails with a message saying so */
+  int have[3];           /* the database exists (a read-only cache may lack one: it reads as empty) */
   char dir[512];
 };
 
 static const char *const DBNAME[3] = {"kernels", "winners", "trials"};
 const char *fb_cache_db_name(fb_cache_db db) { return (unsigned)db < 3 ? DBNAME[db] : "?"; }
 
-/* ---- environment ------------------------------------------------------------------------------------------ */
+/* ---- environment ------------------------------------------------------------------------------------------
+ * A damaged data.mdb must not crash whoever opens it: LMDB trusts its pages, so a truncated file faults (SIGBUS)
+ * and a flipped byte in a page can send a pointer anywhere (SIGSEGV). fb_cache_open therefore checks an existing
+ * file before this process maps it: a 0-byte file is damaged (LMDB would silently start a new, empty cache over
+ * it), and a forked child opens the environment, checks that the pages the meta page claims fit in the file, then
+ * walks every key and value of every database (entries in order, as many as the database's stat says). The
+ * child's death by a signal, or any LMDB error in the walk, makes the cache damaged (FB_EIO, with how to rebuild
+ * it), and the caller never touches its pages. A cache without write access (permission bits, a read-only mount)
+ * is opened read-only: MDB_RDONLY, and without LMDB's lock file when that cannot be opened either. */
 static int mkdir_p(const char *dir) {
   char tmp[512];
   snprintf(tmp, sizeof tmp, "%s", dir);
@@ -72,27 +90,381 @@ const char *fb_cache_default_dir(char *buf, size_t n) {
   return buf;
 }
 
-fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) {
+static fb_status damaged(const char *dir, const char *why) {
+  return FB_USERERR(FB_EIO,
+                    "%s/data.mdb: the cache is damaged (%s); fourbit does not read it. Move the directory away "
+                    "(mv %s %s.damaged) and rebuild it with `fourbit tune` (cubins: `fourbit gen --cache`), or import "
+                    "an export into a fresh directory (`fourbit cache import FILE --cache %s`)",
+                    dir, why, dir, dir, dir);
+}
+
+/* Create and open *env on dir read-write, else (no write access) read-only, else read-only without the lock file
+ * (a read-only cache has no writers to lock out). *ro: which. mapsize 0: LMDB's (the file's own size). A failed
+ * mdb_env_open leaves the handle unusable (LMDB's rule), so each try has a new one. */
+static int env_open(MDB_env **env, const char *dir, size_t mapsize, int force_ro, int *ro) {
+  unsigned tries[3] = {MDB_NOTLS, MDB_NOTLS | MDB_RDONLY, MDB_NOTLS | MDB_RDONLY | MDB_NOLOCK};
+  int r = EACCES;
+  *env = NULL;
+  for (int i = force_ro ? 1 : 0; i < 3; ++i) {
+    if ((r = mdb_env_create(env))) return r;
+    r = mdb_env_set_maxdbs(*env, 8);
+    if (!r && mapsize) r = mdb_env_set_mapsize(*env, mapsize);
+    if (!r) r = mdb_env_set_maxreaders(*env, 512);
+    if (!r) r = mdb_env_open(*env, dir, tries[i], 0644);
+    if (!r) {
+      *ro = i > 0;
+      return 0;
+    }
+    mdb_env_close(*env);
+    *env = NULL;
+    if (r != EACCES && r != EROFS) return r;
+  }
+  return r;
+}
+
+/* The pages the environment's meta page claims must lie inside the file (a truncated file faults on the first
+ * touch of a missing page). NULL when they do, else why not (in buf). */
+static const char *size_bad(MDB_env *env, char *buf, size_t n) {
+  MDB_envinfo info;
+  MDB_stat st;
+  mdb_filehandle_t fd;
+  struct stat fs;
+  if (mdb_env_info(env, &info) || mdb_env_stat(env, &st) || mdb_env_get_fd(env, &fd) || fstat(fd, &fs))
+    return snprintf(buf, n, "its size cannot be read"), buf;
+  unsigned long long need = ((unsigned long long)info.me_last_pgno + 1) * st.ms_psize;
+  if (need <= (unsigned long long)fs.st_size) return NULL;
+  snprintf(buf, n, "truncated: %lld bytes, but its pages end at byte %llu", (long long)fs.st_size, need);
+  return buf;
+}
+
+/* Where the child's map of data.mdb lies ([lo, lo + the used pages)), for the walk's bounds checks: from
+ * /proc/self/maps, the mapping of data.mdb's inode. 0 when found. */
+typedef struct {
+  uintptr_t lo, end;
+  size_t psize;
+} map_span;
+static int find_map(MDB_env *env, map_span *m) {
+  mdb_filehandle_t fd;
+  struct stat fs;
+  MDB_envinfo info;
+  MDB_stat st;
+  if (mdb_env_get_fd(env, &fd) || fstat(fd, &fs) || mdb_env_info(env, &info) || mdb_env_stat(env, &st)) return -1;
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[1024];
+  int found = -1;
+  while (found && fgets(line, sizeof line, f)) {
+    unsigned long a, b, ino;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &a, &b, &ino) == 3 && ino == (unsigned long)fs.st_ino && strstr(line, "data.mdb")) {
+      m->lo = a, m->psize = st.ms_psize, m->end = a + (uintptr_t)(info.me_last_pgno + 1) * st.ms_psize;
+      found = m->end <= b ? 0 : -1;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* A key and its value as LMDB 0.9 lays them out: both inside the used pages; a small value in the key's page, a
+ * big one at the start (after the 16-byte header) of overflow pages (P_OVERFLOW, enough of them). NULL when so. */
+static const char *node_bad(const map_span *m, const MDB_val *k, const MDB_val *v) {
+  uintptr_t kp = (uintptr_t)k->mv_data, vp = (uintptr_t)v->mv_data;
+  if (!m->lo) return NULL;
+  if (kp < m->lo || kp + k->mv_size > m->end || vp < m->lo || vp + v->mv_size > m->end) return "a node points outside the file";
+  size_t pk = (kp - m->lo) / m->psize;
+  if (k->mv_size && (kp + k->mv_size - 1 - m->lo) / m->psize != pk) return "a key runs over its page";
+  if ((vp - m->lo) / m->psize == pk) return v->mv_size && (vp + v->mv_size - 1 - m->lo) / m->psize != pk ? "a value runs over its page" : NULL;
+  uint16_t flags;
+  uint32_t pages;
+  if ((vp - m->lo) % m->psize != 16) return "a big value does not start an overflow page";
+  memcpy(&flags, (const void *)(vp - 16 + 10), 2), memcpy(&pages, (const void *)(vp - 16 + 12), 4);
+  if (!(flags & 0x04) || (uint64_t)pages * m->psize < 16 + (uint64_t)v->mv_size) return "a big value's overflow pages are wrong";
+  return NULL;
+}
+
+/* Every page of a B-tree checked as LMDB 0.9 lays it out (lmdb's mdb.c: MDB_page, MDB_node, MDB_meta, MDB_db) before
+ * LMDB touches it: a writer copies a page by its lower/upper bounds and follows branch pointers without checks,
+ * so a flipped bit there faults a later put even when every read succeeded. Page: pgno u64 | pad u16 | flags u16
+ * | lower u16 | upper u16 (overflow: pages u32) | node offsets u16...; node: lo u16 | hi u16 | flags u16 | ksize
+ * u16 | key | data (a branch node's child page: lo | hi << 16 | flags << 32; a leaf's data size: lo | hi << 16).
+ * NULL when the tree is sound, else what is wrong. */
+typedef struct {
+  const uint8_t *map;
+  uint64_t npages;
+  size_t psize;
+  uint64_t entries;
+  const char *why;
+} tree_ctx;
+static uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void tree_page(tree_ctx *t, uint64_t pg, int depth, int want_depth) {
+  if (t->why) return;
+  if (pg < 2 || pg >= t->npages) { t->why = "a page number outside the file"; return; }
+  if (depth > want_depth || depth > 32) { t->why = "a tree deeper than its record says"; return; }
+  const uint8_t *p = t->map + pg * t->psize;
+  uint16_t flags = rd16(p + 10), lower = rd16(p + 12), upper = rd16(p + 14);
+  int branch = (flags & 0x03) == 0x01, leaf = (flags & 0x03) == 0x02;
+  if (rd64(p) != pg) { t->why = "a page that is not where its number says"; return; }
+  if (!branch && !leaf) { t->why = "a page that is neither branch nor leaf"; return; }
+  if (branch != (depth < want_depth)) { t->why = "a leaf where a branch belongs, or the reverse"; return; }
+  if (lower < 16 || lower > upper || upper > t->psize || (lower & 1)) { t->why = "a page's bounds are wrong"; return; }
+  for (int i = 0; i < (lower - 16) / 2 && !t->why; ++i) {
+    uint16_t off = rd16(p + 16 + 2 * i);
+    if (off < upper || (size_t)off + 8 > t->psize || (off & 1)) { t->why = "a node offset outside its page"; return; }
+    const uint8_t *n = p + off;
+    uint16_t lo = rd16(n), hi = rd16(n + 2), nf = rd16(n + 4), ks = rd16(n + 6);
+    if (branch) {
+      if ((size_t)off + 8 + ks > t->psize) { t->why = "a branch key runs over its page"; return; }
+      tree_page(t, (uint64_t)lo | (uint64_t)hi << 16 | (uint64_t)nf << 32, depth + 1, want_depth);
+      continue;
+    }
+    uint64_t ds = (uint64_t)lo | (uint64_t)hi << 16;
+    ++t->entries;
+    if (nf & ~0x03u) { t->why = "a node of a kind fourbit never stores"; return; }
+    if ((size_t)off + 8 + ks + (nf & 0x01 ? 8 : ds) > t->psize) { t->why = "a leaf node runs over its page"; return; }
+    if (nf & 0x01) { /* F_BIGDATA: the data is in overflow pages */
+      uint64_t op = rd64(n + 8 + ks);
+      if (op < 2 || op >= t->npages) { t->why = "an overflow page number outside the file"; return; }
+      const uint8_t *o = t->map + op * t->psize;
+      uint32_t pages;
+      memcpy(&pages, o + 12, 4);
+      if (rd64(o) != op || !(rd16(o + 10) & 0x04) || op + pages > t->npages || (uint64_t)pages * t->psize < 16 + ds) {
+        t->why = "a big value's overflow pages are wrong";
+        return;
+      }
+    }
+  }
+}
+/* One database's tree from its MDB_db record (md_depth u16 at 6, md_entries at 32, md_root at 40). */
+static const char *tree_bad(tree_ctx *t, const uint8_t *db) {
+  uint64_t root = rd64(db + 40), entries = rd64(db + 32);
+  uint16_t depth = rd16(db + 6);
+  if (root == ~(uint64_t)0) return entries ? "an empty database with entries" : NULL;
+  t->entries = 0, t->why = NULL;
+  tree_page(t, root, 1, depth);
+  if (!t->why && t->entries != entries) t->why = "a database holds another count of entries than its record says";
+  return t->why;
+}
+/* The free-page and main trees of the snapshot of read transaction `txnid` (its meta page: the one of that txnid,
+ * copied and then found unchanged; the transaction keeps writers off the snapshot's pages), then each named
+ * database's tree from its record in main. 1 in *skip when that meta page was already rewritten by newer commits. */
+static const char *pages_bad(const map_span *m, uint64_t txnid, int *skip) {
+  *skip = 0;
+  if (!m->lo) return NULL;
+  tree_ctx t = {(const uint8_t *)m->lo, (m->end - m->lo) / m->psize, m->psize, 0, NULL};
+  /* MDB_meta: magic u32 | version u32 | address | mapsize | the free and main MDB_db (48 bytes each) | last page | txnid */
+  uint8_t meta[136];
+  const volatile uint8_t *src = t.map + (txnid & 1) * m->psize + 16;
+  for (int i = 0; i < 136; ++i) meta[i] = src[i];
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (rd64(meta + 128) != txnid || rd64((const uint8_t *)src + 128) != txnid) return *skip = 1, NULL;
+  const char *why = tree_bad(&t, meta + 24);
+  if (!why) why = tree_bad(&t, meta + 72);
+  if (why) return why;
+  uint64_t root = rd64(meta + 72 + 40); /* main: its leaves are the named databases' records (F_SUBDATA) */
+  if (root == ~(uint64_t)0) return NULL;
+  const uint8_t *stack[32];
+  int sp = 0;
+  stack[sp++] = t.map + root * t.psize;
+  while (sp) {
+    const uint8_t *p = stack[--sp];
+    uint16_t lower = rd16(p + 12);
+    for (int i = 0; i < (lower - 16) / 2; ++i) {
+      const uint8_t *n = p + rd16(p + 16 + 2 * i);
+      uint16_t lo = rd16(n), hi = rd16(n + 2), nf = rd16(n + 4), ks = rd16(n + 6);
+      if ((rd16(p + 10) & 0x03) == 0x01) {
+        if (sp < 32) stack[sp++] = t.map + ((uint64_t)lo | (uint64_t)hi << 16 | (uint64_t)nf << 32) * t.psize;
+        continue;
+      }
+      if (!(nf & 0x02)) continue;
+      if (((uint64_t)lo | (uint64_t)hi << 16) != 48) return "a database record of a wrong size";
+      if ((why = tree_bad(&t, n + 8 + ks))) return why;
+    }
+  }
+  return NULL;
+}
+
+/* A value of LMDB's free-page database: a count, then that many page numbers, each a page of the file. */
+static const char *free_bad(const map_span *m, const MDB_val *v) {
+  size_t cnt;
+  if (v->mv_size < sizeof cnt || v->mv_size % sizeof cnt) return "a free-page list of a wrong length";
+  memcpy(&cnt, v->mv_data, sizeof cnt);
+  if (cnt != v->mv_size / sizeof cnt - 1) return "a free-page list of a wrong count";
+  for (size_t i = 1; i <= cnt && m->lo; ++i) {
+    size_t pg;
+    memcpy(&pg, (const char *)v->mv_data + i * sizeof pg, sizeof pg);
+    if (pg < 2 || pg >= (m->end - m->lo) / m->psize) return "a free-page list names a page outside the file";
+  }
+  return NULL;
+}
+
+/* Walk one database: every key and value read, keys in order, the count as its stat says. 0 or an LMDB code. */
+static int walk_db(MDB_txn *txn, MDB_dbi dbi, const map_span *m, unsigned long long *sum, char *why, size_t n) {
+  MDB_cursor *cur;
+  MDB_stat st;
+  MDB_val k, v, prev = {0, NULL};
+  size_t count = 0;
+  int r = mdb_stat(txn, dbi, &st);
+  if (!r) r = mdb_cursor_open(txn, dbi, &cur);
+  if (r) return r;
+  for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const char *nb = node_bad(m, &k, &v);
+    if (nb) {
+      snprintf(why, n, "%s", nb);
+      r = MDB_CORRUPTED;
+      break;
+    }
+    if (dbi == 0 && (nb = free_bad(m, &v))) { /* FREE_DBI: what writers allocate pages from */
+      snprintf(why, n, "%s", nb);
+      r = MDB_CORRUPTED;
+      break;
+    }
+    for (size_t i = 0; i < k.mv_size; ++i) *sum += ((const uint8_t *)k.mv_data)[i];
+    for (size_t i = 0; i < v.mv_size; ++i) *sum += ((const uint8_t *)v.mv_data)[i];
+    if (prev.mv_data && mdb_cmp(txn, dbi, &prev, &k) >= 0) {
+      snprintf(why, n, "its keys are out of order");
+      r = MDB_CORRUPTED;
+      break;
+    }
+    prev = k, ++count;
+  }
+  mdb_cursor_close(cur);
+  if (r == MDB_NOTFOUND && count != st.ms_entries) {
+    snprintf(why, n, "%zu entries read, %zu stated", count, (size_t)st.ms_entries);
+    return MDB_CORRUPTED;
+  }
+  return r == MDB_NOTFOUND ? 0 : r;
+}
+
+/* The child's side of check_env: its verdict on fd ("ok", else why not), then _exit. */
+static void check_child(const char *dir, int fd) {
+  char why[400] = "", buf[400];
+  struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core); /* a fault is the verdict, not a core file */
+  signal(SIGBUS, SIG_DFL), signal(SIGSEGV, SIG_DFL), signal(SIGPIPE, SIG_IGN);
+  MDB_env *env = NULL;
+  MDB_txn *txn = NULL;
+  int ro = 0, r = env_open(&env, dir, 0, 1, &ro);
+  if (r) {
+    /* not a verdict on the pages (the caller's own open reports it), except a file that is not LMDB's */
+    snprintf(buf, sizeof buf, "%s%s", r == MDB_INVALID || r == MDB_VERSION_MISMATCH ? "bad " : "open ", mdb_strerror(r));
+    goto say;
+  }
+  const char *sz = size_bad(env, why, sizeof why);
+  if (sz) {
+    snprintf(buf, sizeof buf, "bad %s", sz);
+    goto say;
+  }
+  unsigned long long sum = 0;
+  map_span m = {0, 0, 0};
+  if (find_map(env, &m)) m.lo = 0; /* no /proc: the walk without its bounds checks */
+  for (int attempt = 0, skip = 1; skip && attempt < 8; ++attempt) {
+    if (txn) mdb_txn_abort(txn), txn = NULL;
+    if ((r = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn))) break;
+    if ((sz = pages_bad(&m, mdb_txn_id(txn), &skip))) {
+      snprintf(buf, sizeof buf, "bad %s", sz);
+      goto say;
+    }
+  }
+  MDB_dbi main_dbi = 0, dbi;
+  if (!r) r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+  if (!r) r = walk_db(txn, 0 /* FREE_DBI */, &m, &sum, why, sizeof why);
+  if (!r) r = walk_db(txn, main_dbi, &m, &sum, why, sizeof why);
+  for (int d = 0; d < 3 && !r; ++d) {
+    r = mdb_dbi_open(txn, DBNAME[d], 0, &dbi);
+    if (r == MDB_NOTFOUND) { r = 0; continue; } /* not created yet */
+    if (!r) r = walk_db(txn, dbi, &m, &sum, why, sizeof why);
+    if (r && !why[0]) snprintf(why, sizeof why, "reading %s: %s", DBNAME[d], mdb_strerror(r));
+  }
+  if (r && !why[0]) snprintf(why, sizeof why, "%s", mdb_strerror(r));
+  if (r) snprintf(buf, sizeof buf, "bad %s", why);
+  else snprintf(buf, sizeof buf, "ok %llu", sum);
+say:;
+  size_t len = strlen(buf);
+  if (write(fd, buf, len) != (ssize_t)len) _exit(3);
+  _exit(0);
+}
+
+/* Check an existing data.mdb in a forked child (a crash there cannot take this process down). FB_OK when it reads
+ * whole, FB_EIO (damaged, with how to rebuild) when not. A child that cannot even open it leaves that to the
+ * caller's own open, which reports why. */
+static fb_status check_env(const char *dir) {
+  int p[2];
+  if (pipe(p) != 0) return FB_ERR(FB_EIO, "%s: checking the cache: pipe: %s", dir, strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(p[0]), close(p[1]);
+    return FB_ERR(FB_EIO, "%s: checking the cache: fork: %s", dir, strerror(errno));
+  }
+  if (pid == 0) {
+    close(p[0]);
+    check_child(dir, p[1]);
+  }
+  close(p[1]);
+  char msg[512];
+  size_t got = 0;
+  for (;;) {
+    ssize_t n = read(p[0], msg + got, sizeof msg - 1 - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || (got += (size_t)n) == sizeof msg - 1) break;
+  }
+  msg[got] = 0;
+  close(p[0]);
+  int st = 0;
+  pid_t w;
+  while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
+  if (!strncmp(msg, "ok ", 3) || !strncmp(msg, "open ", 5)) return FB_OK;
+  if (!strncmp(msg, "bad ", 4)) return damaged(dir, msg + 4);
+  char why[128];
+  if (w == pid && WIFSIGNALED(st))
+    snprintf(why, sizeof why, "reading it killed the checking process with signal %d, %s", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else snprintf(why, sizeof why, "the checking process died without a verdict");
+  return damaged(dir, why);
+}
+
+static fb_status open_impl(const char *dir, size_t mapsize, int force_ro, fb_cache **out) {
   *out = NULL;
   struct stat st;
-  if (mkdir_p(dir) != 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+  char path[600];
+  if (force_ro) {
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+      return FB_USERERR(FB_ENOTFOUND, "%s: no cache there (%s)", dir, errno ? strerror(errno) : "not a directory");
+  } else if (mkdir_p(dir) != 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     return FB_USERERR(FB_EIO, "%s: cannot create the cache directory", dir);
+  }
+  snprintf(path, sizeof path, "%s/data.mdb", dir);
+  if (stat(path, &st) == 0) {
+    /* 0 bytes: LMDB would start an empty cache over it. A process creating the cache right now writes its meta
+       pages within microseconds of creating the file, so look again for 50 ms before calling it damaged. */
+    for (int i = 0; st.st_size == 0 && i < 10; ++i) {
+      nanosleep(&(struct timespec){0, 5000000}, NULL);
+      if (stat(path, &st) != 0) break;
+    }
+    if (st.st_size == 0) return damaged(dir, "data.mdb is 0 bytes");
+    FB_TRY(check_env(dir));
+  }
   fb_cache *c = calloc(1, sizeof *c);
   if (!c) return FB_ERR(FB_ENOMEM, "cache");
   snprintf(c->dir, sizeof c->dir, "%s", dir);
   pthread_rwlock_init(&c->grow, NULL);
   fb_status rc = FB_OK;
   MDB_txn *txn = NULL;
-  int dead = 0;
-  LMDB_CHECK_GOTO(mdb_env_create(&c->env), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_maxdbs(c->env, 8), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_mapsize(c->env, mapsize ? mapsize : (size_t)256 << 20), fail);
-  LMDB_CHECK_GOTO(mdb_env_set_maxreaders(c->env, 512), fail);
+  int dead = 0, r;
+  char why[400];
   /* MDB_NOTLS: read transactions are not tied to a thread slot (the tuner's compile pool reads from threads) */
-  LMDB_CHECK_GOTO(mdb_env_open(c->env, dir, MDB_NOTLS, 0644), fail);
-  mdb_reader_check(c->env, &dead); /* reader slots of killed processes */
+  if ((r = env_open(&c->env, dir, mapsize ? mapsize : (size_t)256 << 20, force_ro, &c->ro))) {
+    if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH) rc = damaged(dir, mdb_strerror(r));
+    else rc = FB_ERR(FB_ELMDB, "%s: mdb_env_open: %s", dir, mdb_strerror(r));
+    goto fail;
+  }
+  const char *sz = size_bad(c->env, why, sizeof why); /* truncated since the check: before any page is touched */
+  if (sz) {
+    rc = damaged(dir, sz);
+    goto fail;
+  }
+  if (!c->ro) mdb_reader_check(c->env, &dead); /* reader slots of killed processes */
   for (int attempt = 0;; ++attempt) {
-    int r = mdb_txn_begin(c->env, NULL, 0, &txn);
+    r = mdb_txn_begin(c->env, NULL, c->ro ? MDB_RDONLY : 0, &txn);
     if (r == MDB_MAP_RESIZED && attempt < 4) {
       mdb_env_set_mapsize(c->env, 0);
       continue;
@@ -100,8 +472,13 @@ fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) {
     LMDB_CHECK_GOTO(r, fail);
     break;
   }
-  for (int d = 0; d < 3; ++d) LMDB_CHECK_GOTO(mdb_dbi_open(txn, DBNAME[d], MDB_CREATE, &c->dbi[d]), fail);
-  LMDB_CHECK_GOTO(mdb_txn_commit(txn), fail);
+  for (int d = 0; d < 3; ++d) {
+    r = mdb_dbi_open(txn, DBNAME[d], c->ro ? 0 : MDB_CREATE, &c->dbi[d]);
+    if (r == MDB_NOTFOUND && c->ro) continue; /* a read-only cache without it: empty */
+    LMDB_CHECK_GOTO(r, fail);
+    c->have[d] = 1;
+  }
+  LMDB_CHECK_GOTO(mdb_txn_commit(txn), fail); /* read-only too: the handles opened in it stay for the environment */
   txn = NULL;
   *out = c;
   return FB_OK;
@@ -113,7 +490,9 @@ fail:
   return rc;
 }
 
-fb_status fb_cache_open(const char *dir, fb_cache **out) { return fb_cache_open_ex(dir, 0, out); }
+fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out) { return open_impl(dir, mapsize, 0, out); }
+fb_status fb_cache_open(const char *dir, fb_cache **out) { return open_impl(dir, 0, 0, out); }
+fb_status fb_cache_open_readonly(const char *dir, fb_cache **out) { return open_impl(dir, 0, 1, out); }
 
 void fb_cache_close(fb_cache *c) {
   if (!c) return;
@@ -123,6 +502,7 @@ void fb_cache_close(fb_cache *c) {
 }
 
 const char *fb_cache_dir(const fb_cache *c) { return c->dir; }
+int fb_cache_readonly(const fb_cache *c) { return c->ro; }
 
 size_t fb_cache_mapsize(fb_cache *c) {
   MDB_envinfo info;
@@ -132,6 +512,7 @@ size_t fb_cache_mapsize(fb_cache *c) {
 
 /* Begin a transaction, adopting a map another process grew. Holds c->grow shared until end_txn(). */
 static int begin_txn(fb_cache *c, unsigned flags, MDB_txn **txn) {
+  if (c->ro && !(flags & MDB_RDONLY)) return EACCES; /* the callers that write say so first (read_only()) */
   for (int attempt = 0;; ++attempt) {
     pthread_rwlock_rdlock(&c->grow);
     int r = mdb_txn_begin(c->env, NULL, flags, txn);
@@ -159,6 +540,12 @@ static int grow_map(fb_cache *c) {
   return r;
 }
 
+/* A write to a cache opened read-only: what failed, why, and what to do. */
+static fb_status read_only(fb_cache *c, const char *what) {
+  return FB_USERERR(FB_EIO, "%s: %s: the cache is open read-only (no write access to the directory or its files): nothing written; "
+                    "give it write access, or use a writable --cache DIR", c->dir, what);
+}
+
 /* One write transaction of n puts (skip_existing: MDB_NOOVERWRITE, an existing key is left as it is). Retries
  * with a doubled map on MDB_MAP_FULL. */
 typedef struct {
@@ -166,6 +553,7 @@ typedef struct {
   MDB_val k, v;
 } put_op;
 static fb_status put_many(fb_cache *c, const put_op *ops, int n, int skip_existing, const char *what) {
+  if (c->ro) return read_only(c, what);
   for (int attempt = 0; attempt < 16; ++attempt) {
     MDB_txn *txn = NULL;
     int r = begin_txn(c, 0, &txn);
@@ -242,6 +630,7 @@ fb_status fb_cache_get_kernel(fb_cache *c, const uint8_t key[32], void **cubin, 
   *cubin = NULL, *size = 0;
   MDB_txn *txn = NULL;
   fb_status rc = FB_OK;
+  if (!c->have[FB_DB_KERNELS]) return FB_ENOTFOUND;
   int r = begin_txn(c, MDB_RDONLY, &txn);
   if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
   MDB_val k = {32, (void *)key}, v;
@@ -490,6 +879,18 @@ static const char *record_bad(fb_cache_db db, const MDB_val *k, const MDB_val *v
   return NULL;
 }
 
+/* Decode and check any database's value against its key. NULL when good. */
+static const char *value_bad(fb_cache_db db, const MDB_val *k, const MDB_val *v, fb_winner *w, fb_trial *t) {
+  if (db == FB_DB_KERNELS) return k->mv_size == 32 ? kernel_bad(v->mv_data, v->mv_size) : "key is not 32 bytes";
+  return record_bad(db, k, v, w, t);
+}
+
+const char *fb_cache_decode(fb_cache_db db, const void *key, size_t klen, const void *val, size_t vlen, fb_winner *w, fb_trial *t) {
+  if ((unsigned)db > 2) return "no such database";
+  MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
+  return value_bad(db, &k, &v, w, t);
+}
+
 fb_status fb_cache_put_winner(fb_cache *c, const fb_winner *w) {
   fb_str s = {0};
   winner_text(w, &s);
@@ -526,6 +927,7 @@ fb_status fb_cache_get_trial(fb_cache *c, const fb_fingerprint *fp, const char *
                              fb_trial *out) {
   char key[512];
   trial_key(fp, spec, bucket, variant, key, sizeof key);
+  if (!c->have[FB_DB_TRIALS]) return FB_ENOTFOUND;
   MDB_txn *txn;
   int r = begin_txn(c, MDB_RDONLY, &txn);
   if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
@@ -553,6 +955,10 @@ fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char 
   fb_fingerprint_id(fp, id);
   snprintf(prefix, sizeof prefix, "%s/%s/b", id, spec);
   size_t pl = strlen(prefix);
+  if (!c->have[FB_DB_WINNERS]) {
+    if (note && notelen) snprintf(note, notelen, "no winner of %s for this device and toolchain", spec);
+    return FB_ENOTFOUND;
+  }
   MDB_txn *txn;
   MDB_cursor *cur = NULL;
   int r = begin_txn(c, MDB_RDONLY, &txn);
@@ -581,6 +987,10 @@ fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char 
     double d = bucket_distance(w.bucket, want);
     if (d < best_d || (d == best_d && w.bucket > out->bucket)) best_d = d, *out = w, found = 1;
   }
+  if (r && r != MDB_NOTFOUND) { /* a damaged page, not the end of the data */
+    rc = FB_ERR(FB_ELMDB, "%s: reading winners of %s: %s", c->dir, spec, mdb_strerror(r));
+    goto done;
+  }
   if (!found) { /* anything for spec under other fingerprints? */
     r = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     for (; r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -592,6 +1002,10 @@ fb_status fb_cache_get_winner(fb_cache *c, const fb_fingerprint *fp, const char 
       fb_trial t;
       if (record_bad(FB_DB_WINNERS, &k, &v, &w, &t)) continue;
       if (!foreign++) fb_fingerprint_text(&w.fp, foreign_fp, sizeof foreign_fp);
+    }
+    if (r != MDB_NOTFOUND) {
+      rc = FB_ERR(FB_ELMDB, "%s: reading winners of %s: %s", c->dir, spec, mdb_strerror(r));
+      goto done;
     }
   }
   if (found) {
@@ -642,6 +1056,7 @@ static void entry_of(fb_cache_db db, const MDB_val *k, const MDB_val *v, fb_cach
 
 fb_status fb_cache_iterate(fb_cache *c, fb_cache_db db, fb_cache_visit fn, void *arg) {
   if ((unsigned)db > 2) return FB_ERR(FB_EINVAL, "no database %d", (int)db);
+  if (!c->have[db]) return FB_OK;
   MDB_txn *txn;
   MDB_cursor *cur;
   int r = begin_txn(c, MDB_RDONLY, &txn);
@@ -657,10 +1072,16 @@ fb_status fb_cache_iterate(fb_cache *c, fb_cache_db db, fb_cache_visit fn, void 
   for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     fb_cache_entry e;
     entry_of(db, &k, &v, &e, &w, &t, keybuf, sizeof keybuf);
-    if (fn(&e, arg)) break;
+    if (fn(&e, arg)) {
+      r = MDB_NOTFOUND; /* stopped by fn: as good as the end */
+      break;
+    }
   }
   mdb_cursor_close(cur);
   end_txn(c, txn, 0, NULL);
+  if (r != MDB_NOTFOUND) /* a damaged page, not the end of the data */
+    return FB_ERR(FB_ELMDB, "%s: reading %s: %s (fourbit cache verify; rebuild it with fourbit tune, or import an export)", c->dir,
+                  DBNAME[db], mdb_strerror(r));
   return FB_OK;
 }
 
@@ -755,6 +1176,7 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
   for (int pass = 0; pass < 3 && rc == FB_OK; ++pass) { /* winners, trials, then kernels (the winners' when filtered) */
     int db = pass == 0 ? FB_DB_WINNERS : pass == 1 ? FB_DB_TRIALS : FB_DB_KERNELS;
     MDB_cursor *cur;
+    if (!c->have[db]) continue;
     if ((r = mdb_cursor_open(txn, c->dbi[db], &cur))) {
       rc = FB_ERR(FB_ELMDB, "%s: mdb_cursor_open: %s", c->dir, mdb_strerror(r));
       break;
@@ -785,6 +1207,8 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
       }
       emit(&x, db, k.mv_data, (uint32_t)k.mv_size, v.mv_data, v.mv_size);
     }
+    if (rc == FB_OK && r != MDB_NOTFOUND) /* a damaged page, not the end of the data: no export of a part */
+      rc = FB_ERR(FB_ELMDB, "%s: export: reading %s: %s: nothing exported", c->dir, DBNAME[db], mdb_strerror(r));
     mdb_cursor_close(cur);
   }
   end_txn(c, txn, 0, NULL);
@@ -807,10 +1231,11 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
   return rc;
 }
 
-fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
-                          fb_cache_counts *added, int *kept_local) {
-  memset(added, 0, sizeof *added);
-  *kept_local = 0;
+/* Parse and check a whole export (header, checksum, every entry decoded as fb_cache_decode does) without writing
+ * anything: FB_EINVAL naming name and the entry when any of it is bad. *ops_out (malloc'd): the entries, pointing
+ * into data. */
+static fb_status parse_export(const void *data, size_t size, const char *name, put_op **ops_out, uint64_t *count_out) {
+  *ops_out = NULL, *count_out = 0;
   const uint8_t *p = data;
   uint32_t ver;
   uint64_t count;
@@ -822,8 +1247,9 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
   fb_sha256(p, size - 32, sum);
   if (memcmp(sum, p + size - 32, 32)) return FB_USERERR(FB_EINVAL, "%s: fails its checksum (truncated or corrupt): nothing imported", name);
   /* every entry is parsed and checked before anything is written */
+  if (count > (size - 48) / 13) return FB_USERERR(FB_EINVAL, "%s: bad entry count", name); /* 13 bytes an entry at least */
   put_op *ops = calloc(count ? count : 1, sizeof *ops);
-  if (!ops || count > size) return free(ops), FB_USERERR(FB_EINVAL, "%s: bad entry count", name);
+  if (!ops) return FB_ERR(FB_ENOMEM, "%s: %llu entries", name, (unsigned long long)count);
   size_t off = 16;
   fb_status rc = FB_OK;
   for (uint64_t i = 0; i < count; ++i) {
@@ -839,7 +1265,7 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
     MDB_val k = {kl, (void *)(p + off + 13)}, v = {vl, (void *)(p + off + 13 + kl)};
     fb_winner w;
     fb_trial t;
-    const char *bad = db == FB_DB_KERNELS ? (kl == 32 ? kernel_bad(v.mv_data, v.mv_size) : "key is not 32 bytes") : record_bad((fb_cache_db)db, &k, &v, &w, &t);
+    const char *bad = value_bad((fb_cache_db)db, &k, &v, &w, &t);
     if (bad) {
       rc = FB_USERERR(FB_EINVAL, "%s: entry %llu (%s): %s: nothing imported", name, (unsigned long long)i, DBNAME[db], bad);
       goto out;
@@ -847,7 +1273,32 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
     ops[i] = (put_op){db, k, v};
     off += 13 + kl + vl;
   }
-  if (off != size - 32) { rc = FB_USERERR(FB_EINVAL, "%s: %zu stray bytes after the entries", name, size - 32 - off); goto out; }
+  if (off != size - 32) rc = FB_USERERR(FB_EINVAL, "%s: %zu stray bytes after the entries", name, size - 32 - off);
+out:
+  if (rc != FB_OK) free(ops);
+  else *ops_out = ops, *count_out = count;
+  return rc;
+}
+
+fb_status fb_cache_check_export(const void *data, size_t size, const char *name, fb_cache_counts *n) {
+  put_op *ops;
+  uint64_t count;
+  memset(n, 0, sizeof *n);
+  FB_TRY(parse_export(data, size, name, &ops, &count));
+  for (uint64_t i = 0; i < count; ++i) n->entries[ops[i].db]++;
+  free(ops);
+  return FB_OK;
+}
+
+fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
+                          fb_cache_counts *added, int *kept_local) {
+  memset(added, 0, sizeof *added);
+  *kept_local = 0;
+  put_op *ops = NULL;
+  uint64_t count = 0;
+  fb_status rc = parse_export(data, size, name, &ops, &count);
+  if (rc != FB_OK) return rc;
+  if (c->ro) return free(ops), read_only(c, "import");
   /* winners: on a conflict keep the faster measured one */
   for (int attempt = 0; attempt < 16; ++attempt) {
     MDB_txn *txn;
@@ -859,6 +1310,10 @@ fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char
     for (uint64_t i = 0; i < count && r == 0; ++i) {
       MDB_val k = ops[i].k, v = ops[i].v, old;
       int g = mdb_get(txn, c->dbi[ops[i].db], &k, &old);
+      if (g && g != MDB_NOTFOUND) { /* a damaged page: not "absent" */
+        r = g;
+        break;
+      }
       if (g == 0 && old.mv_size == v.mv_size && !memcmp(old.mv_data, v.mv_data, v.mv_size)) continue; /* already here */
       if (g == 0 && ops[i].db == FB_DB_WINNERS) {
         fb_winner ow, nw;
@@ -903,17 +1358,20 @@ out:
 /* ---- gc: drop the cubins no winner uses ------------------------------------------------------------------- */
 fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run) {
   *dropped = 0, *kept = 0;
+  if (c->ro && !dry_run) return read_only(c, "gc");
   for (int attempt = 0; attempt < 16; ++attempt) {
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
-    int r = begin_txn(c, 0, &txn);
+    int r = begin_txn(c, dry_run ? MDB_RDONLY : 0, &txn);
     if (r) return FB_ERR(FB_ELMDB, "%s: mdb_txn_begin: %s", c->dir, mdb_strerror(r));
     uint8_t (*use)[32] = NULL;
     int nuse = 0, cap = 0;
     long d = 0, k_ = 0;
     MDB_val k, v;
-    r = mdb_cursor_open(txn, c->dbi[FB_DB_WINNERS], &cur);
-    for (int g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    /* every winner's cubin is kept: a walk of winners that ends on anything but its end deletes nothing */
+    int g = r = c->have[FB_DB_WINNERS] ? mdb_cursor_open(txn, c->dbi[FB_DB_WINNERS], &cur) : 0;
+    for (g = r ? r : c->have[FB_DB_WINNERS] ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND; g == 0;
+         g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       fb_winner w;
       fb_trial t;
       if (record_bad(FB_DB_WINNERS, &k, &v, &w, &t)) continue;
@@ -924,21 +1382,25 @@ fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run) {
       }
       memcpy(use[nuse++], w.kernel, 32);
     }
+    if (!r && g != MDB_NOTFOUND) r = g;
     if (cur) mdb_cursor_close(cur), cur = NULL;
-    if (!r) r = mdb_cursor_open(txn, c->dbi[FB_DB_KERNELS], &cur);
-    for (int g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); !r && g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      int used = 0;
-      for (int i = 0; i < nuse && !used; ++i) used = k.mv_size == 32 && !memcmp(use[i], k.mv_data, 32);
-      if (used) { ++k_; continue; }
-      ++d;
-      if (!dry_run) r = mdb_cursor_del(cur, 0);
+    if (!r && c->have[FB_DB_KERNELS]) {
+      r = mdb_cursor_open(txn, c->dbi[FB_DB_KERNELS], &cur);
+      for (g = r ? r : mdb_cursor_get(cur, &k, &v, MDB_FIRST); !r && g == 0; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        int used = 0;
+        for (int i = 0; i < nuse && !used; ++i) used = k.mv_size == 32 && !memcmp(use[i], k.mv_data, 32);
+        if (used) { ++k_; continue; }
+        ++d;
+        if (!dry_run) r = mdb_cursor_del(cur, 0);
+      }
+      if (!r && g != MDB_NOTFOUND) r = g;
     }
     if (cur) mdb_cursor_close(cur);
     free(use);
     if (r == 0 && !dry_run) end_txn(c, txn, 1, &r);
     else end_txn(c, txn, 0, NULL);
     if (r == MDB_MAP_FULL && grow_map(c) == 0) continue;
-    if (r) return FB_ERR(FB_ELMDB, "%s: gc: %s", c->dir, r == ENOMEM ? "out of memory" : mdb_strerror(r));
+    if (r) return FB_ERR(FB_ELMDB, "%s: gc: %s: nothing deleted", c->dir, r == ENOMEM ? "out of memory" : mdb_strerror(r));
     *dropped = d, *kept = k_;
     return FB_OK;
   }

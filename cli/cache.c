@@ -222,7 +222,9 @@ int fb_cli_cache(int argc, char **argv) {
     return 2;
   }
   fb_cache *cache = NULL;
-  if (fb_cache_open(dir, &cache) != FB_OK) {
+  /* ls, show, verify and export only read: a read-only open, so that a cache without write access reads too */
+  int reads = cmd <= 3 && stat(dir, &st) == 0;
+  if ((reads ? fb_cache_open_readonly(dir, &cache) : fb_cache_open(dir, &cache)) != FB_OK) {
     fprintf(stderr, "fourbit cache %s: %s\n", CMDS[cmd], fb_errmsg());
     free(file);
     return 2;
@@ -282,7 +284,8 @@ int fb_cli_cache(int argc, char **argv) {
     if (fb_cache_export(cache, &filt, &data, &size, &n) != FB_OK) { rc = 1; break; }
     const void *parts[1] = {data};
     size_t sizes[1] = {size};
-    if (fb_cli_write_atomic("cache export", arg, parts, sizes, 1)) rc = 1;
+    int w = fb_cli_write_atomic("cache export", arg, parts, sizes, 1);
+    if (w) rc = w; /* 2: an OUT that cannot be written (named), 1: a failed write */
     else printf("exported %ld kernels, %ld winners, %ld trials to %s (%zu bytes)%s\n", n.entries[0], n.entries[1], n.entries[2], arg, size,
                 n.bad[0] + n.bad[1] + n.bad[2] ? "; bad entries were left out" : "");
     free(data);

@@ -254,7 +254,7 @@ int fb_cli_gen(int argc, char **argv) {
   for (int t = 0; t < nt; ++t) pthread_join(th[t], NULL);
   if (pl.tty) fprintf(stderr, "\r%40s\r", "");
   double *ms = calloc((size_t)(n ? n : 1), sizeof *ms);
-  int ok = 0, spilled = 0, hits = 0, stored = 0, dhits = 0, nc = 0; /* nc: compiled here, ms[0 .. nc) */
+  int ok = 0, spilled = 0, hits = 0, stored = 0, unstored = 0, dhits = 0, nc = 0; /* nc: compiled here, ms[0 .. nc) */
   printf("%-64s %-8s %8s %5s %6s\n", "kernel", "arch", "compile", "regs", "spill");
   for (int i = 0; i < n; ++i) {
     job *j = &jobs_v[i];
@@ -263,7 +263,9 @@ int fb_cli_gen(int argc, char **argv) {
       rc = 1;
       continue;
     }
-    if (pl.cache && !j->cached) {
+    if (pl.cache && !j->cached && fb_cache_readonly(pl.cache)) {
+      ++unstored; /* a read-only cache: its cubins were used, the new ones are not kept (said once, below) */
+    } else if (pl.cache && !j->cached) {
       if (fb_cache_put_kernel(pl.cache, j->key, j->src, j->cubin.cubin, j->cubin.size) != FB_OK) {
         fprintf(stderr, "fourbit gen: --cache: %s\n", fb_errmsg());
         rc = 1;
@@ -303,6 +305,8 @@ int fb_cli_gen(int argc, char **argv) {
     printf("%d of them NVRTC took from the CUDA driver's compute cache (no ptxas report, so no registers or spills, and "
            "their time is a lookup, left out of the median); CUDA_CACHE_DISABLE=1 compiles every one\n", dhits);
   if (pl.cache) printf("cache %s: %d kernels stored\n", cache_dir, stored);
+  if (unstored)
+    printf("note: cache %s is read-only (no write access): %d compiled kernels were not stored in it\n", cache_dir, unstored);
   fb_cache_close(pl.cache);
   if (spilled) printf("warning: %d variants spill registers to local memory (see the spill column)\n", spilled);
   if (skipped) printf("%d kernels have no template yet and were not generated:\n%s", skipped, notice.buf);

@@ -5,7 +5,11 @@
  * the merge rule (the faster winner stays, and a message says so); a corrupt export writes nothing; gc.
  *   test_cache                  the tests
  *   test_cache --fill DIR TAG   fill DIR with a few winners, trials and kernels (tests/test_cache.sh uses it):
- *                               TAG "a" or "b" pick two overlapping sets with different times */
+ *                               TAG "a" or "b" pick two overlapping sets with different times
+ *   test_cache --fuzz-seeds DIR the seed corpus of tests/fuzz/fuzz_cache.c (its input format) from a cache filled
+ *                               with both sets: every stored value, each record's text, the export, its entries
+ * An LMDB error in the middle of a walk (a damaged page) is an error, never the end of the data: verify, export and
+ * the winner lookup fail, gc deletes nothing, and a later open calls the cache damaged (test_lmdb_error_mid_walk). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -384,6 +388,137 @@ static void fill(const char *d, const char *tag) {
   fb_cache_close(c);
 }
 
+/* ---- an LMDB error in the middle of a walk ----------------------------------------------------------------- */
+/* Set the flags of every leaf page of data.mdb that holds a value of magic's database (and no other database's) to
+ * `flags`, through the file, under a cache that is open; keeps the old bytes in old[] (offsets in at[]). */
+enum { PSZ = 4096 };
+static int set_leaf_flags(const char *data, const char *magic, uint16_t flags, long *at, uint16_t *old, int max) {
+  FILE *f = fopen(data, "r+b");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f), n = 0;
+  uint8_t pg[PSZ];
+  for (long i = 2; i < size / PSZ && n < max; ++i) {
+    fseek(f, i * PSZ, SEEK_SET);
+    assert_int_equal(fread(pg, 1, PSZ, f), PSZ);
+    uint64_t pgno;
+    uint16_t fl;
+    memcpy(&pgno, pg, 8), memcpy(&fl, pg + 10, 2); /* LMDB 0.9's page header: pgno, pad, flags, lower, upper */
+    int others = 0;
+    for (const char *const *m = (const char *const[]){"FBW1", "FBT1", "FBK1", NULL}; *m; ++m)
+      others += strcmp(*m, magic) && memmem(pg, PSZ, *m, 4);
+    if (pgno != (uint64_t)i || fl != 0x02 /* P_LEAF */ || !memmem(pg, PSZ, magic, 4) || others) continue;
+    at[n] = i * PSZ + 10, old[n] = fl;
+    fseek(f, at[n], SEEK_SET);
+    fwrite(&flags, 2, 1, f);
+    ++n;
+  }
+  fclose(f);
+  return (int)n;
+}
+static void restore_flags(const char *data, const long *at, const uint16_t *old, int n) {
+  FILE *f = fopen(data, "r+b");
+  assert_non_null(f);
+  for (int i = 0; i < n; ++i) fseek(f, at[i], SEEK_SET), fwrite(&old[i], 2, 1, f);
+  fclose(f);
+}
+
+static void fill(const char *d, const char *tag);
+static void test_lmdb_error_mid_walk(void **state) {
+  (void)state;
+  char d[300], data[400];
+  dir_for(d, sizeof d, "midwalk");
+  fill(d, "a");
+  snprintf(data, sizeof data, "%s/data.mdb", d);
+  fb_cache *c;
+  assert_int_equal(fb_cache_open(d, &c), FB_OK);
+  fb_cache_counts n0, n;
+  assert_int_equal(fb_cache_verify(c, &n0, NULL, NULL), FB_OK);
+  assert_int_equal(n0.entries[FB_DB_WINNERS], 3);
+  long at[8];
+  uint16_t old[8];
+  int hit = set_leaf_flags(data, "FBW1", 0x10 /* not a leaf, not a branch: LMDB says MDB_CORRUPTED */, at, old, 8);
+  assert_true(hit > 0);
+  /* verify, export, the lookup: an error naming LMDB's, not "0 winners" */
+  fb_status s = fb_cache_verify(c, &n, NULL, NULL);
+  if (s == FB_OK) fprintf(stderr, "  verify of a damaged winners page: FB_OK, %ld winners\n", n.entries[FB_DB_WINNERS]);
+  assert_int_equal(s, FB_ELMDB);
+  assert_non_null(strstr(fb_errmsg(), "MDB_"));
+  void *data_out = NULL;
+  size_t size;
+  s = fb_cache_export(c, NULL, &data_out, &size, &n);
+  if (s == FB_OK) fprintf(stderr, "  export of a damaged winners page: FB_OK, %zu bytes\n", size), free(data_out);
+  assert_int_equal(s, FB_ELMDB);
+  fb_fingerprint fp;
+  fb_winner w;
+  fp_make(&fp, "NVIDIA H200", 132);
+  char note[512];
+  assert_int_equal(fb_cache_get_winner(c, &fp, "quant_mxfp8_row_sm90a", 256, &w, note, sizeof note), FB_ELMDB);
+  /* gc: its walk of winners fails, so it deletes nothing */
+  long dropped = -1, kept = -1;
+  s = fb_cache_gc(c, &dropped, &kept, 0);
+  if (s == FB_OK) fprintf(stderr, "  gc over a damaged winners page: FB_OK, %ld dropped\n", dropped);
+  assert_int_not_equal(s, FB_OK);
+  fb_cache_close(c);
+  /* a new open finds it in its check and calls the cache damaged */
+  assert_int_equal(fb_cache_open(d, &c), FB_EIO);
+  assert_non_null(strstr(fb_errmsg(), "damaged"));
+  assert_non_null(strstr(fb_errmsg(), data));
+  restore_flags(data, at, old, hit);
+  assert_int_equal(fb_cache_open(d, &c), FB_OK);
+  assert_int_equal(fb_cache_verify(c, &n, NULL, NULL), FB_OK);
+  assert_memory_equal(&n, &n0, sizeof n); /* every cubin still there */
+  /* kernels, the export's last pass: not an export without them */
+  hit = set_leaf_flags(data, "FBK1", 0x10, at, old, 8);
+  assert_true(hit > 0);
+  s = fb_cache_export(c, NULL, &data_out, &size, &n);
+  if (s == FB_OK) fprintf(stderr, "  export of a damaged kernels page: FB_OK, %ld kernels\n", n.entries[FB_DB_KERNELS]), free(data_out);
+  assert_int_equal(s, FB_ELMDB);
+  restore_flags(data, at, old, hit);
+  fb_cache_close(c);
+}
+
+/* ---- the seed corpus of tests/fuzz/fuzz_cache.c ------------------------------------------------------------ */
+static void seed(const char *dir, int i, uint8_t mode, const void *a, size_t an, const void *b, size_t bn, int keyed) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/seed_%03d_%u", dir, i, mode);
+  FILE *f = fopen(p, "wb");
+  if (!f) { perror(p); exit(1); }
+  uint8_t kl[2] = {(uint8_t)an, (uint8_t)(an >> 8)};
+  fwrite(&mode, 1, 1, f);
+  if (keyed) fwrite(kl, 1, 2, f);
+  fwrite(a, 1, an, f);
+  fwrite(b, 1, bn, f);
+  fclose(f);
+}
+static int fuzz_seeds(const char *dir) {
+  char d[400];
+  snprintf(d, sizeof d, "%s/cache", dir);
+  fill(d, "a"), fill(d, "b");
+  fb_cache *c;
+  void *x;
+  size_t xn;
+  fb_cache_counts n;
+  if (fb_cache_open(d, &c) != FB_OK || fb_cache_export(c, NULL, &x, &xn, &n) != FB_OK) return fprintf(stderr, "%s\n", fb_errmsg()), 1;
+  fb_cache_close(c);
+  const uint8_t *p = x;
+  int i = 0;
+  seed(dir, i++, 5, p, xn, NULL, 0, 0);                 /* the export, as written */
+  seed(dir, i++, 6, p + 8, xn - 8 - 32, NULL, 0, 0);    /* its count and entries */
+  for (size_t off = 16; off + 13 <= xn - 32;) {          /* each entry: db u8 | key u32 | value u64 | key | value */
+    uint32_t kl;
+    uint64_t vl;
+    memcpy(&kl, p + off + 1, 4), memcpy(&vl, p + off + 5, 8);
+    const uint8_t *k = p + off + 13, *v = k + kl;
+    seed(dir, i++, p[off], k, kl, v, vl, 1);
+    if (p[off] != FB_DB_KERNELS && vl >= 44) seed(dir, i++, (uint8_t)(p[off] + 2), k, kl, v + 12, vl - 44, 1);
+    off += 13 + kl + vl;
+  }
+  free(x);
+  printf("%d seeds in %s\n", i, dir);
+  return 0;
+}
+
 static void note_count(const char *msg, void *arg) {
   int *n = arg;
   ++*n;
@@ -490,12 +625,14 @@ int main(int argc, char **argv) {
     fill(argv[2], argv[3]);
     return 0;
   }
+  if (argc == 3 && !strcmp(argv[1], "--fuzz-seeds")) return fuzz_seeds(argv[2]);
   snprintf(root, sizeof root, "/tmp/fb_test_cache_XXXXXX");
   if (!mkdtemp(root)) return perror("mkdtemp"), 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_winner_roundtrip),   cmocka_unit_test(test_foreign_fingerprint),
       cmocka_unit_test(test_flipped_byte),       cmocka_unit_test(test_concurrent_writers_and_kill),
       cmocka_unit_test(test_export_import_merge_gc), cmocka_unit_test(test_default_dir),
+      cmocka_unit_test(test_lmdb_error_mid_walk),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[300];

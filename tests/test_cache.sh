@@ -108,6 +108,92 @@ c=$(counts "$W/a")
 "$FB" cache export "$W/a2.fbx" --cache "$W/a" > /dev/null && "$FB" cache import "$W/a2.fbx" --cache "$W/a2" > /dev/null \
   && [ "$(counts "$W/a2" | cut -d' ' -f3,4,7)" = "2 0 0" ] && ok || bad "export should leave the bad entry out"
 
+# ---- a damaged data.mdb (issue 23): a truncated file, a 0-byte one, a zeroed one, a flipped byte in a leaf page.
+# Every command that opens the cache (cache verify/ls/show/export/import/gc, gen --cache, train --device gpu --cache)
+# exits 2 naming DIR/data.mdb, or (a byte LMDB does not depend on) as usual: never by a signal (exit status > 128).
+"$FILL" --fill "$W/d" a && "$FILL" --fill "$W/d" b || bad "--fill of the damage cache"
+"$FB" cache export "$W/d.fbx" --cache "$W/d" > /dev/null || bad "export of the damage cache"
+# run every command on the cache $1; prints "rc rc rc ..." (their exit statuses); stderr of each in $W/dm.<i>
+on_cache() { local i=0 c
+  for c in "cache verify --cache" "cache ls --cache" "cache show quant --cache" "cache export $W/dx.fbx --cache" \
+           "cache import $W/d.fbx --cache" "cache gc --cache" "gen recipes/tiny.lua --only quant_mxfp8_row --out $W/dk --cache" \
+           "train recipes/tiny.lua --device gpu --steps 1 --cache"; do
+    $FB $c "$1" > /dev/null 2> "$W/dm.$i"; echo -n "$? "; i=$((i+1)); done; }
+# all exit 2 and each names data.mdb
+all_damaged() { local r=$(on_cache "$1") i=0 x; for x in $r; do [ "$x" = 2 ] && grep -qF "$1/data.mdb" "$W/dm.$i" || { echo "$r"; return 1; }; i=$((i+1)); done; }
+fresh() { rm -rf "$W/x"; cp -r "$W/d" "$W/x"; }
+fresh; sz=$(stat -c %s "$W/x/data.mdb"); truncate -s $((sz / 2)) "$W/x/data.mdb"
+r=$(all_damaged "$W/x") && ok || bad "a truncated data.mdb: exit statuses $r (want 2 each, naming data.mdb)"
+fresh; truncate -s 12288 "$W/x/data.mdb"
+r=$(all_damaged "$W/x") && ok || bad "data.mdb truncated to 3 pages: exit statuses $r"
+fresh; : > "$W/x/data.mdb"
+r=$(all_damaged "$W/x") && ok || bad "a 0-byte data.mdb: exit statuses $r (want 2: damaged, not an empty clean cache)"
+fresh; head -c "$sz" /dev/zero > "$W/x/data.mdb"
+r=$(all_damaged "$W/x") && ok || bad "a zeroed data.mdb: exit statuses $r"
+# flipped bytes: the node pointers and first node of every leaf page that holds a value (LMDB 0.9: 4096-byte pages,
+# header pgno u64 | pad u16 | flags u16 | lower u16 | upper u16, then the node offsets)
+cands=$(python3 - "$W/d/data.mdb" <<'EOF'
+import struct, sys
+b = open(sys.argv[1], 'rb').read()
+c = []
+for i in range(2, len(b) // 4096):
+    pg = b[i * 4096:(i + 1) * 4096]
+    pgno, pad, flags, lower, upper = struct.unpack_from('<QHHHH', pg)
+    if pgno == i and flags == 2 and any(m in pg for m in (b'FBW1', b'FBT1', b'FBK1')):
+        c += [i * 4096 + off for off in (16, 19, upper, upper + 2)]
+for o in c[::max(1, len(c) // 16)]:  # 16 of them at most, spread over the pages
+    print(o)
+EOF
+)
+nc=0; nsig=0; ndam=0; nbadmsg=0
+for o in $cands; do
+  fresh; python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek($o); c = f.read(1); f.seek($o); f.write(bytes([c[0] ^ 0xff]))" "$W/x/data.mdb"
+  r=$(on_cache "$W/x"); nc=$((nc+1)); i=0
+  for x in $r; do
+    [ "$x" -gt 128 ] && { nsig=$((nsig+1)); [ $nsig -le 3 ] && echo "  byte $o flipped: command $((i+1)) died by signal $((x - 128)) ($r)"; }
+    [ "$x" = 2 ] && { ndam=$((ndam+1)); grep -qF "$W/x/data.mdb" "$W/dm.$i" || [ $i -ge 4 ] || nbadmsg=$((nbadmsg+1)); }
+    i=$((i+1)); done
+done
+[ $nc -ge 10 ] && [ $nsig = 0 ] && [ $ndam -gt 0 ] && [ $nbadmsg = 0 ] && ok \
+  || bad "flipped bytes: $nc candidates, $nsig commands died by a signal, $ndam exits 2, $nbadmsg without data.mdb named"
+# the whole walk stays clean on the good cache
+[ "$(on_cache "$W/d" | cut -d' ' -f1-3)" = "0 0 0" ] && ok || bad "the good cache: verify, ls, show did not exit 0"
+
+# ---- a cache without write access (issue 23): verify, ls, export read it; import and gc fail (exit 1) and change
+# nothing. Tests run as root, whom permission bits do not stop: the commands run as nobody (setpriv), and under a
+# read-only bind mount (unshare -m) where the kernel refuses every write, root's too.
+RO=$(mktemp -d /tmp/fb_cache_ro.XXXXXX); trap 'rm -rf "$W" "$RO"' EXIT; chmod 755 "$RO"
+cp -r "$W/a2" "$RO/c" && mkdir -m 777 "$RO/out" && cp "$W/d.fbx" "$RO/out/" && chmod 444 "$RO/c"/* "$RO/out/d.fbx" && chmod 555 "$RO/c"
+ro_checks() { # $1: how to run a command ("setpriv ..." or a read-only mount wrapper); $2: label
+  local e c rc
+  $1 "$FB" cache verify --cache "$RO/c" > "$W/rv" 2>&1 && [ "$(awk '$1 == "winners" { print $2 }' "$W/rv")" = 2 ] && ok || { bad "$2: verify"; cat "$W/rv"; }
+  $1 "$FB" cache ls --cache "$RO/c" > "$W/rl" 2>&1 && [ "$(rows "$W/rl" | wc -l)" = 2 ] && ok || { bad "$2: ls"; cat "$W/rl"; }
+  $1 "$FB" cache export "$RO/out/e.fbx" --cache "$RO/c" > "$W/re" 2>&1 && cmp -s "$RO/out/e.fbx" "$W/a2.fbx" && ok || { bad "$2: export"; cat "$W/re"; }
+  $1 "$FB" cache import "$RO/out/d.fbx" --cache "$RO/c" > /dev/null 2> "$W/ri"; rc=$?
+  [ $rc = 1 ] && grep -qF "$RO/c" "$W/ri" && ok || { bad "$2: import into it: exit $rc"; cat "$W/ri"; }
+  $1 "$FB" cache gc --cache "$RO/c" > /dev/null 2> "$W/rg"; rc=$?
+  [ $rc = 1 ] && ok || { bad "$2: gc of it: exit $rc"; cat "$W/rg"; }
+  $1 "$FB" cache gc --dry-run --cache "$RO/c" > /dev/null 2>&1 && ok || bad "$2: gc --dry-run of it"
+  rm -f "$RO/out/e.fbx"
+}
+"$FB" cache export "$W/a2.fbx" --cache "$W/a2" > /dev/null
+if setpriv --reuid=65534 --regid=65534 --clear-groups true 2> /dev/null; then
+  ro_checks "setpriv --reuid=65534 --regid=65534 --clear-groups" "no write permission (as nobody)"
+else echo "  (setpriv is not usable here: the no-permission case is not tested)"; fi
+chmod 755 "$RO/c"; chmod 644 "$RO/c"/*
+if unshare -m sh -c "mount --bind -o ro '$RO/c' '$RO/c'" 2> /dev/null; then
+  romount() { unshare -m sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' "$RO/c" "$@"; }
+  ro_checks romount "a read-only mount"
+else echo "  (unshare -m / mount --bind -o ro is not usable here: the read-only mount case is not tested)"; fi
+cmp -s <(cd "$RO/c" && sha256sum data.mdb) <(cd "$W/a2" && sha256sum data.mdb) && ok || bad "the read-only cache changed"
+
+# ---- temporary files of an export (issue 23): PATH.tmp.<pid>.* of a process that is gone are removed by the next
+# write to PATH; one of a running process stays; none is left behind by a good export
+sh -c 'exit 0' & dead=$!; wait $dead
+: > "$W/t.fbx.tmp.$dead.AbC123"; : > "$W/t.fbx.tmp.$$.XyZ789"
+"$FB" cache export "$W/t.fbx" --cache "$W/a2" > /dev/null && [ ! -e "$W/t.fbx.tmp.$dead.AbC123" ] && [ -e "$W/t.fbx.tmp.$$.XyZ789" ] \
+  && [ "$(ls "$W" | grep -c '^t\.fbx\.tmp\.')" = 1 ] && ok || { bad "stale temporary files"; ls "$W" | grep '^t\.fbx'; }
+
 # --help of every command; bad usage
 # --help: exit 0, the text on stdout (naming the command), nothing on stderr
 helps() { "$FB" "$@" --help > "$W/h" 2> "$W/he" && [ -s "$W/h" ] && [ ! -s "$W/he" ] && grep -qF "fourbit $*" "$W/h"; }

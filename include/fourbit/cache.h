@@ -11,8 +11,13 @@ extern "C" {
 
 /* ---- the LMDB kernel cache (cache/cache.c) ------------------------------------------------------ */
 typedef struct fb_cache fb_cache;
-/* Open (creating) the cache environment in dir: a local disk, not a network file system. */
+/* Open (creating) the cache environment in dir: a local disk, not a network file system. An existing data.mdb is
+ * checked first, in a forked child (every page of every database read): a damaged one (truncated, 0 bytes, a
+ * page LMDB cannot read) is FB_EIO with how to rebuild it, never a crash. Without write access the cache is
+ * opened read-only (writes then fail with FB_EIO saying so). */
 fb_status fb_cache_open(const char *dir, fb_cache **out);
+/* The same, read-only and never creating anything (FB_ENOTFOUND when dir is not there): ls, verify, export. */
+fb_status fb_cache_open_readonly(const char *dir, fb_cache **out);
 void fb_cache_close(fb_cache *c);
 /* The content address of a compiled kernel: sha256 of its source, arch, NVRTC version and options. */
 void fb_cache_kernel_key(const char *src, const char *arch, uint8_t key[32]);
@@ -22,6 +27,7 @@ fb_status fb_cache_get_kernel(fb_cache *c, const uint8_t key[32], void **cubin, 
 /* fb_cache_open with an initial map size in bytes (0: 256 MiB); the map doubles whenever it is full. */
 fb_status fb_cache_open_ex(const char *dir, size_t mapsize, fb_cache **out);
 const char *fb_cache_dir(const fb_cache *c);
+int fb_cache_readonly(const fb_cache *c); /* opened read-only (no write access, or fb_cache_open_readonly) */
 size_t fb_cache_mapsize(fb_cache *c);
 /* $FOURBIT_CACHE, else ~/.cache/fourbit, into buf. */
 const char *fb_cache_default_dir(char *buf, size_t n);
@@ -124,6 +130,12 @@ fb_status fb_cache_export(fb_cache *c, const fb_cache_filter *f, void **data, si
 typedef void (*fb_cache_note)(const char *msg, void *arg);
 fb_status fb_cache_import(fb_cache *c, const void *data, size_t size, const char *name, fb_cache_note note, void *arg,
                           fb_cache_counts *added, int *kept_local);
+/* The decoders, on their own (tests/fuzz/fuzz_cache.c): one stored value of db under its key, checked as verify
+ * and every read check it (format, length, checksum, fields, the key it belongs to): NULL when good, else why not;
+ * *w (winners) or *t (trials) filled when good. And a whole export file, checked as import checks it before it
+ * writes (FB_EINVAL naming name and the entry; n: the entries by database). */
+const char *fb_cache_decode(fb_cache_db db, const void *key, size_t klen, const void *val, size_t vlen, fb_winner *w, fb_trial *t);
+fb_status fb_cache_check_export(const void *data, size_t size, const char *name, fb_cache_counts *n);
 /* Drop the cubins no good winner uses (dry_run: only count). */
 fb_status fb_cache_gc(fb_cache *c, long *dropped, long *kept, int dry_run);
 
