@@ -14,7 +14,9 @@ typedef struct fb_cache fb_cache;
 /* Open (creating) the cache environment in dir: a local disk, not a network file system. An existing data.mdb is
  * checked first, in a forked child (every page of every database read): a damaged one (truncated, 0 bytes, a
  * page LMDB cannot read) is FB_EIO with how to rebuild it, never a crash. Without write access the cache is
- * opened read-only (writes then fail with FB_EIO saying so). */
+ * opened read-only (writes then fail with FB_EIO saying so). Open it before starting threads: the child of a fork
+ * from a multithreaded process could wait forever on a lock another thread held (fourbit's commands, the tuner and
+ * train start all open it first). */
 fb_status fb_cache_open(const char *dir, fb_cache **out);
 /* The same, read-only and never creating anything (FB_ENOTFOUND when dir is not there): ls, verify, export. */
 fb_status fb_cache_open_readonly(const char *dir, fb_cache **out);
