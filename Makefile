@@ -147,6 +147,10 @@ $(BUILD)/tests/%: tests/%.cpp $(BUILD)/libfourbit.a
 	@echo "  CXX     $<"
 	$(Q)$(CXX) $(CXXFLAGS) -o $@ $< $(BUILD)/libfourbit.a -lcmocka $(LDLIBS)
 
+# cuobjdump for the SASS checks (mk/cuobjdump.sh: the nvidia-cuda-cuobjdump wheel, test-only)
+CUOBJDUMP_TEST := $(BUILD)/deps/cuobjdump/bin/cuobjdump
+$(CUOBJDUMP_TEST): mk/cuobjdump.sh
+	$(Q)bash mk/cuobjdump.sh $(BUILD)/deps/cuobjdump
 # The host-side oracles against CUTLASS's headers (tests/cutlass/; the wheel fetched by mk/cutlass.sh, test-only)
 CUTLASS_INC := $(BUILD)/deps/cutlass/include
 $(CUTLASS_INC)/cute/arch/mma_sm100_desc.hpp: mk/cutlass.sh
@@ -200,7 +204,7 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass \
+               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass tier-tc-ops-sass \
                tier-asan-cli $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
@@ -226,6 +230,11 @@ $(UNITTIERS): unit/%:
 # the tcgen05 descriptors and scale-factor layout (templates/fb_tcgen05.h) against CUTLASS 4.2's (test-only headers)
 tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
 	$(Q)$(TIER) "tests/cutlass/tcgen05_desc (the Blackwell descriptors against CUTLASS's)" -- $(BUILD)/tests/cutlass/tcgen05_desc
+# the tcgen05 wrappers (templates/fb_tc_ops.h) compile for sm_100a / sm_103a and their SASS holds every form
+tier-tc-ops-sass: $(BUILD)/tests/test_tc_ops $(CUOBJDUMP_TEST)
+	$(Q)$(TIER) "test_tc_ops (the tcgen05 forms in the SASS, cuobjdump from the wheel)" -- \
+	  env FB_REQUIRE_SASS=1 CUOBJDUMP=$(abspath $(CUOBJDUMP_TEST)) NVDISASM_PATH=$(abspath $(dir $(CUOBJDUMP_TEST))) \
+	  $(BUILD)/tests/test_tc_ops
 # the generator's decision table (gen/templates.c) against its golden digests
 tier-gen-table:
 	$(Q)$(TIER) tests/test_gen_table.sh -- bash tests/test_gen_table.sh $(BUILD)/tests/tools/gen_table tests/golden/gen_table.sha256 \

@@ -20,7 +20,11 @@
 #define FB_TC_FN static inline
 #endif
 
-#if !defined(__CUDACC_RTC__)
+#if defined(__CUDACC_RTC__) /* NVRTC has no <stdint.h>; the same types (a repeated typedef of one type is allowed) */
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
 #include <stdint.h>
 #endif
 
