@@ -326,9 +326,10 @@ test-gpu:
 	$(Q)test -x $(BUILD)/fourbit || { echo "test-gpu: build first (make), then carry build/"; exit 1; }
 	$(Q)bash tests/gpu/run.sh $(BUILD)/fourbit
 
-# The machine code of every generated kernel for every arch (cuobjdump; SKIPPED and exit 77 without one).
-inspect: all
-	$(Q)bash tests/inspect_sass.sh $(BUILD)/fourbit
+# The machine code of every generated kernel for every arch (cuobjdump: the test-only wheel's unless CUOBJDUMP is set).
+inspect: all $(CUOBJDUMP_TEST)
+	$(Q)CUOBJDUMP=$${CUOBJDUMP:-$(abspath $(CUOBJDUMP_TEST))} NVDISASM_PATH=$(abspath $(dir $(CUOBJDUMP_TEST))) \
+	  bash tests/inspect_sass.sh $(BUILD)/fourbit
 
 bench:
 	$(Q)test -x $(BUILD)/fourbit || { echo "bench: build first (make), then carry build/"; exit 1; }
