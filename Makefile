@@ -210,12 +210,18 @@ EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
 CHECKDEPS := $(BUILD)/fourbit $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/tests/tools/gen_table
-check: $(CHECKDEPS)
+check:
+	$(Q)$(MAKE) --no-print-directory -j$(TESTJOBS) $(CHECKDEPS)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(CHECK_TIERS) || { echo "make check: FAILED (make names the tiers above)"; exit 1; }
 	@echo "make check: all quick tiers passed (make test runs the rest)"
 
-test: all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 $(BUILD)/fuzz/fuzz_recipe \
-      $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fuzz/fuzz_cache
+# what the tiers share, built before them, side by side (make test is run without -j): the sanitized objects the
+# fuzzers and the ASan CLI link, the test-only wheels
+TESTDEPS := all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 \
+            $(BUILD)/fuzz/fuzz_recipe $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fuzz/fuzz_cache $(BUILD)/asan/fourbit \
+            $(BUILD)/tests/cutlass/tcgen05_desc $(CUOBJDUMP_TEST)
+test:
+	$(Q)$(MAKE) --no-print-directory -j$(TESTJOBS) $(TESTDEPS)
 	$(Q)rm -rf $(MEMO) && mkdir -p $(MEMO)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(TEST_TIERS) || { echo "make test: FAILED (make names the tiers above)"; exit 1; }
 	$(Q)cat $(MEMO)/stats.* 2>/dev/null | awk '{ n[$$1]++ } END { printf "NVRTC: %d kernels compiled, %d compiles answered from the memo\n", n["compiled"], n["hit"] }'
@@ -286,18 +292,26 @@ tier-ep-gpu:
 tier-bench-layer:
 	$(Q)$(MEMOENV) $(TIER) "tests/test_bench_layer.sh (bench_layer on the fake driver: one rank, and two ranks)" -- \
 	  bash tests/test_bench_layer.sh $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda
-# build/fourbit under ASan + UBSan (clang; any report aborts the command): tests/test_asan_cli.sh runs quant/dequant,
-# plan, gen into a cache and the cache commands, train with --checkpoint and --resume through it. (No memo, as fuzz.)
-ASANCC := clang -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
-          -std=c11 -D_GNU_SOURCE -pthread -ffp-contract=off $(INCS)
-$(BUILD)/asan/obj/%.o: %.c $(DEPSOK)
+# One set of objects under ASan + UBSan (clang, -O1; any report aborts), for build/asan/fourbit and the three fuzzers:
+# compiled once, with libFuzzer's coverage instrumentation (fuzzer-no-link; the ASan runtime answers its hooks in
+# the CLI), except base/sha256.c, whose coverage would only slow the fuzzers down (tests/test_sha256.c checks it).
+# tests/test_asan_cli.sh runs quant/dequant, plan, gen into a cache and the cache commands, train with --checkpoint
+# and --resume through build/asan/fourbit. (No memo, as fuzz.)
+SANCC := clang -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+         -std=c11 -D_GNU_SOURCE -pthread -ffp-contract=off $(INCS)
+SANOBJ = $(patsubst %.c,$(BUILD)/san/obj/%.o,$(1)) $(BUILD)/san/obj/embedded.o
+$(BUILD)/san/obj/%.o: %.c $(DEPSOK)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CLANG   $< (ASan + UBSan)"
-	$(Q)$(ASANCC) -MMD -MP -c $< -o $@
-$(BUILD)/asan/fourbit: $(patsubst %.c,$(BUILD)/asan/obj/%.o,$(LIBSRC) $(CLISRC)) $(BUILD)/gen/embedded.c
+	$(Q)$(SANCC) $(if $(filter base/sha256.c,$<),,-fsanitize=fuzzer-no-link) -MMD -MP -c $< -o $@
+$(BUILD)/san/obj/embedded.o: $(BUILD)/gen/embedded.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(SANCC) -c $< -o $@
+$(BUILD)/asan/fourbit: $(call SANOBJ,$(LIBSRC) $(CLISRC))
+	$(Q)mkdir -p $(dir $@)
 	@echo "  LD      $@ (ASan + UBSan)"
-	$(Q)$(ASANCC) -o $@ $^ $(LDLIBS)
--include $(patsubst %.c,$(BUILD)/asan/obj/%.d,$(LIBSRC) $(CLISRC))
+	$(Q)$(SANCC) -o $@ $^ $(LDLIBS)
+-include $(patsubst %.c,$(BUILD)/san/obj/%.d,$(LIBSRC) $(CLISRC))
 tier-asan-cli: $(BUILD)/asan/fourbit $(BUILD)/tests/tools/f32tool
 	$(Q)$(TIER) "tests/test_asan_cli.sh (the CLI under ASan + UBSan)" -- bash tests/test_asan_cli.sh $(BUILD)/asan/fourbit $(BUILD)/tests/tools/f32tool
 # (no memo: the sanitizers' runtime must come first in the fuzzer's libraries)
@@ -350,11 +364,11 @@ golden: all $(BUILD)/tests/tools/gen_table
 # libFuzzer on the recipe loader and the plan (clang, ASan + UBSan), FUZZSECS seconds over a corpus of
 # the shipped recipes and the bad-recipe fixtures. A crash, leak or sanitizer report fails the run.
 FUZZSRC := $(sort $(wildcard base/*.c runtime/*.c recipes/*.c gen/*.c cache/*.c)) # cache/: the runtime's GPU step reads and writes cubins
-$(BUILD)/fuzz/fuzz_recipe: tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h runtime/*.h include/*.h include/fourbit/*.h)
+# every fuzzer: its driver (-fsanitize=fuzzer) over the shared sanitized objects of the library it reaches
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(call SANOBJ,$(FUZZSRC))
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CLANG   $@"
-	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \
-	  -D_GNU_SOURCE -ffp-contract=off $(INCS) -o $@ tests/fuzz/fuzz_recipe.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
+	$(Q)$(SANCC) -fsanitize=fuzzer -o $@ $< $(call SANOBJ,$(FUZZSRC)) $(LDLIBS)
 fuzz: $(BUILD)/fuzz/fuzz_recipe
 	$(Q)rm -rf $(BUILD)/fuzz/corpus && mkdir -p $(BUILD)/fuzz/corpus && cp recipes/*.lua $(BUILD)/fuzz/corpus/ && \
 	  { cp tests/fixtures/recipes/*.lua $(BUILD)/fuzz/corpus/ 2>/dev/null || true; }
@@ -368,11 +382,6 @@ fuzz: $(BUILD)/fuzz/fuzz_recipe
 # checkpoint that build/fourbit trains now and a few of its first bytes (the short inputs), of the model tests/fuzz/fuzz_checkpoint.c loads into (FUZZ_CKPT_RUN: change
 # both together); the seed must load first (FOURBIT_FUZZ_MUST_LOAD), so a drift between the two fails the run.
 FUZZ_CKPT_RUN := recipes/tiny.lua --model-override micro --layers 3 --d-model 32 --experts 2 --top-k 1 --vocab 16 --steps 2
-$(BUILD)/fuzz/fuzz_checkpoint: tests/fuzz/fuzz_checkpoint.c tests/fuzz/checkpoint.ignore $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h runtime/*.h include/*.h include/fourbit/*.h)
-	$(Q)mkdir -p $(dir $@)
-	@echo "  CLANG   $@"
-	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DINSTR_LIMIT=20000000LL \
-	  -fsanitize-coverage-ignorelist=tests/fuzz/checkpoint.ignore -D_GNU_SOURCE -ffp-contract=off $(INCS) -o $@ tests/fuzz/fuzz_checkpoint.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
 fuzz-checkpoint: $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fourbit
 	$(Q)rm -rf $(BUILD)/fuzz/ckpt-corpus && mkdir -p $(BUILD)/fuzz/ckpt-corpus && \
 	  $(BUILD)/fourbit train $(FUZZ_CKPT_RUN) --quiet --checkpoint $(BUILD)/fuzz/ckpt-corpus/seed.ckpt > /dev/null && \
@@ -388,11 +397,6 @@ fuzz-checkpoint: $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fourbit
 # seconds over the seeds build/tests/test_cache --fuzz-seeds writes from a filled cache.
 FUZZCACHESECS ?= 30
 TESTFUZZCACHESECS ?= 7
-$(BUILD)/fuzz/fuzz_cache: tests/fuzz/fuzz_cache.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(DEPSOK) $(wildcard base/*.h include/*.h include/fourbit/*.h)
-	$(Q)mkdir -p $(dir $@)
-	@echo "  CLANG   $@"
-	$(Q)clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -ffp-contract=off $(INCS) \
-	  -o $@ tests/fuzz/fuzz_cache.c $(FUZZSRC) $(BUILD)/gen/embedded.c $(LDLIBS)
 fuzz-cache: $(BUILD)/fuzz/fuzz_cache $(BUILD)/tests/test_cache
 	$(Q)rm -rf $(BUILD)/fuzz/cache-corpus && mkdir -p $(BUILD)/fuzz/cache-corpus && \
 	  $(BUILD)/tests/test_cache --fuzz-seeds $(BUILD)/fuzz/cache-corpus > /dev/null && rm -rf $(BUILD)/fuzz/cache-corpus/cache

@@ -33,8 +33,9 @@
 
 #define MEM_LIMIT (64u << 20)
 #ifndef INSTR_LIMIT
-#define INSTR_LIMIT 200000000LL /* about 1-2 s of Lua on one core; the fuzz build lowers it */
+#define INSTR_LIMIT 200000000LL /* about 1-2 s of Lua on one core; the recipe fuzzer lowers fb_recipe_instr_limit */
 #endif
+long long fb_recipe_instr_limit = INSTR_LIMIT;
 #define INCLUDE_DEPTH 8
 #define MAX_INCLUDES 256 /* per load: each include parses a file, which the instruction limit does not count */
 #define MAX_VARIANTS 65536
@@ -119,7 +120,7 @@ static void sb_hook(lua_State *L, lua_Debug *ar);
 /* Raise the limit's error if one is exceeded (from the hook or from a C loop). */
 static void sb_check(lua_State *L) {
   sandbox *sb = sb_of(L);
-  int instr = sb->instr > INSTR_LIMIT, wall = !instr && now_s() > sb->deadline;
+  int instr = sb->instr > fb_recipe_instr_limit, wall = !instr && now_s() > sb->deadline;
   if (!instr && !wall) return;
   if (!sb->stopped) lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1); /* every instruction from now on */
   sb->stopped = 1;
@@ -128,7 +129,7 @@ static void sb_check(lua_State *L) {
     lua_pushfstring(L, "%s:%d: ", d.source[0] == '@' ? d.source + 1 : d.short_src, d.currentline);
   else
     lua_pushliteral(L, "");
-  if (instr) lua_pushfstring(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)INSTR_LIMIT);
+  if (instr) lua_pushfstring(L, "instruction limit exceeded (%I): a runaway loop?", (lua_Integer)fb_recipe_instr_limit);
   else lua_pushfstring(L, "wall-clock limit exceeded (%d s): a runaway recipe?", sb->wall_s);
   lua_concat(L, 2);
   lua_error(L);

@@ -92,6 +92,9 @@ typedef struct fb_recipe {
 /* Load and validate a recipe file in a sandboxed Lua state (closed before returning). On error:
  * FB_ELUA / FB_EINVAL / FB_EIO with "file:line: field.path: message" in fb_errmsg(). */
 fb_status fb_recipe_load(const char *path, fb_recipe **out);
+/* The sandbox's instruction limit per load (Lua VM instructions; 2e8 by default, about 1-2 s). The recipe fuzzer
+ * lowers it; a process that loads recipes from several threads must not change it while they run. */
+extern long long fb_recipe_instr_limit;
 /* Same, from memory; `name` is the chunk name used in messages; includes resolve beside `dir`. */
 fb_status fb_recipe_load_buffer(const char *text, size_t len, const char *name, const char *dir, fb_recipe **out);
 void fb_recipe_free(fb_recipe *r);
