@@ -2,7 +2,8 @@
 #   make            build build/fourbit and build/libfourbit.a (installs missing Debian deps as root)
 #   make check      the quick CPU tiers (unit tests, the cheap end-to-end ones), under 2 minutes: for every change
 #   make test       every CPU test tier (check's, NVRTC, the tuner, the fake driver, fuzzing): what CI runs (no GPU)
-#   make test-exhaustive  the sweeps too long for make test (all 2^31 floats, fuzzing 30 s): CI runs it after make test
+#   make test-exhaustive  the sweeps too long for make test (all 2^31 floats, every GPU test kernel variant compiled,
+#                   fuzzing 30 s): CI runs it after make test
 #   make test-gpu   GPU tests on the device machine (SKIPPED and exit 77 without a GPU, never a pass)
 #   build/emu/test_kernels --quick --only SUBSTR   the same GPU tests on the CPU, under a warp emulator (slow)
 #   make bench      benchmarks on the device machine
@@ -180,12 +181,14 @@ $(BUILD)/tests/tools/%: tests/tools/%.c
 #   check            the unit tests of every module (cmocka) and the cheapest end-to-end tiers: quant/dequant, the
 #                    bad recipes, the golden plans, train and compare on the CPU, expert parallelism on the CPU, the
 #                    cache commands. No NVRTC tier, no fake-driver run, no tuner sweep, no fuzzing: make test has those.
-#   test             check's tiers, then fourbit gen (NVRTC), the tuner's sweeps on the emulated worker, every GPU test
-#                    kernel compiled for sm_90a (test_kernels, test_gemm, test_train_gpu, test_train_dev), the GPU train
+#   test             check's tiers, then fourbit gen (NVRTC), the tuner's sweeps on the emulated worker, the GPU test
+#                    kernels compiled for sm_90a (test_kernels: one variant of each spec; test_gemm's kept set,
+#                    test_train_gpu, test_train_dev: all), the ASan + UBSan CLI, the Blackwell checks, the GPU train
 #                    step's host side on the fake driver, fuzz_recipe for $(TESTFUZZSECS) s, fuzz_checkpoint for
 #                    $(TESTFUZZCKPTSECS) s, fuzz_cache (the cache's decoders) for $(TESTFUZZCACHESECS) s.
 #   test-exhaustive  the sweeps too long for make test: test_formats --exhaustive (all 2^31 non-negative floats through
-#                    the E2M1 RN grid) and fuzz_recipe for FUZZSECS (30) s. CI runs make test, then this.
+#                    the E2M1 RN grid), test_kernels --compile-only over every variant of every spec (352 kernels) and
+#                    fuzz_recipe for FUZZSECS (30) s. CI runs make test, then this.
 # make test's NVRTC compiles go through build/tests/tools/libnvrtc_memo.so (LD_PRELOAD; tests/tools/nvrtc_memo.c):
 # a compile whose whole input (source, headers, options, NVRTC version) an earlier compile of the same make test had
 # is answered with that compile's cubin and log; the emulated tuner worker's host compiles likewise (FB_EMU_MEMO,
@@ -206,7 +209,7 @@ CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
                tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass tier-tc-ops-sass \
                tier-asan-cli $(CHECK_TIERS)
-EXHAUSTIVE_TIERS := tier-formats-exhaustive tier-fuzz-long
+EXHAUSTIVE_TIERS := tier-kernels-compile-all tier-formats-exhaustive tier-fuzz-long
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
 CHECKDEPS := $(BUILD)/fourbit $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/tests/tools/gen_table
@@ -227,7 +230,7 @@ test:
 	$(Q)cat $(MEMO)/stats.* 2>/dev/null | awk '{ n[$$1]++ } END { printf "NVRTC: %d kernels compiled, %d compiles answered from the memo\n", n["compiled"], n["hit"] }'
 	@echo "make test: all CPU tiers passed"
 
-test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe
+test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe $(BUILD)/gpu/test_kernels $(NVRTCMEMO)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(EXHAUSTIVE_TIERS) || { echo "make test-exhaustive: FAILED"; exit 1; }
 	@echo "make test-exhaustive: passed"
 
@@ -268,7 +271,11 @@ tier-gen:
 tier-tune:
 	$(Q)$(MEMOENV) $(TIER) "tests/test_tune.sh (sweeps on the emulated worker)" -- bash tests/test_tune.sh $(BUILD)/fourbit
 tier-kernels-compile:
-	$(Q)$(MEMOENV) $(TIER) "test_kernels --compile-only (every GPU test kernel compiles for sm_90a; nothing runs)" -- \
+	$(Q)$(MEMOENV) $(TIER) "test_kernels --compile-only --quick (one variant of every GPU test kernel spec compiles for sm_90a)" -- \
+	  nice -n 19 $(BUILD)/gpu/test_kernels --compile-only --quick
+# every variant of every spec (352 kernels, about 4 minutes of CPU): make test-exhaustive's
+tier-kernels-compile-all:
+	$(Q)$(MEMOENV) $(TIER) "test_kernels --compile-only (every GPU test kernel and variant compiles for sm_90a; nothing runs)" -- \
 	  nice -n 19 $(BUILD)/gpu/test_kernels --compile-only
 tier-gemm-compile:
 	$(Q)$(MEMOENV) $(TIER) "test_gemm --compile-only (the GEMM variants compile; ptxas: no spills, no wgmma advisories)" \
