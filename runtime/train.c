@@ -478,10 +478,10 @@ fb_status fb_train_save_check(const char *path) {
   }
   char target[4096]; /* fb_train_save writes beside the file a link names (base/file.c) */
   if (fb_file_resolve(path, target, sizeof target) != 0) return FB_USERERR(FB_EINVAL, "%s: %s", path, strerror(errno));
-  size_t len = strlen(target);
-  char *tmp = malloc(len + 16);
-  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the checkpoint's temporary name", path, len + 16);
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", target); /* the name fb_train_save writes first */
+  size_t len = strlen(target) + 40;
+  char *tmp = malloc(len);
+  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the checkpoint's temporary name", path, len);
+  snprintf(tmp, len, "%s.tmp.%ld.XXXXXX", target, (long)getpid()); /* the name fb_train_save writes first (base/file.c) */
   int fd = mkstemp(tmp);
   if (fd < 0) {
     int e = errno;
