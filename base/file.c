@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +53,9 @@ int fb_file_resolve(const char *path, char *out, size_t cap) {
   return errno = ELOOP, -1;
 }
 
-/* The temporary file being written, for the signal handler (one write at a time: the commands are one thread). */
+/* The temporary file being written, for the signal handler: one guarded write at a time (guard_mu), so that two
+ * threads writing never save each other's handler as the one to restore. */
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *volatile tmp_now;
 static struct sigaction old_act[3];
 static int guarded[3];
@@ -65,6 +68,7 @@ static void tmp_on_signal(int sig) {
   raise(sig);
 }
 static void tmp_guard(char *tmp) {
+  pthread_mutex_lock(&guard_mu);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = tmp_on_signal;
@@ -79,6 +83,7 @@ static void tmp_unguard(void) {
   for (int i = 0; i < 3; ++i)
     if (guarded[i]) sigaction(TMP_SIGS[i], &old_act[i], NULL), guarded[i] = 0;
   tmp_now = NULL;
+  pthread_mutex_unlock(&guard_mu);
 }
 
 /* Remove TARGET.tmp.<pid>.* whose process is gone. */
@@ -134,32 +139,53 @@ static fb_status write_device(const char *path, const void *const *parts, const 
   return s;
 }
 
-fb_status fb_file_write(const char *path, const void *const *parts, const size_t *sizes, int n) {
+/* The regular file path names (links followed) into *target, its mode to keep, and a temporary file beside it
+ * (*tmp, malloc'd; *fd open), the stale ones of dead processes swept first. */
+static fb_status open_temp(const char *path, char *target, size_t cap, mode_t *mode, char **tmp, int *fd) {
   struct stat st;
-  if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) return write_device(path, parts, sizes, n);
-  char target[4096];
-  if (fb_file_resolve(path, target, sizeof target) != 0) return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
-  mode_t mode = 0644;
+  if (fb_file_resolve(path, target, cap) != 0) return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
+  *mode = 0644;
   if (stat(target, &st) == 0) {
     if (S_ISDIR(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: is a directory", path);
     if (!S_ISREG(st.st_mode)) return FB_USERERR(FB_EINVAL, "%s: not a regular file, character device or FIFO: not replaced", path);
     if (access(target, W_OK) != 0) return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
-    mode = st.st_mode & 07777;
+    *mode = st.st_mode & 07777;
   } else if (errno != ENOENT) {
     return FB_USERERR(FB_EINVAL, "%s: cannot write: %s", path, strerror(errno));
   }
   size_t len = strlen(target) + 40;
-  char *tmp = malloc(len);
-  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the temporary file's name", path, len);
+  if (!(*tmp = malloc(len))) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the temporary file's name", path, len);
   tmp_sweep(target);
-  snprintf(tmp, len, "%s.tmp.%ld.XXXXXX", target, (long)getpid());
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
+  snprintf(*tmp, len, "%s.tmp.%ld.XXXXXX", target, (long)getpid());
+  if ((*fd = mkstemp(*tmp)) < 0) {
     int e = errno;
-    free(tmp);
+    free(*tmp), *tmp = NULL;
     int user = e == EACCES || e == EPERM || e == ENOENT || e == ENOTDIR || e == EROFS || e == ELOOP || e == ENAMETOOLONG;
     return FB_USERERR(user ? FB_EINVAL : FB_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(e));
   }
+  return FB_OK;
+}
+
+fb_status fb_file_check(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) return FB_OK;
+  char target[4096], *tmp;
+  mode_t mode;
+  int fd;
+  FB_TRY(open_temp(path, target, sizeof target, &mode, &tmp, &fd));
+  close(fd);
+  unlink(tmp);
+  free(tmp);
+  return FB_OK;
+}
+
+fb_status fb_file_write(const char *path, const void *const *parts, const size_t *sizes, int n) {
+  struct stat st;
+  if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) return write_device(path, parts, sizes, n);
+  char target[4096], *tmp;
+  mode_t mode;
+  int fd;
+  FB_TRY(open_temp(path, target, sizeof target, &mode, &tmp, &fd));
   tmp_guard(tmp);
   if (write_all(fd, parts, sizes, n) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) goto fail;
   if (close(fd) != 0) {

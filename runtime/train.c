@@ -476,22 +476,7 @@ fb_status fb_train_save_check(const char *path) {
   } else if (errno != ENOENT) {
     return FB_USERERR(FB_EINVAL, "%s: %s", path, strerror(errno));
   }
-  char target[4096]; /* fb_train_save writes beside the file a link names (base/file.c) */
-  if (fb_file_resolve(path, target, sizeof target) != 0) return FB_USERERR(FB_EINVAL, "%s: %s", path, strerror(errno));
-  size_t len = strlen(target) + 40;
-  char *tmp = malloc(len);
-  if (!tmp) return FB_ERR(FB_ENOMEM, "%s: %zu bytes for the checkpoint's temporary name", path, len);
-  snprintf(tmp, len, "%s.tmp.%ld.XXXXXX", target, (long)getpid()); /* the name fb_train_save writes first (base/file.c) */
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int e = errno;
-    free(tmp);
-    return FB_USERERR(FB_EINVAL, "%s: cannot create a file in its directory: %s", path, strerror(e));
-  }
-  close(fd);
-  unlink(tmp);
-  free(tmp);
-  return FB_OK;
+  return fb_file_check(path); /* what fb_train_save's write (base/file.c) would refuse */
 }
 
 /* ---- recipes with a smaller model ------------------------------------------------------------------ */

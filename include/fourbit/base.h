@@ -38,6 +38,9 @@ const char *fb_status_name(fb_status s);
  * the file's mode is kept). FB_EINVAL naming the path for an OUT that cannot be written (a folder, a block device,
  * a missing folder, no permission: nothing written); FB_EIO for a failure while writing (the old file kept). */
 fb_status fb_file_write(const char *path, const void *const *parts, const size_t *sizes, int n);
+/* Whether fb_file_write(path) could write: the same refusals (FB_EINVAL naming the path), a temporary file made
+ * beside the target and removed; nothing else touched. For checking an OUT before long work. */
+fb_status fb_file_check(const char *path);
 /* The file path names once its symbolic links are followed (it need not exist): 0, or -1 with errno. */
 int fb_file_resolve(const char *path, char *out, size_t cap);
 
