@@ -30,6 +30,7 @@ typedef struct {
   const char *device, *log, *checkpoint, *resume, *cache, *out, *baseline;
   int steps, batch, preset_batch, seq_len, seed_set, ckpt_every, stop_at, warmup, succ, print_every, quiet, gpus;
   int require_tuned;
+  const char *pick; /* --pick FAMILY: the GEMMs from one family (mma, wgmma) */
   int ranks, verbose, exact;  /* train: processes (expert parallelism), payload lines, FP32 mode */
   struct fb_comm *comm;       /* train: this process's rank (NULL: one rank) */
   uint32_t seed;

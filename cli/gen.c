@@ -14,15 +14,18 @@
 
 static void gen_usage(FILE *f) {
   fprintf(f,
-          "usage: fourbit gen RECIPE [--arch sm_90a,sm_100a,sm_103a] [--out DIR] [--jobs N] [--only SUBSTR]\n"
+          "usage: fourbit gen RECIPE [--arch LIST] [--out DIR] [--jobs N] [--only SUBSTR]\n"
           "\n"
           "Generates every tile variant of every kernel RECIPE's plan needs (variants from its tune values,\n"
           "illegal ones pruned with a reason) and compiles each with NVRTC for each arch. Writes\n"
           "DIR/<kernel>.cu and DIR/<kernel>.<arch>.cubin, and prints the compile time per kernel, the\n"
           "registers and spills ptxas reports, and the kernels that have no template yet.\n"
-          "sm_100a and sm_103a (B200, GB300) are compiled here and never run: no such GPU is at hand.\n"
+          "Each GEMM has the variants of every family its arch runs: wgmma (sm_90a) and the portable\n"
+          "mma.sync family (every arch); the tcgen05 family of sm_100a / sm_103a is not written yet.\n"
+          "Only sm_90a kernels have run (on an H200): sm_89, sm_100a, sm_103a and sm_120a (L40S / RTX 4090,\n"
+          "B200, GB300, RTX 5090) are compiled here and never run: no such GPU is at hand.\n"
           "\n"
-          "  --arch LIST    comma-separated archs (default sm_90a)\n"
+          "  --arch LIST    comma-separated archs of sm_89, sm_90a, sm_100a, sm_103a, sm_120a (default sm_90a)\n"
           "  --out DIR      output folder (default build/kernels); created if missing\n"
           "  --jobs N       parallel compiles (default: the number of cores)\n"
           "  --only SUBSTR  only kernels whose name contains SUBSTR\n"
@@ -137,13 +140,17 @@ int fb_cli_gen(int argc, char **argv) {
     fprintf(stderr, "fourbit gen: expected one RECIPE file (see --help)\n");
     return 2;
   }
-  char archv[3][16];
+  char archv[5][16];
   int na = 0;
-  for (const char *s = archs; *s && na < 3;) {
+  for (const char *s = archs; *s;) {
     size_t l = strcspn(s, ",");
+    if (na == 5) {
+      fprintf(stderr, "fourbit gen: --arch: more than 5 archs\n");
+      return 2;
+    }
     snprintf(archv[na], sizeof archv[na], "%.*s", (int)l, s);
-    if (strcmp(archv[na], "sm_90a") && strcmp(archv[na], "sm_100a") && strcmp(archv[na], "sm_103a")) {
-      fprintf(stderr, "fourbit gen: --arch: unknown arch '%s' (sm_90a, sm_100a, sm_103a)\n", archv[na]);
+    if (!fb_arch_known(archv[na])) {
+      fprintf(stderr, "fourbit gen: --arch: unknown arch '%s' (%s)\n", archv[na], FB_ARCHS);
       return 2;
     }
     ++na;
@@ -310,6 +317,10 @@ int fb_cli_gen(int argc, char **argv) {
   fb_cache_close(pl.cache);
   if (spilled) printf("warning: %d variants spill registers to local memory (see the spill column)\n", spilled);
   if (skipped) printf("%d kernels have no template yet and were not generated:\n%s", skipped, notice.buf);
+  for (int a = 0; a < na; ++a) /* what these kernels are: compiled here; run on a GPU of that arch only for sm_90a */
+    printf("%s: GEMM families %s; %s\n", archv[a], fb_arch_families(archv[a]),
+           strcmp(archv[a], "sm_90a") ? "compiled and inspected here, never run on such a GPU (none is at hand)"
+                                      : "run and checked on an H200 (make test-gpu)");
   for (int i = 0; i < n; ++i) free(jobs_v[i].src), fb_cubin_free(&jobs_v[i].cubin);
   free(jobs_v);
   free(ms);

@@ -39,14 +39,31 @@ static void usage(FILE *f) {
           "'fourbit <command> --help' describes each command. Exit status: 0 ok, 1 failure, 2 bad usage or input.\n");
 }
 
+/* the arch line of a GPU or of --arch: its GEMM families and what has run of it */
+static void arch_line(const char *arch) {
+  printf("         arch %s: GEMM families %s (the tuner checks and times the variants of each; %s)\n", arch, fb_arch_families(arch),
+         !strcmp(arch, "sm_90a") ? "both run on an H200" : "compiled here, never run on such a GPU");
+}
+
 static int cmd_info(int argc, char **argv) {
+  const char *arch = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: fourbit info\n\nPrints the fourbit, Lua, LMDB and NVRTC versions this binary was built with, the\n"
+      printf("usage: fourbit info [--arch A]\n\nPrints the fourbit, Lua, LMDB and NVRTC versions this binary was built with, the\n"
              "NCCL version found at run time (libnccl.so.2, loaded with dlopen; \"not found\" without one), and the\n"
-             "GPUs the CUDA driver (libcuda.so.1, loaded with dlopen) reports.\n"
-             "Exit status 0 even when there is no driver: the line says so.\n");
+             "GPUs the CUDA driver (libcuda.so.1, loaded with dlopen) reports, each with its arch and the GEMM families\n"
+             "fourbit tries there (wgmma on sm_90a; the portable mma.sync family on every arch from sm_89).\n"
+             "  --arch A   also the families of arch A (%s), with or without such a GPU\n"
+             "Exit status 0 even when there is no driver: the line says so.\n", FB_ARCHS);
       return 0;
+    }
+    if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
+      arch = argv[++i];
+      if (!fb_arch_known(arch)) {
+        fprintf(stderr, "fourbit info: --arch: unknown arch '%s' (%s)\n", arch, FB_ARCHS);
+        return 2;
+      }
+      continue;
     }
     fprintf(stderr, "fourbit info: unknown argument '%s' (see --help)\n", argv[i]);
     return 2;
@@ -60,6 +77,7 @@ static int cmd_info(int argc, char **argv) {
   if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) printf("nvrtc    %d.%d\n", major, minor);
   if (fb_comm_nccl_version(&nccl) == FB_OK) printf("nccl     %d.%d.%d (libnccl.so.2, dlopen)\n", nccl / 10000, nccl / 100 % 100, nccl % 100);
   else printf("nccl     not found (%s): expert parallelism on GPUs (--gpus) needs it\n", fb_errmsg());
+  if (arch) printf("--arch   %s\n", arch), arch_line(arch);
   int n = 0;
   if (fb_cuda_device_count(&n) != FB_OK) {
     printf("cuda     %s\n", fb_errmsg());
@@ -74,6 +92,9 @@ static int cmd_info(int argc, char **argv) {
     printf("gpu %d    %s sm_%d%d, %d SMs, %.1f GiB, driver %d.%d\n", d, info.name, info.cc_major, info.cc_minor,
            info.sm_count, (double)info.mem_bytes / (1u << 30), info.driver_version / 1000,
            info.driver_version % 1000 / 10);
+    const char *ga = fb_arch_of_cc(info.cc_major, info.cc_minor);
+    if (ga) arch_line(ga);
+    else printf("         no GEMM family for sm_%d%d: fourbit generates for %s\n", info.cc_major, info.cc_minor, FB_ARCHS);
   }
   if (n == 0) printf("cuda     driver loaded, no devices\n");
   return 0;

@@ -54,6 +54,9 @@ static const char *OPTIONS_HELP =
     "  --cache DIR          GPU: kernels from this kernel cache (fourbit tune's winners, else the cached default\n"
     "                       variant); without it every kernel's default variant is compiled with NVRTC at start\n"
     "  --require-tuned      GPU: fail, listing them, when a kernel has no tuned winner in --cache\n"
+    "  --pick FAMILY        GPU: every expert GEMM from one family's variants: wgmma (Hopper's) or mma (the\n"
+    "                       portable mma.sync family, every GPU from sm_89); with --cache its tuned winner\n"
+    "                       of that family, else its first variant (default: the winner of any family)\n"
     "  --ranks N            expert parallelism over N processes of this binary (default 1): rank r holds\n"
     "                       experts [r E/N, (r+1) E/N) and sequences [r, r+1) x (batch/seq-len)/N of the\n"
     "                       global batch (the same batch and seed as one rank); N must divide the experts\n"
@@ -84,6 +87,7 @@ static const struct option OPTS[] = {
     {"quiet", no_argument, 0, 18}, {"gpus", required_argument, 0, 19},
     {"cache", required_argument, 0, 20}, {"require-tuned", no_argument, 0, 21},
     {"ranks", required_argument, 0, 22}, {"verbose", no_argument, 0, 23}, {"exact", no_argument, 0, 24},
+    {"pick", required_argument, 0, 25},
     {"out", required_argument, 0, 'o'}, {"baseline", required_argument, 0, 'B'},
     {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
@@ -156,6 +160,13 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
     case 22: U64(1, 4096); c->ranks = (int)u; break;
     case 23: c->verbose = 1; break;
     case 24: c->exact = 1; break;
+    case 25:
+      if (strcmp(optarg, "mma") && strcmp(optarg, "wgmma")) {
+        fprintf(stderr, "fourbit %s: --pick: '%s' is not a GEMM family (wgmma, mma)\n", cmd, optarg);
+        return 2;
+      }
+      c->pick = optarg;
+      break;
     case 'o': c->out = optarg; break;
     case 'B': c->baseline = optarg; break;
     case 'h': usage(stdout); return 1;
@@ -186,7 +197,7 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
     fprintf(stderr, "fourbit %s: --ranks, --verbose and --exact are options of fourbit train\n", cmd);
     return 2;
   }
-  if (strcmp(c->device, "gpu") && (c->cache || c->require_tuned)) {
+  if (strcmp(c->device, "gpu") && (c->cache || c->require_tuned || c->pick)) {
     fprintf(stderr, "fourbit %s: --cache and --require-tuned go with --device gpu\n", cmd);
     return 2;
   }
@@ -261,7 +272,7 @@ static int gpu_setup(const char *cmd, const fb_cli_train_cfg *c, const fb_recipe
     }
   }
   fb_gpu_experts_opts go = {.recipe = r, .tokens = tokens, .lookup = c->cache ? lookup_kernel : NULL, .lookup_user = u,
-                            .log = stdout, .comm = c->comm};
+                            .log = stdout, .comm = c->comm, .pick_family = c->pick};
   double t0 = now_s();
   fb_status s = fb_gpu_experts_create(&go, g);
   if (s != FB_OK) {

@@ -15,7 +15,7 @@
 static void tune_usage(FILE *f) {
   fprintf(f,
           "usage: fourbit tune RECIPE [--cache DIR] [--shapes T1,T2,...] [--strategy exhaustive|random|halving]\n"
-          "                           [--budget N | --time S] [--jobs N] [--only SUBSTR] [--dry-run] [--warm-start-bench]\n"
+          "                           [--budget N | --time S] [--jobs N] [--only SUBSTR] [--dry-run [--arch A]] [--warm-start-bench]\n"
           "\n"
           "For each kernel spec of RECIPE's plan that has a template and each shape bucket: compiles the legal tile\n"
           "variants in parallel (the cache's kernels first; NVRTC in a child process with a hard time-out, new cubins\n"
@@ -36,7 +36,10 @@ static void tune_usage(FILE *f) {
           "  --time S            the whole sweep in about S seconds (each spec and bucket gets an equal share)\n"
           "  --jobs N            parallel compiles (default: the number of cores)\n"
           "  --only SUBSTR       only kernel specs whose name contains SUBSTR\n"
-          "  --dry-run           list the specs, variants, shapes and cached cubins; compile and measure nothing\n"
+          "  --dry-run           list the specs, variants (a GEMM's per family: wgmma on sm_90a, the portable mma on\n"
+          "                      every arch), shapes and cached cubins; compile and measure nothing\n"
+          "  --arch A            the arch of the dry run (default sm_90a; one of sm_89, sm_90a, sm_100a, sm_103a,\n"
+          "                      sm_120a); with a GPU the GPU's arch, which --arch must then name\n"
           "  --warm-start-bench  load every kernel of RECIPE from the cache (the winner, else the default variant) as\n"
           "                      train start does, timed, against NVRTC compiles of the same kernels\n"
           "  -h, --help          this text\n"
@@ -88,6 +91,7 @@ int fb_cli_tune(int argc, char **argv) {
                                        {"strategy", required_argument, 0, 'S'}, {"budget", required_argument, 0, 'b'},
                                        {"time", required_argument, 0, 't'},   {"jobs", required_argument, 0, 'j'},
                                        {"only", required_argument, 0, 'O'},   {"dry-run", no_argument, 0, 'n'},
+                                       {"arch", required_argument, 0, 'a'},
                                        {"warm-start-bench", no_argument, 0, 'W'}, {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fb_tune_opts o;
@@ -143,6 +147,13 @@ int fb_cli_tune(int argc, char **argv) {
       break;
     case 'O': o.only = optarg; break;
     case 'n': o.dry_run = 1; break;
+    case 'a':
+      if (!fb_arch_known(optarg)) {
+        fprintf(stderr, "fourbit tune: --arch: unknown arch '%s' (%s)\n", optarg, FB_ARCHS);
+        return 2;
+      }
+      o.arch = optarg;
+      break;
     case 'W': warm = 1; break;
     case 'h': tune_usage(stdout); return 0;
     default:

@@ -35,10 +35,18 @@ typedef struct fb_tmpl {
   /* Dynamic shared memory at launch, bytes. NULL: none (static shared memory only). */
   unsigned (*smem)(const fb_kernel_spec *k, const fb_variant *v);
   int fixed; /* one variant of FB_DENSE_THREADS threads and no tune family (dense.cuh) */
+  /* The GEMM family of the row ("wgmma", "mma"; later "tcgen05"): what fourbit info and tune --dry-run name, and what
+   * --pick chooses. NULL: the op has one template. */
+  const char *family;
 } fb_tmpl;
 
-/* The row that implements k, or NULL with the reason in *why; *params: its tune parameters for k. */
+/* The first row that implements k, or NULL with the reason in *why; *params: its tune parameters for k. */
 const fb_tmpl *fb_tmpl_for_spec(const fb_kernel_spec *k, const char *const **params, const char **why);
+/* The next row after index `after` (-1: from the first) that implements k (*params its parameters; *why the reason a
+ * row of its op before it gave for not implementing k, or NULL), or NULL past the last (*why: the reason none does,
+ * when none before did). Walk: for (t = fb_tmpl_next(k, -1, ..); t; t = fb_tmpl_next(k, fb_tmpl_index(t), ..)). */
+const fb_tmpl *fb_tmpl_next(const fb_kernel_spec *k, int after, const char *const **params, const char **why);
+int fb_tmpl_index(const fb_tmpl *t);
 /* Row i of the table (0, 1, ...), NULL past the last. */
 const fb_tmpl *fb_tmpl_at(int i);
 /* The row of template file name (a variant's tmpl), or NULL. */

@@ -2,7 +2,8 @@
  *
  * What each template implements, reads and needs is its row in gen/templates.c (fb_tmpl.h); this file walks the rows.
  * Entry points: fb_gen_template() (which template implements a spec, or why none does yet),
- * fb_gen_variants() (the legal, distinct tile variants of a spec under its tune family),
+ * fb_gen_variants() (the legal, distinct tile variants of a spec under its tune family, of every template that
+ * implements it: a GEMM's fast family and its portable one),
  * fb_gen_source() (the generated text: header, #defines in sorted order, template body).
  *
  * The template body is copied into the source from the embedded templates/ (build/gen/embedded.c);
@@ -71,43 +72,50 @@ fb_status fb_gen_variants(const fb_kernel_spec *k, const fb_tune_family *fam, fb
     fam = &fixed;
   }
   if (!fam) return FB_ERR(FB_EINVAL, "%s: no tune family", k->name);
-  int np = 0, idx[FB_TUNE_MAXPARAMS];
-  for (; np < FB_TUNE_MAXPARAMS && params[np]; ++np) {
-    idx[np] = -1;
-    for (int j = 0; j < fam->nparams; ++j)
-      if (!strcmp(fam->param[j], params[np])) idx[np] = j;
-    if (idx[np] < 0 && !zero_is_off(params[np]))
-      return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, params[np]);
-  }
-  fb_variant *vs = calloc((size_t)fam->nvariants, sizeof *vs);
+  int rows = 0; /* every row that implements k offers its variants, in table order (fb_tmpl.h) */
+  for (const fb_tmpl *r = t; r; r = fb_tmpl_next(k, fb_tmpl_index(r), &params, &none)) ++rows;
+  fb_variant *vs = calloc((size_t)fam->nvariants * (size_t)rows + 1, sizeof *vs);
   if (!vs) return FB_ERR(FB_ENOMEM, "variants");
   int m = 0;
-  for (int i = 0; i < fam->nvariants; ++i) {
-    fb_variant v;
-    memset(&v, 0, sizeof v);
-    v.nparams = np;
-    snprintf(v.tmpl, sizeof v.tmpl, "%s", t->file);
-    for (int j = 0; j < np; ++j) {
-      snprintf(v.param[j], sizeof v.param[j], "%s", params[j]);
-      v.value[j] = idx[j] < 0 ? 0 : fam->values[(size_t)i * fam->nparams + idx[j]];
+  fb_tmpl_for_spec(k, &params, &none);
+  for (; t; t = fb_tmpl_next(k, fb_tmpl_index(t), &params, &none)) {
+    int np = 0, idx[FB_TUNE_MAXPARAMS], m0 = m;
+    for (; np < FB_TUNE_MAXPARAMS && params[np]; ++np) {
+      idx[np] = -1;
+      for (int j = 0; j < fam->nparams; ++j)
+        if (!strcmp(fam->param[j], params[np])) idx[np] = j;
+      if (idx[np] < 0 && !zero_is_off(params[np])) {
+        free(vs);
+        return FB_ERR(FB_EINVAL, "%s: tune family %s has no parameter %s", k->name, fam->family, params[np]);
+      }
     }
-    int dup = 0;
-    for (int j = 0; j < m && !dup; ++j) dup = !memcmp(vs[j].value, v.value, sizeof v.value);
-    if (dup) continue;
-    const char *bad = t->illegal ? t->illegal(k, &v) : NULL;
-    if (bad) {
-      if (pruned) ++*pruned;
-      if (why && whylen && !why[0]) snprintf(why, whylen, "%s", bad);
-      continue;
+    for (int i = 0; i < fam->nvariants; ++i) {
+      fb_variant v;
+      memset(&v, 0, sizeof v);
+      v.nparams = np;
+      snprintf(v.tmpl, sizeof v.tmpl, "%s", t->file);
+      for (int j = 0; j < np; ++j) {
+        snprintf(v.param[j], sizeof v.param[j], "%s", params[j]);
+        v.value[j] = idx[j] < 0 ? 0 : fam->values[(size_t)i * fam->nparams + idx[j]];
+      }
+      int dup = 0; /* within the row: a parameter it does not read makes equal variants */
+      for (int j = m0; j < m && !dup; ++j) dup = !memcmp(vs[j].value, v.value, sizeof v.value);
+      if (dup) continue;
+      const char *bad = t->illegal ? t->illegal(k, &v) : NULL;
+      if (bad) {
+        if (pruned) ++*pruned;
+        if (why && whylen && !why[0]) snprintf(why, whylen, "%s", bad);
+        continue;
+      }
+      /* the variant tag: the template's, or parameter initials and values in template order, e.g. _r32_c64_t256 */
+      int len = snprintf(v.name, sizeof v.name, "%s", k->name);
+      if (t->tag) t->tag(&v, v.name, sizeof v.name, len);
+      else
+        for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
+          if (v.value[j] || !zero_is_off(v.param[j]))
+            len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
+      vs[m++] = v;
     }
-    /* the variant tag: the template's, or parameter initials and values in template order, e.g. _r32_c64_t256 */
-    int len = snprintf(v.name, sizeof v.name, "%s", k->name);
-    if (t->tag) t->tag(&v, v.name, sizeof v.name, len);
-    else
-      for (int j = 0; j < np && len < (int)sizeof v.name; ++j)
-        if (v.value[j] || !zero_is_off(v.param[j]))
-          len += snprintf(v.name + len, sizeof v.name - (size_t)len, "_%c%d", v.param[j][0], v.value[j]);
-    vs[m++] = v;
   }
   *out = vs, *n = m;
   return FB_OK;

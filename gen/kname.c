@@ -73,6 +73,27 @@ static void gpart(sbuf *s, fb_format f, fb_gran outer) {
   put(s, "%s%s", fmt4(f), f == FB_FMT_NVFP4 && outer == FB_GRAN_TENSOR ? "_ten" : "");
 }
 
+int fb_arch_known(const char *arch) {
+  static const char *const known[] = {"sm_89", "sm_90a", "sm_100a", "sm_103a", "sm_120a"};
+  for (size_t i = 0; arch && i < sizeof known / sizeof known[0]; ++i)
+    if (!strcmp(arch, known[i])) return 1;
+  return 0;
+}
+
+const char *fb_arch_of_cc(int major, int minor) {
+  if (major == 8 && minor == 9) return "sm_89";
+  if (major == 9 && minor == 0) return "sm_90a";
+  if (major == 10 && minor == 0) return "sm_100a";
+  if (major == 10 && minor == 3) return "sm_103a";
+  if (major == 12 && minor == 0) return "sm_120a";
+  return NULL;
+}
+
+const char *fb_arch_families(const char *arch) {
+  if (!fb_arch_known(arch)) return "";
+  return !strcmp(arch, "sm_90a") ? "wgmma, mma" : "mma";
+}
+
 fb_status fb_arch_tag(const char *arch, char *buf, size_t n) {
   /* sm_90a -> sm90a */
   if (!arch || strncmp(arch, "sm_", 3) || !arch[3]) return FB_ERR(FB_EINVAL, "arch '%s': not of the form sm_NN[a]", arch ? arch : "");

@@ -83,11 +83,12 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   if (D != FB_FMT_BF16) FB_TRY(add(b, fb_spec_quant(&L->fwd_act, 0, 0, "dispatch: quantize tokens before sending")));
   FB_TRY(add(b, fb_spec_permute(&disp, "dispatch: rows sorted by expert, padded to the GEMM tile")));
   if (D == FB_FMT_BF16 && F != FB_FMT_BF16) FB_TRY(add(b, fb_spec_quant(&L->fwd_act, 0, 0, "quantize dispatched tokens on arrival")));
-  /* Hopper has no FP4 tensor cores and its FP8 wgmma sums with about 14 bits: the sm_90a GEMMs multiply a decoded A
-     by an exact BF16 copy of the B operand (gemm_bcopy.cuh); Blackwell multiplies the formats themselves */
+  /* Hopper has no FP4 tensor cores: the GEMMs of both families it runs (wgmma, and the portable mma.sync one that every
+     arch has) multiply a decoded A by an exact BF16 copy of the B operand (gemm_bcopy.cuh); Blackwell's tcgen05 GEMMs,
+     once written (issue 19), multiply the formats themselves, and the copy stays for the portable family */
   const int hopper = !strcmp(b->p->arch, "sm_90a");
-  if (hopper && F != FB_FMT_BF16)
-    FB_TRY(add(b, fb_spec_bcopy(F, "weights: exact BF16 copy for the Hopper GEMM (once per step)")));
+  if (F != FB_FMT_BF16)
+    FB_TRY(add(b, fb_spec_bcopy(F, "weights: exact BF16 copy for the GEMM (once per step)")));
   /* the SwiGLU epilogue writes A in BF16; its per-token (or MXFP8) quantization is the dispatch's quant_*_row kernel,
      a second pass, because a per-token scale needs the whole row of f values and a tile holds a slice of it */
   FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_FWD13, &L->fwd_act, &L->fwd_weight, &L->fwd_act,
@@ -109,8 +110,8 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
     FB_TRY(add(b, fb_spec_requant(&bf, &L->fwd_weight, "weights: dequantize and transpose to BF16")));
     FB_TRY(add(b, fb_spec_requant(&bf, &L->fwd_act, "saved X and A: dequantize and transpose to BF16")));
   }
-  if (hopper && B == FB_FMT_MXFP8)
-    FB_TRY(add(b, fb_spec_bcopy(B, "requantized W, X, A: exact BF16 copy for the Hopper GEMM")));
+  if (B == FB_FMT_MXFP8)
+    FB_TRY(add(b, fb_spec_bcopy(B, "requantized W, X, A: exact BF16 copy for the GEMM")));
   FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_DGRAD2, NULL, &L->bwd_grad, &L->bwd_grad, "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH")));
   FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_WGRAD, NULL, &L->bwd_grad, &L->bwd_grad, "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)")));
   FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_DGRAD13, NULL, &L->bwd_grad, &L->bwd_grad, "w13 dgrad dX = dH W13")));
@@ -386,8 +387,7 @@ fb_status fb_plan_text(const fb_plan *p, char **out) {
 fb_status fb_plan_resolve(const fb_recipe *r, const char *arch, fb_plan **out) {
   *out = NULL;
   if (!arch) arch = "sm_90a";
-  if (strcmp(arch, "sm_90a") && strcmp(arch, "sm_100a") && strcmp(arch, "sm_103a"))
-    return FB_USERERR(FB_EINVAL, "unknown arch '%s' (sm_90a, sm_100a, sm_103a)", arch);
+  if (!fb_arch_known(arch)) return FB_USERERR(FB_EINVAL, "unknown arch '%s' (%s)", arch, FB_ARCHS);
   fb_plan *p = calloc(1, sizeof *p);
   if (!p) return FB_ERR(FB_ENOMEM, "plan");
   p->recipe = r;

@@ -2,8 +2,11 @@
  * FB_TUNE_PARAMS. Everything the generator and the launch know about a template is in its row and the static
  * functions above it; gen/gen.c and gen/launch.c only walk the rows.
  *
- * A spec is matched against the rows in table order: the first row that implements it wins, and the first row of its
- * op that does not (FB_TMPL_UNSUPPORTED) gives the reason; a spec no row claims gets its op's reason from NO_TEMPLATE. */
+ * A spec is matched against the rows in table order. Every row that implements it offers its variants (a GEMM: the fast
+ * family of its arch, gemm_sm90.cuh's wgmma on sm_90a, and the portable one, gemm_mma.cuh's mma.sync, on every arch:
+ * the tuner picks among all of them); the first that does is the spec's template for what names one. A row that refuses
+ * a spec of its op (FB_TMPL_UNSUPPORTED) ends the search with its reason, unless it is a family row (a GEMM's: another
+ * family may implement what this one does not); a spec no row claims gets its op's reason from no_template. */
 #include "fb_tmpl.h"
 
 #include "fb_gemm.h"
@@ -164,10 +167,9 @@ static int is_gemm(fb_op op) {
   return op == FB_OP_GEMM_FWD13 || op == FB_OP_GEMM_FWD2 || op == FB_OP_GEMM_DGRAD2 || op == FB_OP_GEMM_WGRAD ||
          op == FB_OP_GEMM_DGRAD13;
 }
-static int gemm_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
+/* The operands both GEMM families implement (the reason in *why when not). */
+static int gemm_operands_ok(const fb_kernel_spec *k, const char **why) {
   const fb_qspec *q = &k->q;
-  if (!is_gemm(k->op)) return FB_TMPL_NOT_MINE;
-  if (!strstr(k->name, "_sm90a")) return NO("Blackwell (tcgen05) GEMM templates arrive in a later issue: the GEMMs are sm_90a only");
   if (k->op == FB_OP_GEMM_FWD2 && q->format != FB_FMT_BF16 && q->format != FB_FMT_S2F6) return NO("w2 fwd: a combine payload other than BF16 or S2F6");
   if (k->op == FB_OP_GEMM_FWD2 && q->format == FB_FMT_S2F6 && q->rht && q->rht != 32) return NO("w2 fwd: the S2F6 epilogue applies RHT-32 only");
   if (k->src.format == FB_FMT_S2F6) return NO("S2F6 GEMM operands: not a recipe format");
@@ -178,6 +180,12 @@ static int gemm_match(const fb_kernel_spec *k, const char *const **params, const
   /* B is the exact BF16 copy: 16x16 weight blocks (scales replicated along the rows) copy as 1x16 ones */
   if (k->src.format == FB_FMT_NVFP4 && k->act.two_d) return NO("16x16 NVFP4 A operands: no template yet");
   if (k->src.format == FB_FMT_MXFP8 && (k->src.e5m2 || k->act.e5m2)) return NO("E5M2 MXFP8 operands: no template yet");
+  return FB_TMPL_YES;
+}
+static int gemm_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
+  if (!is_gemm(k->op)) return FB_TMPL_NOT_MINE;
+  if (!strstr(k->name, "_sm90a")) return NO("wgmma is Hopper's (sm_90a): on this arch the portable family (gemm_mma.cuh) runs");
+  if (gemm_operands_ok(k, why) != FB_TMPL_YES) return FB_TMPL_UNSUPPORTED;
   return YES(k->src.format != FB_FMT_BF16 ? P_GEMM_Q : P_GEMM_BF16);
 }
 /* The operands' kind (FB_KIND): 0 BF16, 1 NVFP4 (x a BF16 copy), 2 MXFP8. */
@@ -245,6 +253,65 @@ static unsigned gemm_smem(const fb_kernel_spec *k, const fb_variant *v) { /* fb_
   int kind = gemm_operands(k) == 2 && param(v, "weights_bf16", 0) ? 3 : gemm_operands(k);
   return (unsigned)fb_gemm_smem_total(kind, param(v, "tile_m", 128), param(v, "tile_n", 128),
                                       param(v, "tile_k", 64), param(v, "stages", 4));
+}
+
+/* ---- gemm_mma.cuh: the portable grouped GEMMs on mma.sync (every arch from sm_89 on; cp.async ring, 4 or 8 warps) ---- */
+PARAMS(P_MMA_BF16, "tile_m", "tile_n", "tile_k", "stages", "consumers", "pipe");
+PARAMS(P_MMA_Q, "tile_m", "tile_n", "tile_k", "stages", "consumers", "weights_bf16", "pipe");
+static int gemm_mma_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
+  if (!is_gemm(k->op)) return FB_TMPL_NOT_MINE;
+  if (gemm_operands_ok(k, why) != FB_TMPL_YES) return FB_TMPL_UNSUPPORTED;
+  return YES(k->src.format != FB_FMT_BF16 ? P_MMA_Q : P_MMA_BF16);
+}
+/* fb_gemm.h's kind of v: MXFP8 with a BF16 copy is 3 (A decoded, BF16 products), without one 2 (FP8 mma) */
+static int gemm_kind(const fb_kernel_spec *k, const fb_variant *v) {
+  int kind = gemm_operands(k);
+  return kind == 2 && param(v, "weights_bf16", 0) ? 3 : kind;
+}
+/* Limits of gemm_mma.cuh: the warp tile (2 warps across N, 16-row and 32-column multiples), registers, shared memory. */
+static const char *gemm_mma_illegal(const fb_kernel_spec *k, const fb_variant *v) {
+  int tm = param(v, "tile_m", 0), tn = param(v, "tile_n", 0), tk = param(v, "tile_k", 0);
+  int st = param(v, "stages", 0), co = param(v, "consumers", 1), wb = param(v, "weights_bf16", 1), pipe = param(v, "pipe", 0);
+  int kind = gemm_kind(k, v);
+  if (co != 1 && co != 2) return "gemm_mma: 1 or 2 groups of 4 warps (consumers)";
+  if (tn != 64 && tn != 128 && tn != 192 && tn != 256) return "gemm_mma: tile_n must be 64, 128, 192 or 256 (warps of 32-column groups)";
+  int wnn = FB_GEMM_MMA_WARPS_N(tn), wmm = 4 * co / wnn; /* warps across N and down M */
+  if (wmm < 1) return "gemm_mma: tile_n 256 takes 4 warps across N";
+  int wm = tm / wmm, wn = tn / wnn, mi = wm / 16, ni = wn / 8;
+  if (tm % (16 * wmm) || tm > 256) return "gemm_mma: tile_m must be a multiple of 16 rows per warp down M, <= 256";
+  if (pipe != 0 && pipe != 2) return "gemm_mma: pipe takes 0 (off) or 2 (the next k step's fragments read during this one's mmas)";
+  if (pipe && kind == 2) return "gemm_mma: pipe is not written for FP8 products (one k32 step at a time)";
+  if (kind == 0 && (tk % 64 || tk < 64 || tk > 128)) return "gemm_mma: BF16 tile_k must be 64 or 128 (128-byte rows)";
+  if (kind != 0 && tk != 128) return "gemm_mma: NVFP4 and MXFP8 tiles take tile_k = 128";
+  if (kind == 1 && !wb) return "gemm_mma: NVFP4 weights dequantized inside the GEMM are not written: weights_bf16 = true only";
+  if (st < 2) return "gemm_mma: at least 2 stages";
+  /* per thread: accumulators, the fragments of one k step (kind 1 / 3: A decoded for 4 k16 steps), kind 2's temporaries
+     and scales, the addresses and the rest */
+  int regs = mi * wn / 2 + ni * 2 + 40;
+  regs += kind == 1 || kind == 3 ? mi * 16 + mi * 4 : kind == 2 ? mi * 4 + ni * 4 + ni * 4 + mi * 2 : mi * 4;
+  if (pipe) regs += kind == 0 ? mi * 4 + ni * 2 : mi * 16; /* the second fragment set */
+  if (regs > 255) return "gemm_mma: the warp tile needs more registers than a thread has";
+  /* below the estimate, ptxas 13.0 still spills (test_gemm --compile-only, 2026-12-02): a warp wider than 64 columns
+     (tile_n 192 / 256) with BF16 products, 4-300 bytes beside the epilogues; the FP8 products (one k32 step at a time) fit */
+  if (kind != 2 && ni > 8) return "gemm_mma: BF16 products on a warp wider than 64 columns (tile_n > 128): ptxas 13.0 spills registers";
+  if (fb_gemm_mma_smem_total(kind, tm, tn, tk, st) > 232448) return "gemm_mma: the pipeline stages exceed 227 KiB of shared memory";
+  return NULL;
+}
+/* _mma_m128n128k64_s4_w1: tile, stages, groups of 4 warps; _b1 for a BF16 weight copy, _p2 for pipe 2 */
+static void gemm_mma_tag(const fb_variant *v, char *name, size_t size, int len) {
+  len += snprintf(name + len, size - (size_t)len, "_mma_m%dn%dk%d_s%d_w%d", param(v, "tile_m", 0), param(v, "tile_n", 0),
+                  param(v, "tile_k", 0), param(v, "stages", 0), param(v, "consumers", 0));
+  if (fb_variant_has(v, "weights_bf16")) len += snprintf(name + len, size - (size_t)len, "_b%d", param(v, "weights_bf16", 0));
+  if (param(v, "pipe", 0)) snprintf(name + len, size - (size_t)len, "_p%d", param(v, "pipe", 0));
+}
+static void gemm_mma_grid(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ng,
+                          unsigned *gx, unsigned *gy, unsigned *threads) { /* persistent: gx = 0, as many CTAs as fit */
+  (void)k, (void)rows, (void)cols, (void)ng, (void)gy;
+  *threads = 128u * (unsigned)param(v, "consumers", 1), *gx = 0;
+}
+static unsigned gemm_mma_smem(const fb_kernel_spec *k, const fb_variant *v) {
+  return (unsigned)fb_gemm_mma_smem_total(gemm_kind(k, v), param(v, "tile_m", 128), param(v, "tile_n", 128),
+                                          param(v, "tile_k", 64), param(v, "stages", 4));
 }
 
 /* ---- gemm_bcopy.cuh: the exact BF16 copy (K-permuted) of an NVFP4 / MXFP8 GEMM operand -------------------------- */
@@ -399,7 +466,9 @@ static const fb_tmpl FB_TEMPLATES[] = {
      .param_define = mx_col_param_define, .grid = mx_col_grid},
     {.file = "s2f6.cuh", .match = s2f6_match, .defines = s2f6_defines, .grid = per32_grid},
     {.file = "gemm_sm90.cuh", .match = gemm_match, .illegal = gemm_illegal, .defines = gemm_defines, .tag = gemm_tag,
-     .grid = gemm_grid, .smem = gemm_smem},
+     .grid = gemm_grid, .smem = gemm_smem, .family = "wgmma"},
+    {.file = "gemm_mma.cuh", .match = gemm_mma_match, .illegal = gemm_mma_illegal, .defines = gemm_defines, .tag = gemm_mma_tag,
+     .grid = gemm_mma_grid, .smem = gemm_mma_smem, .family = "mma"},
     {.file = "gemm_bcopy.cuh", .match = bcopy_match, .defines = bcopy_defines, .grid = per32_grid},
     {.file = "tcopy.cuh", .match = tcopy_match, .defines = tcopy_defines, .grid = tcopy_grid},
     {.file = "router.cuh", .match = router_match, .grid = warp_per_row_grid},
@@ -418,15 +487,27 @@ static const char *no_template(fb_op op) {
 }
 
 const fb_tmpl *fb_tmpl_for_spec(const fb_kernel_spec *k, const char *const **params, const char **why) {
-  *params = NULL, *why = NULL;
-  for (int i = 0; i < NTEMPLATES; ++i) {
-    int m = FB_TEMPLATES[i].match(k, params, why);
-    if (m == FB_TMPL_YES) return &FB_TEMPLATES[i];
-    if (m == FB_TMPL_UNSUPPORTED) return NULL;
+  const fb_tmpl *t = fb_tmpl_next(k, -1, params, why);
+  if (t) *why = NULL;
+  return t;
+}
+
+const fb_tmpl *fb_tmpl_next(const fb_kernel_spec *k, int after, const char *const **params, const char **why) {
+  const char *first = NULL, *w = NULL;
+  *params = NULL;
+  for (int i = after + 1; i < NTEMPLATES; ++i) {
+    const char *const *pp = NULL;
+    int m = FB_TEMPLATES[i].match(k, &pp, &w);
+    if (m == FB_TMPL_YES) return *params = pp, *why = first, &FB_TEMPLATES[i];
+    if (m != FB_TMPL_UNSUPPORTED) continue;
+    if (!first) first = w;
+    if (!FB_TEMPLATES[i].family) break; /* a refusal ends the search, but for a family row's: another family may take it */
   }
-  *why = no_template(k->op);
+  *why = first ? first : no_template(k->op);
   return NULL;
 }
+
+int fb_tmpl_index(const fb_tmpl *t) { return t ? (int)(t - FB_TEMPLATES) : -1; }
 
 const fb_tmpl *fb_tmpl_at(int i) { return i >= 0 && i < NTEMPLATES ? &FB_TEMPLATES[i] : NULL; }
 

@@ -84,6 +84,7 @@
 #include "fb_cuda.h"
 #include "fb_error.h"
 #include "fb_gemm_host.h"
+#include "fb_tmpl.h"
 #include "fb_kparams.h"
 #include "model_internal.h"
 
@@ -162,6 +163,9 @@ typedef struct { int gemm, mode, M, N, K; } gfit;
 
 static int fits(const fb_variant *v, const gfit *f) {
   if (!f || !f->gemm) return 1;
+  /* the layer hands the GEMMs the exact BF16 copies of B (bf16copy): a variant multiplying raw MXFP8 B (the portable
+     family's FP8 mma, weights_bf16 0) needs the operand and its scales as they are, which the layer does not pass yet */
+  if (fb_variant_has(v, "weights_bf16") && !vparam(v, "weights_bf16", 1)) return 0;
   int tm = vparam(v, "tile_m", 128), tn = vparam(v, "tile_n", 128), tk = vparam(v, "tile_k", 64);
   if (f->N % tn) return 0;
   if (f->mode == 0 && f->K % tk) return 0;
@@ -193,6 +197,20 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   fb_variant *vs = NULL;
   int nv = 0, pick = -1;
   FB_TRY(fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0));
+  const fb_tmpl *t0 = fb_tmpl_by_file(vs && nv ? vs[0].tmpl : "");
+  if (g->o.pick_family && t0 && t0->family) { /* --pick FAMILY: a GEMM from that family's variants only */
+    int m = 0;
+    for (int j = 0; j < nv; ++j) {
+      const fb_tmpl *t = fb_tmpl_by_file(vs[j].tmpl);
+      if (t && t->family && !strcmp(t->family, g->o.pick_family)) vs[m++] = vs[j];
+    }
+    if (!m) {
+      free(vs);
+      return FB_ERR(FB_EINVAL, "experts gpu: %s: no variant of the GEMM family '%s' (families: wgmma on sm_90a, mma everywhere)", k->name,
+                    g->o.pick_family);
+    }
+    nv = m;
+  }
   void *cub = NULL;
   size_t sz = 0;
   char note[1400] = "";
@@ -204,7 +222,8 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
         if (!strcmp(vs[j].name, vn) && fits(&vs[j], f)) pick = j;
       if (pick < 0) {
         free(cub), cub = NULL;
-        snprintf(note, sizeof note, "cached %s does not fit this shape; ", vn);
+        snprintf(note, sizeof note, g->o.pick_family ? "cached %s is not of the picked family or does not fit this shape; "
+                                                     : "cached %s does not fit this shape; ", vn);
       } else {
         snprintf(note, sizeof note, "cache: %s", ln);
       }

@@ -28,6 +28,9 @@ typedef struct {
   int verbose;                   /* one line per kernel instead of the summary */
   int compile_only;              /* no GPU: generate and compile every kernel the layers need, load nothing (the ops
                                     must not be called) */
+  const char *pick_family;       /* a GEMM family ("wgmma", "mma": gen/fb_tmpl.h's family names): every GEMM from its
+                                    variants only (a cached winner of another family is passed over, said in the notes);
+                                    NULL: the winner of any family */
   struct fb_comm *comm;          /* the ranks of expert parallelism (kept by reference; the layers' L->comm must be it
                                     when N > 1); NULL: one rank. Create is collective over them (NCCL's init). */
 } fb_gpu_experts_opts;

@@ -1,4 +1,4 @@
-/* fb_gemm_host.h — the host side of the generated grouped GEMMs (templates/gemm_sm90.cuh): the configuration a
+/* fb_gemm_host.h — the host side of the generated grouped GEMMs (templates/gemm_sm90.cuh, gemm_mma.cuh): the configuration a
  * spec and variant give, the shared memory they need, the parameter block with its TMA descriptors, the launch,
  * and the BF16 weight copy that the NVFP4 kernels (FB_KIND 1) multiply by.
  * Entry points: fb_gemm_config(), fb_gemm_smem_bytes(), fb_gemm_params(), fb_gemm_launch(),
@@ -10,13 +10,14 @@
 #include "fourbit.h"
 
 typedef struct {
+  int family;    /* 0 gemm_sm90.cuh (wgmma, TMA), 1 gemm_mma.cuh (mma.sync, cp.async: every arch from sm_89) */
   int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 (FP8 wgmma), 3 MXFP8 x BF16 copy */
   int mode;      /* 0 rows grouped (fwd, dgrad), 1 K grouped (wgrad) */
   int out_bf16;  /* BF16 output, else FP32 */
   int s2f6;      /* w2 fwd: the combine payload, RHT-32 (s2f6 == 2) or not (1) + S2F6 with E8M0 per 32 */
   int swiglu;    /* 1 w13 fwd: A = silu(gate) * up, rows x N/2 BF16 (fb_gemm.h's N is 2f);
                     2 w2 dgrad: dH = [dg | du] of the SwiGLU backward, rows x 2N BF16, from dA and H (args.aux) */
-  int tile_m, tile_n, tile_k, stages, consumers;
+  int tile_m, tile_n, tile_k, stages, consumers; /* family 1: consumers groups of 4 warps compute the tile */
 } fb_gemm_cfg;
 
 /* FB_EINVAL when k is not a GEMM with a template or v not one of its variants. */
@@ -38,7 +39,8 @@ typedef struct {
 /* The parameter block: checks the sizes against the tile (FB_EINVAL naming what does not divide) and encodes
  * the two tensor maps with the driver. */
 fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm *p);
-/* One persistent CTA per SM (sms of them). */
+/* The persistent grid: one CTA per SM (family 0), as many as fit on each of the sms SMs (family 1). */
+fb_status fb_gemm_ctas(const fb_kernel *k, const fb_gemm_cfg *c, int sms, unsigned *ctas);
 fb_status fb_gemm_launch(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms);
 
 /* The K permutation inside every 32-group of the BF16 weight copy: position P (0..31) holds element

@@ -1,4 +1,4 @@
-/* gemm_host.c — configuration, tensor maps and launch of the generated grouped GEMMs (fb_gemm_host.h). */
+/* gemm_host.c — configuration, tensor maps and launch of the generated grouped GEMMs, both families (fb_gemm_host.h). */
 #include "fb_gemm_host.h"
 
 #include "fb_error.h"
@@ -9,7 +9,8 @@
 
 fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_cfg *c) {
   memset(c, 0, sizeof *c);
-  if (strcmp(v->tmpl, "gemm_sm90.cuh")) return FB_ERR(FB_EINVAL, "%s: not a GEMM variant (template %s)", v->name, v->tmpl);
+  if (!strcmp(v->tmpl, "gemm_mma.cuh")) c->family = 1;
+  else if (strcmp(v->tmpl, "gemm_sm90.cuh")) return FB_ERR(FB_EINVAL, "%s: not a GEMM variant (template %s)", v->name, v->tmpl);
   c->kind = k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
   c->mode = k->op == FB_OP_GEMM_WGRAD;
   c->out_bf16 = k->out_bf16 && !c->mode;
@@ -22,11 +23,12 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   return FB_OK;
 }
 
-size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) {
-  return (size_t)fb_gemm_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages); /* fb_gemm.h */
+size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) { /* fb_gemm.h */
+  if (c->family == 1) return (size_t)fb_gemm_mma_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
+  return (size_t)fb_gemm_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
 }
 
-unsigned fb_gemm_threads(const fb_gemm_cfg *c) { return 128u * (unsigned)(1 + c->consumers); }
+unsigned fb_gemm_threads(const fb_gemm_cfg *c) { return 128u * (unsigned)(c->family == 1 ? c->consumers : 1 + c->consumers); }
 
 /* A 2D K-major map: inner (contiguous) extent `inner` elements of `esize` bytes, `outer` rows. */
 static fb_status tmap(fb_tmap *m, unsigned long long ptr, int u8, unsigned long long inner, unsigned long long outer,
@@ -47,7 +49,7 @@ static fb_status tmap(fb_tmap *m, unsigned long long ptr, int u8, unsigned long 
 fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm *p) {
   memset(p, 0, sizeof *p);
   FB_TRY(fb_cuda_load());
-  if (!fb_cu.TensorMapEncodeTiled) return FB_ERR(FB_ECUDA, "gemm: this driver has no cuTensorMapEncodeTiled");
+  if (!fb_cu.TensorMapEncodeTiled && c->family == 0) return FB_ERR(FB_ECUDA, "gemm: this driver has no cuTensorMapEncodeTiled");
   if (a->experts < 1) return FB_ERR(FB_EINVAL, "gemm: experts = %d", a->experts);
   if (a->N % c->tile_n) return FB_ERR(FB_EINVAL, "gemm: N = %d is not a multiple of tile_n = %d", a->N, c->tile_n);
   if (c->mode == 0 && a->K % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of tile_k = %d", a->K, c->tile_k);
@@ -61,11 +63,13 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
     return FB_ERR(FB_EINVAL, "gemm: SwiGLU needs N = 2f with f a multiple of tile_n / 2 (N = %d)", a->N);
   /* A: mode 0 rows x K; mode 1 M x rows. B: mode 0 experts*N x K; mode 1 N x rows */
   unsigned long long a_in = c->mode ? rows : K, a_out = c->mode ? M : rows, b_in = c->mode ? rows : K, b_out = c->mode ? N : EN;
-  if (c->kind == 0) {
+  if (c->kind == 1 && c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
+  if (c->family == 1) { /* gemm_mma.cuh reads p->a and p->b with cp.async: 16-byte rows (K and rows divide the tile) */
+    (void)a_in, (void)a_out, (void)b_in, (void)b_out, (void)tm, (void)tn;
+  } else if (c->kind == 0) {
     FB_TRY(tmap(&p->ta, a->a, 0, a_in, a_out, 64, tm, 128));
     FB_TRY(tmap(&p->tb, a->b, 0, b_in, b_out, 64, tn, 128));
   } else if (c->kind == 1) {
-    if (c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
     FB_TRY(tmap(&p->ta, a->a, 1, K / 2, rows, 64, tm, 64));
     FB_TRY(tmap(&p->tb, a->b, 0, K, EN, 64, tn, 128));
   } else if (c->kind == 2) {
@@ -75,6 +79,7 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
     FB_TRY(tmap(&p->ta, a->a, 1, a_in, a_out, 128, tm, 128));
     FB_TRY(tmap(&p->tb, a->b, 0, b_in, b_out, 64, tn, 128));
   }
+  p->a = a->a, p->b = a->b;
   p->out = a->out, p->offsets = a->offsets, p->a_sf = a->a_sf, p->b_sf = a->b_sf;
   p->a_outer = a->a_outer, p->b_outer = a->b_outer;
   p->rows = a->rows, p->experts = a->experts, p->M = a->M, p->N = a->N, p->K = a->K, p->aux = a->aux;
@@ -83,9 +88,25 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
   return FB_OK;
 }
 
+fb_status fb_gemm_ctas(const fb_kernel *k, const fb_gemm_cfg *c, int sms, unsigned *ctas) {
+  unsigned n = (unsigned)(sms > 0 ? sms : 1);
+  if (c->family == 1) { /* the portable family: as many CTAs as fit on an SM at once, on every SM */
+    unsigned smem = (unsigned)fb_gemm_smem_bytes(c);
+    int per = 1;
+    if (smem > 48 * 1024) CU_CHECK(fb_cu.FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+    if (fb_cu.OccupancyMaxActiveBlocksPerMultiprocessor)
+      CU_CHECK(fb_cu.OccupancyMaxActiveBlocksPerMultiprocessor(&per, k->fn, (int)fb_gemm_threads(c), smem));
+    if (per < 1) return FB_ERR(FB_ECUDA, "gemm: %u threads with %u bytes of shared memory do not fit on an SM", fb_gemm_threads(c), smem);
+    n *= (unsigned)per;
+  }
+  *ctas = n;
+  return FB_OK;
+}
+
 fb_status fb_gemm_launch(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms) {
-  return fb_kernel_launch_smem(k, (unsigned)(sms > 0 ? sms : 1), 1, fb_gemm_threads(c), (unsigned)fb_gemm_smem_bytes(c), p,
-                               sizeof *p);
+  unsigned ctas;
+  FB_TRY(fb_gemm_ctas(k, c, sms, &ctas));
+  return fb_kernel_launch_smem(k, ctas, 1, fb_gemm_threads(c), (unsigned)fb_gemm_smem_bytes(c), p, sizeof *p);
 }
 
 int fb_gemm_kperm(int P) {

@@ -1,4 +1,4 @@
-/* fb_gemm.h — the parameter block of the generated grouped GEMMs (templates/gemm_sm90.cuh), the same layout in
+/* fb_gemm.h — the parameter block of the generated grouped GEMMs (templates/gemm_sm90.cuh, gemm_mma.cuh), the same layout in
  * host C and device code. The two TMA descriptors travel inside it (128 bytes each, 64-byte aligned), so the
  * kernel takes one __grid_constant__ argument and the descriptors stay in parameter space.
  *
@@ -38,6 +38,18 @@ FB_GEMM_FN int fb_gemm_stage_bytes(int kind, int tm, int tn, int tk) {
 FB_GEMM_FN long fb_gemm_smem_total(int kind, int tm, int tn, int tk, int stages) {
   return 1024 + (long)stages * fb_gemm_stage_bytes(kind, tm, tn, tk) + 16 * (long)stages;
 }
+/* The portable family's stage (gemm_mma.cuh): A, B and, for FB_KIND 2, the raw E8M0 bytes of the k-block (4 per row of
+   A, then per row of B), each 128-byte aligned; no barriers (cp.async groups and __syncthreads order the stages). */
+#define FB_GEMM_MMA_WARPS_N(tn) ((tn) == 256 ? 4 : 2) /* gemm_mma.cuh's warps across N (the rest down M) */
+FB_GEMM_FN int fb_gemm_align128(int x) { return (x + 127) / 128 * 128; }
+FB_GEMM_FN int fb_gemm_mma_sf_bytes(int kind, int tm, int tn, int tk) { return kind == 2 ? (tm + tn) * (tk / 32) : 0; }
+FB_GEMM_FN int fb_gemm_mma_stage_bytes(int kind, int tm, int tn, int tk) {
+  return fb_gemm_align128(fb_gemm_a_bytes(kind, tm, tk)) + fb_gemm_align128(fb_gemm_b_bytes(kind, tn, tk)) +
+         fb_gemm_align128(fb_gemm_mma_sf_bytes(kind, tm, tn, tk));
+}
+FB_GEMM_FN long fb_gemm_mma_smem_total(int kind, int tm, int tn, int tk, int stages) {
+  return 128 + (long)stages * fb_gemm_mma_stage_bytes(kind, tm, tn, tk);
+}
 
 typedef unsigned long long fb_gptr;
 
@@ -61,6 +73,8 @@ typedef struct {
   fb_gptr out_sf;      /* FB_S2F6 (w2 fwd, the combine payload): E8M0 per 32 of each row of D, rows x N/32 */
   unsigned signs;      /* FB_S2F6 with FB_RHT: the RHT-32 sign mask */
   unsigned pad_;
+  fb_gptr a, b;        /* A's and B's elements as ta and tb map them (the portable family, gemm_mma.cuh, reads them with
+                          cp.async: it runs where TMA does not) */
 } fb_kp_gemm;
 
 #endif

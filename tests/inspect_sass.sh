@@ -2,8 +2,10 @@
 # inspect_sass.sh — `make inspect`: the machine code of the generated kernels for every arch, read with
 # cuobjdump (CUDA's, or the copy `pip install triton` brings): no local memory (LDL/STL: spills or stack
 # arrays) in any kernel, and the conversion instructions we mean to use: F2FP...E4M3 (sm_89+, RN E4M3) and, on
-# sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8); every sm_90a GEMM (gemm_*) runs its products on the
-# tensor cores (HGMMA) and loads by TMA (UTMALDG). Blackwell cubins are only read, never run.
+# sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8); every wgmma GEMM (gemm_*, sm_90a) runs its products
+# on the tensor cores (HGMMA) and loads by TMA (UTMALDG), every portable one (gemm_*_mma_*, every arch) on mma.sync
+# (HMMA, or QMMA for FP8 where the arch has it) with cp.async loads (LDGSTS). Only sm_90a cubins have run (an H200):
+# sm_89, sm_100a, sm_103a and sm_120a ones are only read, never run.
 # Prints SKIPPED and exits 77 (never counted as passed) when no cuobjdump is found.
 # usage: tests/inspect_sass.sh build/fourbit
 set -u
@@ -14,27 +16,40 @@ if [ -z "$CO" ]; then
 fi
 [ -x "${CO:-/nonexistent}" ] || { echo "inspect: SKIPPED (not passed): no cuobjdump (pip install triton brings one)"; exit 77; }
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-"$FB" gen recipes/inkling2_small.lua --arch sm_90a,sm_100a,sm_103a --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
-fail=0; n=0; ng=0
-printf '%-8s %8s %10s %10s %10s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt"
-for arch in sm_90a sm_100a sm_103a; do
-  nl=0; ne4=0; ne8=0; nc=0
+ARCHS=${INSPECT_ARCHS:-sm_89 sm_90a sm_100a sm_103a sm_120a}
+"$FB" gen recipes/inkling2_small.lua --arch "$(tr ' ' , <<<"$ARCHS")" --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
+fail=0; n=0; ng=0; nm=0
+printf '%-8s %8s %10s %10s %10s %8s %8s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt" "wgmma" "mma"
+for arch in $ARCHS; do
+  nl=0; ne4=0; ne8=0; nc=0; gw=0; gm=0
   for c in "$W"/*.$arch.cubin; do
     s=$("$CO" -sass "$c")
     nc=$((nc+1))
     grep -qE '\b(LDL|STL)\b' <<<"$s" && { nl=$((nl+1)); echo "  local memory in $(basename "$c")"; }
     grep -q 'F2FP.SATFINITE.E4M3' <<<"$s" && ne4=$((ne4+1))
     grep -qE 'F2FP.*E8.*RP' <<<"$s" && ne8=$((ne8+1))
-    case $(basename "$c") in gemm_*)
-      ng=$((ng+1))
+    case $(basename "$c") in
+    gemm_*_mma_*)
+      gm=$((gm+1))
+      { grep -qE '\b(HMMA|QMMA)\.' <<<"$s" && grep -q 'LDGSTS' <<<"$s" && ! grep -q 'GMMA' <<<"$s"; } ||
+        { echo "  no HMMA / QMMA or no LDGSTS (or a GMMA) in $(basename "$c")"; fail=1; } ;;
+    gemm_*)
+      gw=$((gw+1))
+      [ $arch = sm_90a ] || { echo "  a wgmma GEMM for $arch: $(basename "$c")"; fail=1; }
       { grep -q 'HGMMA' <<<"$s" && grep -q 'UTMALDG' <<<"$s"; } || { echo "  no HGMMA or no UTMALDG in $(basename "$c")"; fail=1; } ;;
     esac
   done
-  printf '%-8s %8d %10d %10d %10d\n' $arch $nc $nl $ne4 $ne8
+  printf '%-8s %8d %10d %10d %10d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $gw $gm
+  ng=$((ng+gw)); nm=$((nm+gm))
+  [ $gm -gt 0 ] || { echo "  no portable GEMM for $arch"; fail=1; }
   n=$((n+nc))
   [ $nl -eq 0 ] || fail=1
   [ $ne4 -gt 0 ] || { echo "  no E4M3 conversion instruction in any $arch kernel"; fail=1; }
-  if [ $arch != sm_90a ]; then [ $ne8 -gt 0 ] || { echo "  no E8M0 conversion instruction in any $arch kernel"; fail=1; }
-  else [ $ne8 -eq 0 ] || { echo "  an E8M0 conversion instruction on sm_90a?"; fail=1; }; fi
+  case $arch in
+  sm_100a|sm_103a) [ $ne8 -gt 0 ] || { echo "  no E8M0 conversion instruction in any $arch kernel"; fail=1; } ;;
+  sm_89|sm_90a) [ $ne8 -eq 0 ] || { echo "  an E8M0 conversion instruction on $arch?"; fail=1; } ;;
+  esac
 done
-[ $fail -eq 0 ] && echo "inspect: $n cubins read ($ng GEMMs with HGMMA and TMA), as expected" || { echo "inspect: FAILED"; exit 1; }
+grep -E '^sm_[0-9a]+: GEMM families' "$W/log"
+[ $fail -eq 0 ] && echo "inspect: $n cubins read ($ng wgmma GEMMs with HGMMA and TMA, $nm portable ones with HMMA / QMMA and cp.async), as expected" ||
+  { echo "inspect: FAILED"; exit 1; }

@@ -154,7 +154,7 @@ static void test_variants_fit(void **state) {
   for (int f = 0; f < r->nfamilies; ++f)
     if (!strcmp(r->families[f].family, "gemm")) fam = &r->families[f];
   assert_non_null(fam);
-  int specs = 0, kept = 0;
+  int specs = 0, kept = 0, kept_mma = 0;
   for (int i = 0; i < p->nkernels; ++i) {
     const fb_kernel_spec *k = &p->kernels[i];
     if (strncmp(k->name, "gemm_", 5)) continue;
@@ -168,15 +168,48 @@ static void test_variants_fit(void **state) {
       fb_gemm_cfg c;
       assert_int_equal(fb_gemm_config(k, &vs[j], &c), FB_OK);
       assert_true(fb_gemm_smem_bytes(&c) <= 232448);
-      assert_true(c.tile_m % (64 * c.consumers) == 0 && c.tile_m <= 256);
       assert_true(c.kind == 0 ? c.tile_k % 64 == 0 : c.tile_k == 128);
-      assert_true(c.kind != 2); /* the FP8-wgmma kind never comes out of the generator */
+      if (c.family == 0) { /* wgmma: m64 sub-tiles of 1 or 2 consumer warpgroups; never the FP8 form (issue 21's) */
+        assert_string_equal(vs[j].tmpl, "gemm_sm90.cuh");
+        assert_true(c.tile_m % (64 * c.consumers) == 0 && c.tile_m <= 256);
+        assert_true(c.kind != 2);
+        assert_int_equal(fb_gemm_threads(&c), 128 * (1 + c.consumers));
+      } else { /* mma.sync: warps across N of at most 64 columns with BF16 products, m16 tiles down M */
+        assert_string_equal(vs[j].tmpl, "gemm_mma.cuh");
+        const int wn = FB_GEMM_MMA_WARPS_N(c.tile_n), wm = 4 * c.consumers / wn;
+        assert_true(wm >= 1 && c.tile_m % (16 * wm) == 0 && c.tile_m <= 256);
+        assert_true(c.kind == 2 || c.tile_n / wn <= 64);
+        assert_int_equal(fb_gemm_threads(&c), 128 * c.consumers);
+        ++kept_mma;
+      }
       ++kept;
     }
     free(vs);
   }
-  printf("  inkling2_small: %d GEMM specs, %d variants kept, each within 227 KiB of shared memory\n", specs, kept);
+  printf("  inkling2_small: %d GEMM specs, %d variants kept (%d of the portable mma family), each within 227 KiB of shared memory\n",
+         specs, kept, kept_mma);
   assert_int_equal(specs, 7);
+  assert_true(kept_mma > 0 && kept_mma < kept);
+  /* on every other arch the portable family alone, for every GEMM of the plan */
+  static const char *const other[] = {"sm_89", "sm_100a", "sm_103a", "sm_120a"};
+  for (int a = 0; a < 4; ++a) {
+    fb_plan *q = NULL;
+    assert_int_equal(fb_plan_resolve(r, other[a], &q), FB_OK);
+    int n = 0;
+    for (int i = 0; i < q->nkernels; ++i) {
+      const fb_kernel_spec *k = &q->kernels[i];
+      if (strncmp(k->name, "gemm_", 5)) continue;
+      fb_variant *vs = NULL;
+      int nv = 0;
+      assert_int_equal(fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0), FB_OK);
+      assert_true(nv > 0);
+      for (int j = 0; j < nv; ++j) assert_string_equal(vs[j].tmpl, "gemm_mma.cuh");
+      free(vs);
+      ++n;
+    }
+    assert_int_equal(n, 7);
+    fb_plan_free(q);
+  }
   fb_plan_free(p);
   fb_recipe_free(r);
 }

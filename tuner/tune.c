@@ -7,6 +7,7 @@
  * together with the default variant; the winner, its runner-up and the default's time go to `winners`.
  * Entry points: fb_tune_run(), fb_tune_lookup(), fb_tune_warm_start_bench(), fb_tune_fingerprint(). */
 #include "tune.h"
+#include "fb_tmpl.h"
 
 #include "fb_cuda.h"
 #include "fb_error.h"
@@ -40,9 +41,8 @@ fb_status fb_tune_fingerprint(fb_fingerprint *fp) {
 }
 
 static const char *arch_of(const fb_fingerprint *fp) {
-  if (fp->cc_major == 10 && fp->cc_minor == 3) return "sm_103a";
-  if (fp->cc_major == 10) return "sm_100a";
-  return "sm_90a"; /* Hopper, and the emulator (cc 0.0) */
+  if (fp->cc_major == 0) return "sm_90a"; /* the emulator (cc 0.0) */
+  return fb_arch_of_cc(fp->cc_major, fp->cc_minor);
 }
 
 /* ---- a child process with pipes: the compile children and the worker ---------------------------------------- */
@@ -467,6 +467,24 @@ static const char *tag(const kspec *ks, const cand *c) {
   return strncmp(c->var.name, ks->spec.name, l) ? c->var.name : c->var.name + l + (c->var.name[l] == '_');
 }
 
+/* A GEMM whose winner is not of the fast family (the first template's: wgmma on sm_90a) when every variant of that
+   family failed: said on stderr and in the summary, with the first failure's reason (the portable family is the net). */
+static void family_fallback(const kspec *ks, const cand *wc, long long bucket, summary_row *row) {
+  const fb_tmpl *t0 = fb_tmpl_by_file(ks->c[0].var.tmpl), *tw = fb_tmpl_by_file(wc->var.tmpl);
+  if (!t0 || !tw || !t0->family || t0 == tw) return;
+  int n = 0, failed = 0;
+  const cand *first = NULL;
+  for (int i = 0; i < ks->n; ++i) {
+    if (strcmp(ks->c[i].var.tmpl, t0->file)) continue;
+    ++n;
+    if (ks->c[i].fail != FB_TRIAL_OK) failed += 1, first = first ? first : &ks->c[i];
+  }
+  if (!n || failed < n) return;
+  fprintf(stderr, "  %s b%lld: every %s variant (%d) failed (first: %s: %s): the winner is the %s family's %s\n", ks->spec.name, bucket,
+          t0->family, n, first->var.name, first->err[0] ? first->err : fb_trial_status_name(first->fail), tw->family, wc->var.name);
+  row->note = tw->family && !strcmp(tw->family, "mma") ? "fallback: mma (every wgmma variant failed)" : "fallback: another family";
+}
+
 static void tune_spec_bucket(run_ctx *x, summary_row *row) {
   kspec *ks = x->ks;
   memset(row, 0, sizeof *row);
@@ -548,6 +566,7 @@ static void tune_spec_bucket(run_ctx *x, summary_row *row) {
     else if (r2 < 0 || med[j] < med[r2]) r2 = j;
   }
   cand *wc = &ks->c[top[b]];
+  family_fallback(ks, wc, x->bucket, row);
   fb_winner w;
   memset(&w, 0, sizeof w);
   w.fp = x->w->dev.fp;
@@ -700,6 +719,17 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
       return rc;
     }
     arch = arch_of(&w.dev.fp);
+    if (!arch) {
+      rc = fb_seterr(FB_EINVAL, NULL, 0, "%s (sm_%d%d): fourbit generates for %s only", w.dev.fp.gpu, w.dev.fp.cc_major,
+                     w.dev.fp.cc_minor, FB_ARCHS);
+      goto done;
+    }
+    if (o->arch && strcmp(o->arch, arch)) {
+      rc = fb_seterr(FB_EINVAL, NULL, 0, "--arch %s: this GPU is %s", o->arch, arch);
+      goto done;
+    }
+  } else if (o->arch) {
+    arch = o->arch;
   }
   FB_TRY_GOTO(fb_plan_resolve(r, arch, &p), done);
   FB_TRY_GOTO(collect(o, r, p, &ks, &nks), done);
@@ -712,6 +742,8 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
   for (int i = 0; i < nks; ++i) total += ks[i].n;
   if (o->dry_run) {
     printf("fourbit tune %s --dry-run: arch %s, plan sha256 %.16s..., cache %s%s\n", r->path, arch, p->sha256, dir, cache ? "" : " (none yet)");
+    printf("GEMM families tried on %s: %s (each GEMM's variants of every family are checked and timed together; %s)\n", arch,
+           fb_arch_families(arch), strcmp(arch, "sm_90a") ? "this arch has not run here: compiled only" : "both run on an H200");
     printf("shape buckets (tokens per rank):");
     for (int b = 0; b < nb; ++b) printf(" %lld", buckets[b]);
     printf("\n%-52s %-16s %8s %7s %7s  %s\n", "kernel spec", "template", "variants", "cached", "compile", "shape at the first bucket (rows x cols)");
@@ -730,6 +762,17 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
       char shp[64] = "-";
       if (fb_tune_shape(&ks[i].spec, &r->model, r->ep, shapes[0], &sh) == FB_OK) snprintf(shp, sizeof shp, "%lld x %lld", sh.rows, sh.cols);
       printf("%-52s %-16s %8d %7d %7d  %s\n", ks[i].spec.name, ks[i].c[0].var.tmpl, ks[i].n, cached, ks[i].n - cached, shp);
+      const fb_tmpl *t0 = fb_tmpl_by_file(ks[i].c[0].var.tmpl);
+      if (t0 && t0->family) { /* a GEMM: its variants per family */
+        printf("    families:");
+        for (int r0 = 0; r0 < ks[i].n;) {
+          int r1 = r0;
+          while (r1 < ks[i].n && !strcmp(ks[i].c[r1].var.tmpl, ks[i].c[r0].var.tmpl)) ++r1;
+          const fb_tmpl *t = fb_tmpl_by_file(ks[i].c[r0].var.tmpl);
+          printf(" %s %d (%s)%s", t && t->family ? t->family : "?", r1 - r0, ks[i].c[r0].var.tmpl, r1 < ks[i].n ? "," : "\n");
+          r0 = r1;
+        }
+      }
       for (int v = 0; v < ks[i].n; ++v) printf("    %s%s\n", ks[i].c[v].var.name, v == 0 ? "   (default)" : "");
       if (ks[i].pruned) printf("    (%d variants pruned: %s)\n", ks[i].pruned, ks[i].pruned_why);
     }
@@ -820,7 +863,7 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
   int nowin = 0;
   for (int i = 0; i < nrows; ++i) {
     summary_row *s = &rows[i];
-    if (s->note) {
+    if (s->note && !s->winner[0]) {
       printf("%-48s %8lld %11s %11s %8s  %-22s %-30s %5d %6d\n", s->spec, s->bucket, "-", "-", "-", s->note, "", s->cands, s->failed);
       ++nowin;
       continue;
@@ -829,6 +872,7 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
     if (s->default_ms > 0) snprintf(def, sizeof def, "%.4f", s->default_ms), snprintf(sp, sizeof sp, "%.2fx", s->default_ms / s->tuned_ms);
     if (s->runner[0]) snprintf(ru, sizeof ru, "%s (%.4f)", s->runner, s->runner_ms);
     printf("%-48s %8lld %11s %11.4f %8s  %-22s %-30s %5d %6d\n", s->spec, s->bucket, def, s->tuned_ms, sp, s->winner, ru, s->cands, s->failed);
+    if (s->note) printf("%-48s %8s  %s\n", "", "", s->note);
   }
   int untimed_bad = 0;
   for (int i = 0; i < nks; ++i)

@@ -87,6 +87,7 @@ typedef struct {
   int jobs;                  /* parallel compiles */
   const char *only;          /* kernel specs whose name contains this */
   int dry_run;
+  const char *arch;          /* --arch: the dry run's arch (default sm_90a); with a GPU it must be the GPU's */
   const char *self;          /* this executable: `self __compile` compiles one kernel in a child process */
   const char *worker;        /* the worker executable */
   double compile_timeout_s;  /* hard, per compile */

@@ -51,7 +51,7 @@ typedef struct {
 
 typedef struct fb_plan {
   const fb_recipe *recipe;
-  char arch[16];         /* sm_90a, sm_100a, sm_103a */
+  char arch[16];         /* one of FB_ARCHS */
   int nlayers;
   fb_layer_prec *layers; /* [nlayers], resolved */
   int nkernels;
@@ -82,6 +82,14 @@ fb_status fb_kernel_spec_name(fb_kernel_spec *k, const char *arch);
  * *tail (may be NULL), where the variant's tag starts in name. Only canonical names parse. */
 fb_status fb_kernel_parse(const char *name, fb_kernel_spec *k, char *arch, size_t archlen, size_t *tail);
 /* sm_90a -> sm90a */
+/* The archs fourbit generates for, as one comma-separated list (FB_ARCHS), and whether arch is one of them. The GEMM
+ * families each runs (fb_arch_families): wgmma on sm_90a, mma.sync (the portable family) on all; the tcgen05 family of
+ * sm_100a / sm_103a is not written yet (issue 19). */
+#define FB_ARCHS "sm_89, sm_90a, sm_100a, sm_103a, sm_120a"
+int fb_arch_known(const char *arch);
+/* The arch of a GPU of compute capability major.minor, NULL for one fourbit does not generate for. */
+const char *fb_arch_of_cc(int major, int minor);
+const char *fb_arch_families(const char *arch);
 fb_status fb_arch_tag(const char *arch, char *buf, size_t n);
 
 /* Specs from what they compute (fields and tune family; role: for people, may be NULL). */

@@ -39,8 +39,10 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
              "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
-             "                   [--peer FILE]\n"
-             "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n");
+             "                   [--pick mma|wgmma] [--peer FILE]\n"
+             "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
+             "--pick mma|wgmma[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
+             "of the family with --cache, else its first).\n");
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -246,8 +248,15 @@ int main(int argc, char **argv) {
   pk pu;
   memset(&pu, 0, sizeof pu);
   pu.r = r;
+  /* --pick mma / wgmma[,V1,...]: a GEMM family for every GEMM (the runtime's pick_family), then variant names */
+  const char *family = NULL;
+  if (picks && (!strncmp(picks, "mma", 3) || !strncmp(picks, "wgmma", 5))) {
+    size_t l = strcspn(picks, ",");
+    family = l == 3 ? "mma" : l == 5 && picks[0] == 'w' ? "wgmma" : NULL;
+    if (family) picks = picks[l] ? picks + l + 1 : NULL;
+  }
   if (picks) snprintf(pu.picks, sizeof pu.picks, ",%s,", picks);
-  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : picks ? pick_lookup : NULL,
+  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : picks ? pick_lookup : NULL, .pick_family = family,
                             .lookup_user = cache ? (void *)&u : (void *)&pu, .log = stdout, .verbose = 1, .comm = comm};
   fb_gpu_experts *g = NULL;
   CK(fb_gpu_experts_create(&go, &g));

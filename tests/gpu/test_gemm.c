@@ -9,7 +9,7 @@
  *                               (QGMMA for FP8) and UTMALDG, and no instruction touches an accumulator register of a
  *                               wgmma group between its issue and the wait that retires it (issue 18: the MXFP8 SwiGLU
  *                               pipe 2 epilogues copied the accumulators before the last group's wait_group 0)
- *   test_gemm --only SUBSTR     only kernels whose name contains SUBSTR (and what their checks compare with: the FP32
+ *   test_gemm --only SUBSTR,..  only kernels whose name contains one of them (and what their checks compare with: the FP32
  *                               companion of a SwiGLU / S2F6 variant, the pipe 0 twin of a pipelined FP32 one)
  *   test_gemm --list            the classes and the chosen variants, without compiling
  *   test_gemm --bench PEERFILE  also time every covering-set variant that passed (and the FP8 wgmma ones) on the
@@ -201,6 +201,7 @@ static fb_tune_family product_family(void) {
 
 typedef struct {
   int kind, outer, epi, pipe, co, mw, tn, tk, wb; /* kind: 0 BF16, 1 NVFP4, 2 MXFP8; wb -1: no such parameter (BF16) */
+  int fam; /* 0 wgmma (gemm_sm90.cuh: mw = m64 sub-tiles a consumer), 1 mma.sync (gemm_mma.cuh: mw = m16 tiles a warp) */
 } ckey;
 typedef struct {
   ckey key;
@@ -218,15 +219,17 @@ static const char *kind_name(int kind, int outer) {
 static void class_label(const ckey *c, char *b, size_t n) {
   char wb[16] = "";
   if (c->wb >= 0) snprintf(wb, sizeof wb, " b%d", c->wb);
-  snprintf(b, n, "%-20s %-16s p%d w%d mw%d n%d%s", kind_name(c->kind, c->outer), EPI_NAME[c->epi], c->pipe, c->co, c->mw, c->tn, wb);
+  snprintf(b, n, "%-5s %-20s %-16s p%d w%d mw%d n%d%s", c->fam ? "mma" : "wgmma", kind_name(c->kind, c->outer), EPI_NAME[c->epi], c->pipe, c->co,
+           c->mw, c->tn, wb);
 }
 static ckey key_of(const fb_kernel_spec *k, const fb_variant *v) {
   int wb = vparam(v, "weights_bf16"), co = vparam(v, "consumers");
   int has_wb = 0;
   for (int i = 0; i < v->nparams; ++i) has_wb |= !strcmp(v->param[i], "weights_bf16");
-  int kind = spec_kind(k, 1);
-  ckey c = {kind == 3 ? 2 : kind, spec_outer(k), spec_epi(k), vparam(v, "pipe"), co, vparam(v, "tile_m") / co / 64, vparam(v, "tile_n"),
-            0, has_wb ? wb : -1}; /* tile_k: not a class of its own (the BF16 GEMM's 64 / 128 differ by a loop's count) */
+  int kind = spec_kind(k, 1), fam = !strcmp(v->tmpl, "gemm_mma.cuh");
+  ckey c = {kind == 3 ? 2 : kind, spec_outer(k), spec_epi(k), vparam(v, "pipe"), co,
+            fam ? vparam(v, "tile_m") / (4 * co / FB_GEMM_MMA_WARPS_N(vparam(v, "tile_n"))) / 16 : vparam(v, "tile_m") / co / 64, vparam(v, "tile_n"),
+            0, has_wb ? wb : -1, fam}; /* tile_k: not a class of its own (the BF16 GEMM's 64 / 128 differ by a loop's count) */
   return c;
 }
 static int find_class(const ckey *c) {
@@ -255,8 +258,11 @@ typedef struct {
 static gspec *gspecs;
 static int ngspecs;
 
-/* a spec's variant with the given values through the generator (a one-row family): 1 kept (*v), 0 pruned (why) */
-static int probe(const fb_kernel_spec *k, const int val[8], fb_variant *v, char *why, size_t n) {
+/* a spec's variant of family fam (0 wgmma, 1 mma) with the given values through the generator (a one-row family): 1 kept
+   (*v), 0 pruned (why) */
+static const char *const FAM_TMPL[2] = {"gemm_sm90.cuh", "gemm_mma.cuh"};
+static int fam_of(const fb_variant *v) { return !strcmp(v->tmpl, FAM_TMPL[1]); }
+static int probe(const fb_kernel_spec *k, const int val[8], int fam, fb_variant *v, char *why, size_t n) {
   fb_tune_family f;
   memset(&f, 0, sizeof f);
   snprintf(f.family, sizeof f.family, "gemm");
@@ -266,9 +272,12 @@ static int probe(const fb_kernel_spec *k, const int val[8], fb_variant *v, char 
   int nv, pruned;
   why[0] = 0;
   CK(fb_gen_variants(k, &f, &vs, &nv, &pruned, why, n));
-  if (nv) *v = vs[0];
+  int got = 0;
+  for (int i = 0; i < nv && !got; ++i)
+    if (!strcmp(vs[i].tmpl, FAM_TMPL[fam])) *v = vs[i], got = 1;
+  if (!got && nv && n) snprintf(why, n, "the %s variant is pruned (only the other family's is kept)", fam ? "mma" : "wgmma");
   free(vs);
-  return nv;
+  return got;
 }
 
 /* The companion of a fused unit (a plain FP32 rows GEMM of the same kind, outer scales and tune values) or the pipe 0
@@ -293,7 +302,7 @@ static int dep_unit(int ui, int role) {
   if (role == R_TWIN) val[7] = 0;
   fb_variant v;
   char why[256];
-  if (!probe(&k, val, &v, why, sizeof why)) DIE("test_gemm: %s: its %s is pruned: %s", u->v.name, role == R_COMP ? "companion" : "pipe 0 twin", why);
+  if (!probe(&k, val, fam_of(&u->v), &v, why, sizeof why)) DIE("test_gemm: %s: its %s is pruned: %s", u->v.name, role == R_COMP ? "companion" : "pipe 0 twin", why);
   for (int i = 0; i < nunits; ++i) /* the same kernel: the same name and outer scales (what else the name does not say) */
     if (!strcmp(units[i].v.name, v.name) && units[i].k.act.outer == k.act.outer && units[i].k.src.outer == k.src.outer) return i;
   unit *d = new_unit(); /* may move units */
@@ -395,27 +404,30 @@ static void build_cover(void) {
         if ((kd == 3 ? 2 : kd) == kinds[a][0] && spec_outer(k) == kinds[a][1] && spec_epi(k) == e) break;
       }
       if (s == ngspecs) {
-        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1};
+        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1, 0};
         int ci = add_class(&c);
         snprintf(classes[ci].why, sizeof classes[ci].why, "no shipped recipe's plan has such a GEMM");
         continue;
       }
       const char *why;
       if (!fb_gen_template(&gspecs[s].k, &why)) {
-        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1};
+        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1, 0};
         int ci = add_class(&c);
         snprintf(classes[ci].why, sizeof classes[ci].why, "%s (%s): %s", gspecs[s].k.name, gspecs[s].recipe, why);
         continue;
       }
       int has_wb = kinds[a][0] != 0;
+      for (int fam = 0; fam < 2; ++fam)
       for (int pi = 0; pi < nfv[7]; ++pi)
         for (int ci_ = 0; ci_ < nfv[5]; ++ci_)
           for (int mi = 0; mi < nfv[0]; ++mi)
             for (int ni = 0; ni < nfv[1]; ++ni)
               for (int wi = 0; wi < (has_wb ? nfv[6] : 1); ++wi) {
                 int co = fvals[5][ci_], tm = fvals[0][mi];
-                if (tm % (64 * co)) continue; /* tile_m / consumers / 64: the m64 sub-tiles */
-                ckey c = {kinds[a][0], kinds[a][1], e, fvals[7][pi], co, tm / co / 64, fvals[1][ni], 0, has_wb ? fvals[6][wi] : -1};
+                const int wmm = 4 * co / FB_GEMM_MMA_WARPS_N(fvals[1][ni]); /* mma: warps down M */
+                if (fam ? !wmm || tm % (16 * wmm) : tm % (64 * co)) continue; /* wgmma: m64 sub-tiles a consumer; mma: m16 tiles a warp */
+                ckey c = {kinds[a][0], kinds[a][1], e, fvals[7][pi], co, fam ? tm / wmm / 16 : tm / co / 64, fvals[1][ni], 0,
+                          has_wb ? fvals[6][wi] : -1, fam};
                 if (find_class(&c) >= 0) continue;
                 int ci = add_class(&c);
                 if (!has_wb && c.pipe) { /* not a tune parameter of the BF16 GEMM: its variants all have pipe 0 */
@@ -426,7 +438,7 @@ static void build_cover(void) {
                 int val[8] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe};
                 fb_variant v;
                 char pw[256];
-                if (probe(&gspecs[s].k, val, &v, pw, sizeof pw))
+                if (probe(&gspecs[s].k, val, fam, &v, pw, sizeof pw))
                   snprintf(classes[ci].why, sizeof classes[ci].why, "internal: %s is kept but was not in the covering family", v.name);
                 else snprintf(classes[ci].why, sizeof classes[ci].why, "%s", pw);
               }
@@ -459,7 +471,7 @@ static void add_hand(void) {
         snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", k.name, g->v[j][0], g->v[j][1], g->v[j][2], g->v[j][3], g->v[j][4], g->v[j][5]);
       } else {
         char why[256];
-        if (!probe(&k, g->v[j], &u->v, why, sizeof why)) DIE("test_gemm: %s: variant %d pruned: %s", k.name, j, why);
+        if (!probe(&k, g->v[j], 0, &u->v, why, sizeof why)) DIE("test_gemm: %s: variant %d pruned: %s", k.name, j, why);
         for (int i = 0; i < nunits - 1; ++i) /* the same kernel as a class variant (bf16.lua's specs are the layer's) */
           if (!strcmp(units[i].v.name, u->v.name) && units[i].k.act.outer == k.act.outer && units[i].k.src.outer == k.src.outer) {
             --nunits;
@@ -554,7 +566,7 @@ static int touches(const char *t, const unsigned char live[256]) {
    touch an accumulator register of a wgmma between its issue and the WARPGROUP.DEPBAR.LE gsb0, 0x0 that retires it,
    in code order (the kernels' loops leave with every group retired or, pipelined, with one in flight, so code order
    is the order that matters); the first such in first (n bytes). */
-static int sass_check(const char *tool, const fb_cubin *cb, int *acc, char *first, size_t n) {
+static int sass_check(const char *tool, const fb_cubin *cb, int fam, int *acc, char *first, size_t n) {
   *acc = 0, first[0] = 0;
   char path[] = "/tmp/test_gemm_XXXXXX";
   int fd = mkstemp(path);
@@ -565,12 +577,13 @@ static int sass_check(const char *tool, const fb_cubin *cb, int *acc, char *firs
   char cmd[600];
   snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>/dev/null", tool, path);
   FILE *p = w == cb->size ? popen(cmd, "r") : NULL;
-  int hg = 0, tma = 0, lines = 0, nlive = 0;
+  int hg = 0, tma = 0, lines = 0, nlive = 0, hm = 0, ldg = 0;
   unsigned char live[256];
   memset(live, 0, sizeof live);
   char line[512];
   while (p && fgets(line, sizeof line, p)) {
     ++lines, hg |= strstr(line, "HGMMA") || strstr(line, "QGMMA"), tma |= strstr(line, "UTMALDG") != NULL;
+    hm |= strstr(line, "HMMA.") != NULL || strstr(line, "QMMA.") != NULL, ldg |= strstr(line, "LDGSTS") != NULL;
     const char *a = strstr(line, "/*"), *b = a ? strstr(a, "*/") : NULL;
     if (!a || !b || !(a[2] >= '0' && a[2] <= '9') || !strchr(b, ';')) continue; /* not an instruction line */
     const char *t = b + 2;
@@ -597,7 +610,7 @@ static int sass_check(const char *tool, const fb_cubin *cb, int *acc, char *firs
   }
   int rc = p ? pclose(p) : -1;
   unlink(path);
-  return rc != 0 || !lines ? -1 : hg && tma;
+  return rc != 0 || !lines ? -1 : fam ? hm && ldg && !hg : hg && tma;
 }
 
 static int regs_of(const char *log) {
@@ -758,9 +771,21 @@ static int run_unit(int i, const gemm_problem *P, int sms, int *runs) {
   free(gemm_companion);
   gemm_companion = NULL;
   snprintf(u->res[P->dist], sizeof u->res[P->dist], "%s", f ? "FAIL" : "ok");
-  if (u->kind == 2 && f) printf("    (FP8 wgmma with promotion: not a legal variant; measured, not counted)\n");
+  if (u->role == R_FP8 && f) printf("    (FP8 wgmma with promotion: not a legal variant; measured, not counted)\n");
   u->failed |= f;
   return f;
+}
+
+/* --only LIST: a name containing any of the comma-separated substrings */
+static int name_in(const char *name, const char *list) {
+  for (const char *s = list; *s;) {
+    size_t l = strcspn(s, ",");
+    char one[128];
+    snprintf(one, sizeof one, "%.*s", (int)(l < sizeof one - 1 ? l : sizeof one - 1), s);
+    if (l && strstr(name, one)) return 1;
+    s += l + (s[l] == ',');
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -808,7 +833,7 @@ int main(int argc, char **argv) {
   /* --only: the selected ones and what they compare with */
   int nsel = 0;
   for (int i = 0; i < nunits; ++i)
-    if (!only || strstr(units[i].v.name, only)) units[i].sel = 1;
+    if (!only || name_in(units[i].v.name, only)) units[i].sel = 1;
   for (int changed = 1; changed;) {
     changed = 0;
     for (int i = 0; i < nunits; ++i)
@@ -865,13 +890,13 @@ int main(int argc, char **argv) {
     char why[256], first[200];
     if (u->st != FB_OK) { printf("COMPILE FAILED %s\n%s\n", u->v.name, u->err); ++bad; continue; }
     int p = log_problems(u->cubin.log, why, sizeof why), acc = 0;
-    int h = co && u->role != R_BCOPY ? sass_check(co, &u->cubin, &acc, first, sizeof first) : -2; /* the GEMMs only (bcopy has no MMA) */
+    int h = co && u->role != R_BCOPY ? sass_check(co, &u->cubin, fam_of(&u->v), &acc, first, sizeof first) : -2; /* the GEMMs only (bcopy has no MMA) */
     ngemm += u->role != R_BCOPY;
-    if (h == 0) snprintf(why, sizeof why, "no HGMMA / QGMMA or no UTMALDG in the SASS"), p = 1;
+    if (h == 0) snprintf(why, sizeof why, fam_of(&u->v) ? "no HMMA or no LDGSTS in the SASS (or a GMMA)" : "no HGMMA / QGMMA or no UTMALDG in the SASS"), p = 1;
     if (h >= 0 && acc) snprintf(why, sizeof why, "%d instructions touch accumulators of a wgmma group in flight (first: %s)", acc, first), p = 1;
     sass_read += h >= 0;
     printf("  compiled %-58s %6.0f ms  %3d regs  %s%s\n", u->v.name, u->cubin.ms, regs_of(u->cubin.log), p ? why : "no spills, no wgmma advisories",
-           !p && h == 1 ? ", GMMA + UTMALDG, accumulators untouched in flight" : h == -1 ? " (SASS not read: cuobjdump failed)" : "");
+           !p && h == 1 ? (fam_of(&u->v) ? ", HMMA + LDGSTS" : ", GMMA + UTMALDG, accumulators untouched in flight") : h == -1 ? " (SASS not read: cuobjdump failed)" : "");
     u->cprob = p;
     bad += p;
   }
@@ -927,7 +952,7 @@ int main(int argc, char **argv) {
           }
           for (int i = 0; i < first_bcopy; ++i) {
             unit *u = &units[i];
-            if (u->sel && u->kind == kind && u->mode == mode && u->outer == to && u->kind != 2 && !strcmp(u->res[dist], "FAIL")) ++fails;
+            if (u->sel && u->kind == kind && u->mode == mode && u->outer == to && u->role != R_FP8 && !strcmp(u->res[dist], "FAIL")) ++fails;
             free(u->out);
             u->out = NULL;
           }
@@ -1029,7 +1054,7 @@ int main(int argc, char **argv) {
       for (int kind = 0; kind < 4; ++kind) {
         if (kind == 1 && b->mode) continue;
         int any = 0;
-        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || kind == 2 || cheap) && units[j].kind == kind && units[j].mode == b->mode && units[j].sel && (units[j].role == R_COVER || units[j].role == R_FP8);
+        for (int j = 0; j < first_bcopy; ++j) any |= units[j].st == FB_OK && (!units[j].failed || units[j].role == R_FP8 || cheap) && units[j].kind == kind && units[j].mode == b->mode && units[j].sel && (units[j].role == R_COVER || units[j].role == R_FP8);
         if (!any) continue;
         CUdeviceptr A, B, asf, bsf, ao, bo, out, offs, hbuf;
         CK(gemm_balloc(ar * ak * (kind == 0 ? 2 : 1), &A));
@@ -1053,7 +1078,7 @@ int main(int argc, char **argv) {
         CK(gemm_fill_random(bo, (size_t)b->E * 4, 4, 1));
         for (int j = 0; j < first_bcopy; ++j) {
           unit *u = &units[j];
-          if (u->st != FB_OK || (u->failed && kind != 2 && !cheap) || u->kind != kind || u->mode != b->mode) continue;
+          if (u->st != FB_OK || (u->failed && u->role != R_FP8 && !cheap) || u->kind != kind || u->mode != b->mode) continue;
           if (!u->sel || (u->role != R_COVER && u->role != R_FP8)) continue; /* companions, twins, the expert layer's: checked above, not timed */
           fb_gemm_cfg cfg;
           CK(fb_gemm_config(&u->k, &u->v, &cfg));

@@ -298,7 +298,9 @@ fb_status gemm_run(const fb_kernel_spec *k, const fb_variant *v, const fb_kernel
   /* SwiGLU epilogues round H (or dA) to BF16 before their math, as the unfused path stores them: where the FP32 and
      the FP64 value round to neighbouring BF16 values (rare) the outputs differ by about a BF16 ulp, so against FP64
      they get 1e-3; the strict check is the bit-exact one against the CPU epilogue of the FP32 result (mism) */
-  int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= (cfg.swiglu ? 1e-3 : 1e-5));
+  /* FP8 products (MXFP8 on FP8 wgmma / mma.sync, FB_KIND 2): the tensor core sums a k32 product narrower than FP32,
+     so NUMERICS.md allows 1e-4 */
+  int fail = nonfinite || !((cfg.out_bf16 ? relx : rel) <= (cfg.swiglu ? 1e-3 : cfg.kind == 2 ? 1e-4 : 1e-5));
   fprintf(log, "  %-58s %-9s rel %.2e  max|d| %.2e  unwritten/NaN %ld", v->name, gemm_dist_name[P->dist], rel, worst, nonfinite);
   if (cfg.out_bf16) fprintf(log, "  beyond rounding %.2e  >1ulp %ld  !=RNE(ref) %ld", relx, off_ulp, not_rne);
   if (mism >= 0) fprintf(log, "  vs CPU %s of the FP32 GEMM: %ld differ", cfg.swiglu == 2 ? "SwiGLU bwd" : "SwiGLU", mism);

@@ -19,7 +19,9 @@
  * operand copy) is checked bit-exact by gemm_bcopy_check.
  * A CUDA or fourbit error, the harness's (returned as fb_status) or this file's, is printed and ends the worker
  * (exit 1: after a fault the context is lost), which the driver records as the candidate's failure.
- * The FOURBIT_TUNE_FAULT test hook (LOAD.fault): the candidate is first launched with invalid pointers.
+ * The FOURBIT_TUNE_FAULT test hook (LOAD.fault): the candidate is first launched with invalid pointers. The
+ * FOURBIT_TUNE_WRONG=SUBSTR one: a GEMM whose name contains SUBSTR and passed its check is reported as failing it (how
+ * the tuner falls back to another GEMM family is tested with it on the GPU).
  * Linked with tuner/check/ (build/libfourbit-check.a); build/emu/fourbit-worker links tests/emu/driver.cpp instead of
  * the driver, so the protocol, the checks and the fault path run on the CPU (timed there by the wall clock, which
  * means nothing). */
@@ -198,6 +200,11 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
   }
   if (fb_tune_is_gemm(&m->spec) || m->spec.op == FB_OP_BCOPY) {
     check_gemm(c, m, &r);
+    const char *wrong_hook = getenv("FOURBIT_TUNE_WRONG"); /* test hook: a variant that ran as it does reported wrong */
+    if (r.ok && wrong_hook && *wrong_hook && strstr(u->v.name, wrong_hook)) {
+      r.ok = 0, r.wrong = 1;
+      snprintf(r.msg, sizeof r.msg, "FOURBIT_TUNE_WRONG=%.60s: reported as failing its check (test hook)", wrong_hook);
+    }
     if (!r.ok) fb_kernel_unload(&c->kern);
     else c->loaded = 1;
     fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
