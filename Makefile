@@ -239,6 +239,11 @@ $(UNITTIERS): unit/%:
 # the tcgen05 descriptors and scale-factor layout (templates/fb_tcgen05.h) against CUTLASS 4.2's (test-only headers)
 tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
 	$(Q)$(TIER) "tests/cutlass/tcgen05_desc (the Blackwell descriptors against CUTLASS's)" -- $(BUILD)/tests/cutlass/tcgen05_desc
+# the functional model of the tcgen05 / TMA / mbarrier instructions (tests/emu/tc_model.h) and the tile kernel run
+# under it (tests/emu/tc_tile_mma.cuh): unit/test_tc_model, one of check's tiers; the headers it is built from
+$(BUILD)/tests/test_tc_model: tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_tile_mma.cuh \
+                              templates/fb_tc_ops.h templates/fb_tcgen05.h
+$(BUILD)/tests/test_emu: tests/emu/emu_core.h tests/emu/fb_emu.h
 # the tcgen05 wrappers (templates/fb_tc_ops.h) compile for sm_100a / sm_103a and their SASS holds every form
 tier-tc-ops-sass: $(BUILD)/tests/test_tc_ops $(CUOBJDUMP_TEST)
 	$(Q)$(TIER) "test_tc_ops (the tcgen05 forms in the SASS, cuobjdump from the wheel)" -- \
