@@ -198,6 +198,7 @@ enum { K_BF16 = 0, K_MXF8 = 1, K_NVF4 = 2 };
 struct Cfg {
   int kind, m, n, a_mn, b_mn, layout; /* layout: FB_TC_SW_* */
   int a_fmt, b_fmt;                  /* BF16 / F16; E4M3 / E5M2 */
+  int neg;                           /* idesc negate bits: 1 A, 2 B */
 };
 double ref_elem(int kind, int fmt, unsigned code) {
   if (kind == K_BF16) return fmt == FB_TC_BF16 ? (double)fb_bf16_to_f32((uint16_t)code) : 0.0;
@@ -213,6 +214,7 @@ struct Problem {
   std::vector<unsigned char> asf, bsf;         /* per (row, k-block) scale codes, row-major */
   std::vector<unsigned char> ga, gb;           /* global storage for TMA */
   std::vector<unsigned char> image;            /* generic-write image */
+  bool generic;                                /* swizzled operands too by generic writes (the test's own swizzle) */
   std::vector<float> out, ref;
   fbt_tile_params p;
   unsigned smem;
@@ -254,6 +256,24 @@ OpPlan plan_operand(Problem &P, int which, const std::vector<unsigned> &X, unsig
   const Cfg &c = P.c;
   unsigned eb = ebits_of(c.kind), S = span_of(c.layout), kt = P.kt;
   OpPlan o;
+  if (S && P.generic) {
+    /* swizzled, placed here: a row of S bytes, 8-row groups 8 S apart (SBO); the 16-byte chunk c of row r (K row
+       r for MN-major) at chunk c ^ ((r % 8) * S / 128) mod (S / 16): the swizzle as the row's address bits give it */
+    auto at = [S](unsigned row, unsigned byte) { return row * S + ((byte / 16) ^ ((row % 8) * S / 128) % (S / 16)) * 16 + byte % 16; };
+    if (!mn) {
+      for (unsigned r = 0; r < R; ++r)
+        for (unsigned k = 0; k < kt; ++k) put_elem(P.image, off + at(r, k * eb / 8), eb, X[(size_t)r * kt + k], k);
+      o.desc = fb_tc_sdesc(off, 16, 8 * S, c.layout, 0, 0);
+      o.step_bytes = 32;
+    } else {
+      unsigned eB = eb / 8, per = S / eB; /* atoms of `per` MN elements x kt K rows, kt * S apart (LBO) */
+      for (unsigned r = 0; r < R; ++r)
+        for (unsigned k = 0; k < kt; ++k) put_elem(P.image, off + (r / per) * kt * S + at(k, (r % per) * eB), eb, X[(size_t)r * kt + k], k);
+      o.desc = fb_tc_sdesc(off, kt * S, 8 * S, c.layout, 0, 0);
+      o.step_bytes = P.kmma * S;
+    }
+    return o;
+  }
   if (!S) { /* no swizzle: core matrices of 8 rows x 16 bytes, placed here by generic writes (the image) */
     if (!mn) {
       /* K-major: row r, 16-byte K chunk j: at (r / 8) * SBO + (r % 8) * 16 + j * LBO, SBO = 128, LBO = R * 16 */
@@ -311,8 +331,8 @@ OpPlan plan_operand(Problem &P, int which, const std::vector<unsigned> &X, unsig
 
 /* Build the problem: data, the plan and the reference. mutate: a deliberate error in the plan (tests). */
 enum { MUT_NONE, MUT_SWIZZLE, MUT_SBO, MUT_LBO, MUT_SF_ID, MUT_FMT, MUT_MAJOR };
-void build(Problem &P, const Cfg &c, int mutate) {
-  P.c = c;
+void build(Problem &P, const Cfg &c, int mutate, bool generic = false) {
+  P.c = c, P.generic = generic;
   memset(&P.p, 0, sizeof P.p);
   unsigned eb = ebits_of(c.kind), S = span_of(c.layout);
   P.kmma = c.kind == K_BF16 ? 16 : c.kind == K_MXF8 ? 32 : 64;
@@ -330,7 +350,8 @@ void build(Problem &P, const Cfg &c, int mutate) {
   unsigned abytes = M * kt * eb / 8, bbytes = N * kt * eb / 8;
   unsigned offA = 1024, offB = align1k(offA + abytes), offI = align1k(offB + bbytes);
   unsigned img = 0;
-  if (!S) img = abytes + bbytes;
+  bool in_image = !S || P.generic;
+  if (in_image) img = align1k(abytes) + align1k(bbytes);
   unsigned sf_at = img;
   unsigned sfk = c.kind == K_BF16 ? 0 : (kbs + 3) / 4;              /* scale atoms along K */
   unsigned arow = (M + 127) / 128, brow = (N + 127) / 128;           /* and along rows */
@@ -339,8 +360,8 @@ void build(Problem &P, const Cfg &c, int mutate) {
   P.image.assign(offI + img, 0);
   P.p.sf_off = offI, P.p.sf_bytes = img;
   /* without swizzle the operands are in the image (A at offI, B after it); swizzled ones come by TMA */
-  OpPlan pa = plan_operand(P, 0, P.a, M, c.a_mn, S ? offA : offI, P.ga, &P.p.ta);
-  OpPlan pb = plan_operand(P, 1, P.b, N, c.b_mn, S ? offB : offI + abytes, P.gb, &P.p.tb);
+  OpPlan pa = plan_operand(P, 0, P.a, M, c.a_mn, in_image ? offI : offA, P.ga, &P.p.ta);
+  OpPlan pb = plan_operand(P, 1, P.b, N, c.b_mn, in_image ? offI + align1k(abytes) : offB, P.gb, &P.p.tb);
   /* the scale atoms: (row atom, k atom) at sf_at + (row atom * sfk + k atom) * 512 for A, then B's */
   sf_at += offI;
   unsigned bat = sf_at + arow * sfk * 512;
@@ -370,6 +391,7 @@ void build(Problem &P, const Cfg &c, int mutate) {
     else
       q.idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, c.m, c.n, 0, 0, 0, 0, 0);
     /* the deliberate errors */
+    q.idesc |= (unsigned)(c.neg & 3) << 13;
     if (mutate == MUT_SWIZZLE) q.adesc ^= (uint64_t)(c.layout == FB_TC_SW128 ? FB_TC_SW128 ^ FB_TC_SW64 : FB_TC_SW32 ^ FB_TC_SW64) << 61;
     if (mutate == MUT_SBO) q.adesc = (q.adesc & ~(0x3FFFull << 32)) | ((((q.adesc >> 32) & 0x3FFF) / 2) << 32);
     if (mutate == MUT_LBO) q.adesc = (q.adesc & ~(0x3FFFull << 16)) | ((((q.adesc >> 16) & 0x3FFF) + 8) << 16);
@@ -396,6 +418,8 @@ void build(Problem &P, const Cfg &c, int mutate) {
             x *= fb_e8m0_decode(P.asf[(size_t)i * kbs + k / 32]), y *= fb_e8m0_decode(P.bsf[(size_t)j * kbs + k / 32]);
           if (c.kind == K_NVF4)
             x *= fb_e4m3_decode(P.asf[(size_t)i * kbs + k / 16]), y *= fb_e4m3_decode(P.bsf[(size_t)j * kbs + k / 16]);
+          if (c.neg & 1) x = -x;
+          if (c.neg & 2) y = -y;
           sum += x * y;
         }
         acc = s ? acc + (float)sum : (float)sum;
@@ -428,19 +452,35 @@ void test_mma_grid(void **state) {
               unsigned atom = (layout == FB_TC_SW_NONE ? 16 : span_of(layout)) * 8 / ebits_of(kind);
               if ((amn && m % atom) || (bmn && n % atom)) continue; /* an MN-major operand: whole atoms of MN */
               Cfg c = {kind, m, n, amn, bmn, layout, kind == K_BF16 ? FB_TC_BF16 : FB_TC_E4M3,
-                       kind == K_BF16 ? FB_TC_BF16 : (n == 136 ? FB_TC_E5M2 : FB_TC_E4M3)};
-              Problem P;
-              build(P, c, MUT_NONE);
-              Launch l = run_tile(P.p, P.smem);
-              if (l.err) fail_msg("%s M%d N%d %s/%s %s: %s", kind_name(kind), m, n, amn ? "MN" : "K", bmn ? "MN" : "K", layout_name(layout), l.err);
-              int bad = mismatches(P);
-              if (bad)
-                fail_msg("%s M%d N%d %s/%s %s: %d of %zu outputs differ from the reference (e.g. [0] %g vs %g)", kind_name(kind), m, n,
-                         amn ? "MN" : "K", bmn ? "MN" : "K", layout_name(layout), bad, P.ref.size(), P.out[0], P.ref[0]);
-              ++runs;
+                       kind == K_BF16 ? FB_TC_BF16 : (n == 136 ? FB_TC_E5M2 : FB_TC_E4M3), 0};
+              for (int gen = 0; gen < (layout == FB_TC_SW_NONE ? 1 : 2); ++gen) { /* swizzled: by TMA, then by hand */
+                Problem P;
+                build(P, c, MUT_NONE, gen != 0);
+                Launch l = run_tile(P.p, P.smem);
+                const char *how = layout == FB_TC_SW_NONE || gen ? "generic writes" : "TMA";
+                if (l.err)
+                  fail_msg("%s M%d N%d %s/%s %s (%s): %s", kind_name(kind), m, n, amn ? "MN" : "K", bmn ? "MN" : "K",
+                           layout_name(layout), how, l.err);
+                int bad = mismatches(P);
+                if (bad)
+                  fail_msg("%s M%d N%d %s/%s %s (%s): %d of %zu outputs differ from the reference (e.g. [0] %g vs %g)",
+                           kind_name(kind), m, n, amn ? "MN" : "K", bmn ? "MN" : "K", layout_name(layout), how, bad,
+                           P.ref.size(), P.out[0], P.ref[0]);
+                ++runs;
+              }
             }
-  printf("  MMA grid: %d configurations bit-exact against the reference\n", runs);
-  assert_true(runs >= 60);
+  for (int kind : {K_BF16, K_MXF8, K_NVF4})
+    for (int neg = 1; neg < 4; ++neg) { /* the negate bits */
+      Cfg c = {kind, 128, 64, 0, 0, FB_TC_SW128, kind == K_BF16 ? FB_TC_BF16 : FB_TC_E4M3, kind == K_BF16 ? FB_TC_BF16 : FB_TC_E4M3, neg};
+      Problem P;
+      build(P, c, MUT_NONE);
+      Launch l = run_tile(P.p, P.smem);
+      assert_null(l.err);
+      if (mismatches(P)) fail_msg("%s negate %d: %d outputs differ", kind_name(kind), neg, mismatches(P));
+      ++runs;
+    }
+  printf("  MMA grid: %d runs (configurations x placements) bit-exact against the reference\n", runs);
+  assert_true(runs >= 200);
 }
 
 /* ---- 4. wrong descriptors are caught ---------------------------------------------------------------------------- */
@@ -460,7 +500,7 @@ void caught(const Cfg &c, int mut, const char *what) {
 }
 void test_wrong_descriptors(void **state) {
   (void)state;
-  Cfg bf = {K_BF16, 128, 128, 0, 0, FB_TC_SW128, FB_TC_BF16, FB_TC_BF16};
+  Cfg bf = {K_BF16, 128, 128, 0, 0, FB_TC_SW128, FB_TC_BF16, FB_TC_BF16, 0};
   caught(bf, MUT_SWIZZLE, "BF16 K-major SW128 read as SW64");
   Cfg bf32 = bf;
   bf32.layout = FB_TC_SW32;
@@ -475,11 +515,11 @@ void test_wrong_descriptors(void **state) {
   caught(bfmn, MUT_LBO, "BF16 MN-major SW128, LBO + 128 bytes");
   caught(bfmn, MUT_MAJOR, "BF16 MN-major A read as K-major");
   caught(bf, MUT_FMT, "BF16 A read as F16 (format code)");
-  Cfg f8 = {K_MXF8, 128, 128, 0, 0, FB_TC_SW128, FB_TC_E4M3, FB_TC_E4M3};
+  Cfg f8 = {K_MXF8, 128, 128, 0, 0, FB_TC_SW128, FB_TC_E4M3, FB_TC_E4M3, 0};
   caught(f8, MUT_SF_ID, "MXFP8 A scale-factor id off by one");
   caught(f8, MUT_FMT, "MXFP8 A E4M3 read as E5M2 (format code)");
   caught(f8, MUT_SWIZZLE, "MXFP8 K-major SW128 read as SW64");
-  Cfg f4 = {K_NVF4, 128, 128, 0, 0, FB_TC_SW128, 0, 0};
+  Cfg f4 = {K_NVF4, 128, 128, 0, 0, FB_TC_SW128, 0, 0, 0};
   caught(f4, MUT_SF_ID, "NVFP4 A scale-factor id 1 (.block16: 0 only)");
   caught(f4, MUT_FMT, "NVFP4 A format code 0 (E2M1 = 1)");
   caught(f4, MUT_SBO, "NVFP4 K-major SW128, SBO halved");
@@ -497,7 +537,7 @@ void reported(const Cfg &c, unsigned flags, int extra_tx, const char *want, cons
 }
 void test_protocol_errors(void **state) {
   (void)state;
-  Cfg bf = {K_BF16, 128, 64, 0, 0, FB_TC_SW128, FB_TC_BF16, FB_TC_BF16};
+  Cfg bf = {K_BF16, 128, 64, 0, 0, FB_TC_SW128, FB_TC_BF16, FB_TC_BF16, 0};
   reported(bf, FBT_TILE_NO_MMA_WAIT, 0, "before the MMA", "TMEM read before the commit's barrier");
   reported(bf, FBT_TILE_NO_FENCE_AFTER, 0, "fence::after_thread_sync", "no tcgen05.fence::after_thread_sync");
   reported(bf, FBT_TILE_WRONG_QUARTER, 0, "lane quarter", "a warp reads another quarter's lanes");
@@ -512,7 +552,7 @@ void test_protocol_errors(void **state) {
   Cfg bfn = bf;
   bfn.layout = FB_TC_SW_NONE;
   reported(bfn, FBT_TILE_NO_PROXY_FENCE, 0, "fence.proxy.async", "generic operand writes, no proxy fence");
-  Cfg f8 = {K_MXF8, 128, 64, 0, 0, FB_TC_SW128, FB_TC_E4M3, FB_TC_E4M3};
+  Cfg f8 = {K_MXF8, 128, 64, 0, 0, FB_TC_SW128, FB_TC_E4M3, FB_TC_E4M3, 0};
   reported(f8, FBT_TILE_NO_PROXY_FENCE, 0, "fence.proxy.async", "generic scale writes, no proxy fence (cp)");
 }
 
