@@ -483,6 +483,49 @@ void test_mma_grid(void **state) {
   assert_true(runs >= 200);
 }
 
+/* ---- 3b. a CTA pair: cta_group::2, M = 256 ---------------------------------------------------------------------- */
+void test_mma_cta_pair(void **state) {
+  (void)state;
+  fbemu_table = &fbemu::api;
+  for (int n : {64, 128, 256}) {
+    const unsigned M = 256, N = (unsigned)n, kt = 64; /* BF16, K-major, SW128: one swizzle row of K, 4 MMAs */
+    std::vector<uint16_t> A((size_t)M * kt), B((size_t)N * kt);
+    for (auto &x : A) x = (uint16_t)rand_code(K_BF16, FB_TC_BF16);
+    for (auto &x : B) x = (uint16_t)rand_code(K_BF16, FB_TC_BF16);
+    fbt_tile_params p;
+    memset(&p, 0, sizeof p);
+    uint64_t da[2] = {kt, M}, db[2] = {kt, N}, str[1] = {kt * 2};
+    uint32_t ba[2] = {64, 128}, bb[2] = {64, N / 2};
+    assert_null(tc::encode_tmap(&p.ta, 2, 2, A.data(), da, str, ba, NULL, 0, 128, 0));
+    assert_null(tc::encode_tmap(&p.tb, 2, 2, B.data(), db, str, bb, NULL, 0, 128, 0));
+    const unsigned offA = 1024, offB = offA + 128 * 128;
+    p.tma[0] = fbt_tile_tma{0, offA, 0, 0}, p.tma[1] = fbt_tile_tma{1, offB, 0, 0}, p.ntma = 2;
+    p.cta_y[0] = 128, p.cta_y[1] = N / 2, p.tx_bytes = 128 * 128 + N / 2 * 128;
+    for (unsigned s = 0; s < 4; ++s)
+      p.mma[p.nmma++] = fbt_tile_mma{fb_tc_sdesc(offA + 32 * s, 16, 1024, FB_TC_SW128, 0, 0), fb_tc_sdesc(offB + 32 * s, 16, 1024, FB_TC_SW128, 0, 0),
+                                     fb_tc_idesc(FB_TC_BF16, FB_TC_BF16, FB_TC_D_F32, 256, n, 0, 0), 0, 0, s > 0};
+    p.kind = 0, p.m = M, p.n = N, p.tmem_cols = 256;
+    std::vector<float> out((size_t)M * N, NAN);
+    p.out = (unsigned long long)(uintptr_t)out.data();
+    const char *e = tc::launch(2, 1, 128, 2, offB + 256 * 128 + 1024, [&p] { fbt_tile_mma_cg2_kernel(p); });
+    if (e) fail_msg("cta_group::2 N%d: %s", n, e);
+    int bad = 0;
+    for (unsigned i = 0; i < M; ++i)
+      for (unsigned j = 0; j < N; ++j) {
+        float acc = 0;
+        for (unsigned s = 0; s < 4; ++s) {
+          double sum = 0;
+          for (unsigned k = 16 * s; k < 16 * s + 16; ++k)
+            sum += (double)fb_bf16_to_f32(A[(size_t)i * kt + k]) * (double)fb_bf16_to_f32(B[(size_t)j * kt + k]);
+          acc = s ? acc + (float)sum : (float)sum;
+        }
+        bad += memcmp(&acc, &out[(size_t)i * N + j], 4) != 0;
+      }
+    if (bad) fail_msg("cta_group::2 N%d: %d outputs differ", n, bad);
+  }
+  printf("  cta_group::2 BF16 M256 x N 64/128/256 on a CTA pair: bit-exact\n");
+}
+
 /* ---- 4. wrong descriptors are caught ---------------------------------------------------------------------------- */
 void caught(const Cfg &c, int mut, const char *what) {
   Problem P;
@@ -580,7 +623,7 @@ void test_nvrtc(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma),         cmocka_unit_test(test_mma_grid),
+      cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
       cmocka_unit_test(test_wrong_descriptors), cmocka_unit_test(test_protocol_errors), cmocka_unit_test(test_nvrtc),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);

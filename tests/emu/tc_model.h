@@ -218,6 +218,7 @@ struct Model {
   unsigned long long seq = 0;
   std::mt19937 rng{777};
   unsigned cl_arrived = 0, cl_gen = 0;
+  int cg = 0; /* the kernel's .cta_group, from its first tcgen05 instruction */
   std::string fault_msg, deadlock;
   unsigned long long stats_mma = 0, stats_tma = 0;
 } M;
@@ -324,19 +325,21 @@ inline void barrier_hook(unsigned c) { /* __syncthreads in CTA c: its threads' k
 }
 
 /* the smem bytes of an async read: unchanged since the async proxy's view (else the missing proxy fence) */
-inline void async_read_check(unsigned c, const std::vector<unsigned> &offs, const char *what) {
-  for (unsigned o : offs)
-    if (M.ctas[c].smem[o] != M.ctas[c].shadow[o]) {
+/* (the addresses of an MMA's or cp's operands are cluster addresses: CTA << 24 | offset) */
+inline void async_read_check(const std::vector<unsigned> &addrs, const char *what) {
+  for (unsigned a : addrs) {
+    Cta &C = M.ctas[a >> 24];
+    if (C.smem[a & 0xFFFFFF] != C.shadow[a & 0xFFFFFF]) {
       fault("%s reads shared memory at 0x%x that a generic-proxy write changed after the last fence.proxy.async (a "
-            "missing fence.proxy.async between the writes and the async read)", what, (c << 24) | o);
+            "missing fence.proxy.async between the writes and the async read)", what, a);
       return;
     }
+  }
 }
-inline void issue_check(unsigned c, const std::vector<unsigned> &offs, const char *what) {
-  for (unsigned o : offs)
-    if (M.ctas[c].tma_pending[o]) {
-      fault("%s issued on shared memory at 0x%x that a TMA load is still writing (its mbarrier not waited on)", what,
-            (c << 24) | o);
+inline void issue_check(const std::vector<unsigned> &addrs, const char *what) {
+  for (unsigned a : addrs)
+    if (M.ctas[a >> 24].tma_pending[a & 0xFFFFFF]) {
+      fault("%s issued on shared memory at 0x%x that a TMA load is still writing (its mbarrier not waited on)", what, a);
       return;
     }
 }
@@ -362,12 +365,12 @@ inline unsigned d_lane(unsigned m_total, unsigned row) { /* the data-path layout
 inline void exec_mma(Op &op) {
   Cta &C = M.ctas[op.cta];
   const char *what = op.kind == FBEMU_MMA_F16 ? "tcgen05.mma kind::f16" : op.kind == FBEMU_MMA_MXF8 ? "tcgen05.mma kind::mxf8f6f4" : "tcgen05.mma kind::mxf4nvf4";
-  async_read_check(op.cta, op.aaddr, what);
-  async_read_check(op.cta, op.baddr, what);
+  async_read_check(op.aaddr, what);
+  async_read_check(op.baddr, what);
   unsigned K = op.k, dcol = op.d & 0xFFFF;
   std::vector<double> av((size_t)op.m * K), bv((size_t)op.n * K);
-  auto elem = [&](unsigned off, unsigned ebits, unsigned fmt, unsigned k) -> double {
-    uint8_t *p = C.smem + off;
+  auto elem = [&](unsigned addr, unsigned ebits, unsigned fmt, unsigned k) -> double {
+    uint8_t *p = M.ctas[addr >> 24].smem + (addr & 0xFFFFFF);
     if (op.kind == FBEMU_MMA_F16) {
       unsigned v = p[0] | (unsigned)p[1] << 8;
       return fmt == 1 ? dec_bf16(v) : dec_f16(v);
@@ -403,7 +406,9 @@ inline void exec_mma(Op &op) {
     for (unsigned c = 0; c < op.n; ++c) {
       double s = 0;
       for (unsigned k = 0; k < K; ++k) s += av[(size_t)r * K + k] * bv[(size_t)c * K + k];
-      uint32_t &cell = C.tmem[d_lane(op.m, r) * kTmemCols + dcol + c];
+      /* cta_group::2 (M = 256): rows 128.. in the peer's TMEM, the same lanes (data path A) */
+      Cta &DC = op.m == 256 ? M.ctas[op.cta + r / 128] : C;
+      uint32_t &cell = DC.tmem[d_lane(op.m, op.m == 256 ? r % 128 : r) * kTmemCols + dcol + c];
       float f = (float)s, old;
       memcpy(&old, &cell, 4);
       if (op.acc) f = old + f;
@@ -414,12 +419,12 @@ inline void exec_mma(Op &op) {
 
 inline void exec_cp(Op &op) {
   Cta &C = M.ctas[op.cta];
-  async_read_check(op.cta, op.aaddr, "tcgen05.cp");
+  async_read_check(op.aaddr, "tcgen05.cp");
   unsigned col = op.d & 0xFFFF;
   for (unsigned r = 0; r < 32; ++r)
     for (unsigned w = 0; w < 4; ++w) {
       uint32_t v;
-      memcpy(&v, C.smem + op.aaddr[r * 16 + w * 4], 4);
+      memcpy(&v, C.smem + (op.aaddr[r * 16 + w * 4] & 0xFFFFFF), 4);
       for (unsigned q = 0; q < 4; ++q) C.tmem[(r + 32 * q) * kTmemCols + col + w] = v;
     }
 }
@@ -619,9 +624,16 @@ inline bool warp_uniform(unsigned v, const char *what) { /* a .sync.aligned form
   return true;
 }
 
+/* "every tcgen05 instruction in a kernel must use the same .cta_group" (PTX ISA) */
+inline bool cg_check(int cg, const char *what) {
+  if (!M.cg) M.cg = cg;
+  if (M.cg != cg) { fault("%s: .cta_group::%d in a kernel whose tcgen05 instructions use .cta_group::%d", what, cg, M.cg); return false; }
+  return true;
+}
 inline void e_alloc(int cg, unsigned dst, unsigned ncols) {
   if (!warp_uniform(ncols, "tcgen05.alloc") || !warp_uniform(dst, "tcgen05.alloc")) return;
   if ((my_tid() & 31) != 0) return; /* one allocation for the warp */
+  if (!cg_check(cg, "tcgen05.alloc")) return;
   Cta &C = M.ctas[my_cta()];
   if (cg == 2 && M.csize < 2) { fault("tcgen05.alloc.cta_group::2 outside a cluster of 2"); return; }
   if (C.relinquished) { fault("tcgen05.alloc after tcgen05.relinquish_alloc_permit"); return; }
@@ -670,7 +682,9 @@ inline bool cols_allocated(Cta &C, unsigned col, unsigned n) {
 inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsigned long long bdesc, unsigned idesc,
                   unsigned sfa, unsigned sfb, int acc) {
   const char *what = kind == FBEMU_MMA_F16 ? "tcgen05.mma kind::f16" : kind == FBEMU_MMA_MXF8 ? "tcgen05.mma kind::mxf8f6f4.block32" : "tcgen05.mma kind::mxf4nvf4.block16";
-  if (cg != 1) { fault("%s: .cta_group::2 MMAs are not modelled yet", what); return; }
+  if (!cg_check(cg, what)) return;
+  if (cg == 2 && kind != FBEMU_MMA_F16) { fault("%s: .cta_group::2 block-scaled MMAs are not modelled yet", what); return; }
+  if (cg == 2 && (M.csize < 2 || my_cta() % 2)) { fault("%s: .cta_group::2 issued outside the even CTA of a pair", what); return; }
   Idesc id = decode_idesc(idesc);
   Sdesc sa = decode_sdesc(adesc), sb = decode_sdesc(bdesc);
   Op op;
@@ -683,7 +697,9 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
     if (id.sat || id.bit23 || id.asf || id.k96 || id.ws) { fault("%s: idesc 0x%08x sets reserved bits (3, 23, 29-31)", what, idesc); return; }
     if (id.d_fmt_or_bsf != 1) { fault("%s: D format %u (the model has F32 = 1 only)", what, id.d_fmt_or_bsf); return; }
     if (id.a_fmt > 1 || id.b_fmt > 1) { fault("%s: A/B format codes %u/%u (F16 = 0, BF16 = 1)", what, id.a_fmt, id.b_fmt); return; }
-    if (id.m != 64 && id.m != 128) { fault("%s: M = %u (cta_group::1: 64 or 128)", what, id.m); return; }
+    if (cg == 1 && id.m != 64 && id.m != 128) { fault("%s: M = %u (cta_group::1: 64 or 128)", what, id.m); return; }
+    if (cg == 2 && id.m != 256) { fault("%s: M = %u with cta_group::2 (the model has M = 256 only)", what, id.m); return; }
+    if (cg == 2 && id.n % 16) { fault("%s: N = %u with cta_group::2 (a multiple of 16)", what, id.n); return; }
     op.k = 16, ebits = 16;
   } else if (kind == FBEMU_MMA_MXF8) {
     if (id.sat || id.k96) { fault("%s: idesc reserved bits set", what); return; }
@@ -717,7 +733,10 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
   Cta &C = M.ctas[my_cta()];
   unsigned dcol = d & 0xFFFF;
   if (d >> 16) { fault("%s: D's TMEM address 0x%x has a lane (cta_group::1 writes lanes from 0)", what, d); return; }
-  if (!cols_allocated(C, dcol, id.n)) { fault("%s: D columns %u..%u are not allocated", what, dcol, dcol + id.n - 1); return; }
+  if (!cols_allocated(C, dcol, id.n) || (cg == 2 && !cols_allocated(M.ctas[my_cta() + 1], dcol, id.n))) {
+    fault("%s: D columns %u..%u are not allocated%s", what, dcol, dcol + id.n - 1, cg == 2 ? " in both CTAs of the pair" : "");
+    return;
+  }
   if (kind != FBEMU_MMA_F16) {
     unsigned a_cols = (id.m + 31) / 32, b_cols = (id.n + 31) / 32;
     if ((sfa >> 16 & 0x3FFF) || (sfb >> 16 & 0x3FFF)) { fault("%s: a scale-factor TMEM address with a lane", what); return; }
@@ -728,22 +747,31 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
   }
   op.ebits_a = op.ebits_b = ebits;
   op.aaddr.resize((size_t)op.m * op.k), op.baddr.resize((size_t)op.n * op.k);
+  /* cta_group::2: A's rows 128.. and B's rows N/2.. from the peer's shared memory at the same descriptors, each CTA
+     its half of A and of B [the B split: as CUTLASS's 2-SM kernels load B; unverified on hardware] */
+  const unsigned ma = cg == 2 ? 128 : op.m, nb = cg == 2 ? op.n / 2 : op.n;
   for (unsigned r = 0; r < op.m; ++r)
-    for (unsigned k = 0; k < op.k; ++k) op.aaddr[(size_t)r * op.k + k] = operand_addr(sa, (int)id.a_mn, ebits, r, k);
+    for (unsigned k = 0; k < op.k; ++k)
+      op.aaddr[(size_t)r * op.k + k] = (my_cta() + r / ma) << 24 | operand_addr(sa, (int)id.a_mn, ebits, r % ma, k);
   for (unsigned r = 0; r < op.n; ++r)
-    for (unsigned k = 0; k < op.k; ++k) op.baddr[(size_t)r * op.k + k] = operand_addr(sb, (int)id.b_mn, ebits, r, k);
+    for (unsigned k = 0; k < op.k; ++k)
+      op.baddr[(size_t)r * op.k + k] = (my_cta() + r / nb) << 24 | operand_addr(sb, (int)id.b_mn, ebits, r % nb, k);
   for (auto *v : {&op.aaddr, &op.baddr})
     for (unsigned a : *v)
-      if (a >= M.smem_bytes) { fault("%s: an operand element at 0x%x is outside shared memory (%u bytes)", what, a, M.smem_bytes); return; }
-  issue_check(op.cta, op.aaddr, what);
-  issue_check(op.cta, op.baddr, what);
+      if ((a & 0xFFFFFF) >= M.smem_bytes) { fault("%s: an operand element at 0x%x is outside shared memory (%u bytes)", what, a, M.smem_bytes); return; }
+  issue_check(op.aaddr, what);
+  issue_check(op.baddr, what);
   for (unsigned r = 0; r < op.m; ++r)
-    for (unsigned c = 0; c < op.n; ++c) C.tseq[d_lane(op.m, r) * kTmemCols + dcol + c] = op.seq;
+    for (unsigned c = 0; c < op.n; ++c) {
+      Cta &DC = op.m == 256 ? M.ctas[my_cta() + r / 128] : C;
+      DC.tseq[d_lane(op.m, op.m == 256 ? r % 128 : r) * kTmemCols + dcol + c] = op.seq;
+    }
   M.ops.push_back(op);
   ++progress;
 }
 
 inline void e_cp(int shape, int cg, unsigned taddr, unsigned long long sdesc) {
+  if (!cg_check(cg, "tcgen05.cp")) return;
   if (shape != FBEMU_CP_32X128B_WARPX4 || cg != 1) { fault("tcgen05.cp: only .cta_group::1.32x128b.warpx4 is modelled"); return; }
   Sdesc s = decode_sdesc(sdesc);
   if (s.version != 1 || s.rsv || s.layout != 0 || s.base_off || s.lbo_abs) {
@@ -759,9 +787,11 @@ inline void e_cp(int shape, int cg, unsigned taddr, unsigned long long sdesc) {
   op.aaddr.resize(32 * 16);
   for (unsigned r = 0; r < 32; ++r) /* row r: the 16 bytes of core-matrix row r % 8 of the r / 8-th group (SBO apart) */
     for (unsigned b = 0; b < 16; ++b) op.aaddr[r * 16 + b] = s.start + (r / 8) * s.sbo + (r % 8) * 16 + b;
-  for (unsigned a : op.aaddr)
+  for (unsigned &a : op.aaddr) {
     if (a >= M.smem_bytes) { fault("tcgen05.cp: source 0x%x outside shared memory", a); return; }
-  issue_check(op.cta, op.aaddr, "tcgen05.cp");
+    a |= op.cta << 24;
+  }
+  issue_check(op.aaddr, "tcgen05.cp");
   for (unsigned l = 0; l < 128; ++l)
     for (unsigned w = 0; w < 4; ++w) C.tseq[l * kTmemCols + col + w] = op.seq;
   M.ops.push_back(op);
@@ -769,6 +799,7 @@ inline void e_cp(int shape, int cg, unsigned taddr, unsigned long long sdesc) {
 }
 
 inline void e_commit(int cg, unsigned bar, unsigned mask) {
+  if (!cg_check(cg, "tcgen05.commit")) return;
   if (mask == 0x10000u) { fault("tcgen05.commit .multicast::cluster with an empty CTA mask"); return; }
   unsigned c, o;
   if (!resolve(bar, 8, &c, &o, "tcgen05.commit")) return;
@@ -828,7 +859,7 @@ const fbemu_tc_api table = {e_smem,      e_smem_addr,     e_rank,     e_csize,  
                             e_cp,        e_commit,        e_ld,       e_st,       e_wait};
 
 inline void cluster_begin(unsigned nt, unsigned cs) {
-  M.nt = nt, M.csize = cs, M.ops.clear(), M.cl_arrived = 0, M.cl_gen = 0;
+  M.nt = nt, M.csize = cs, M.ops.clear(), M.cl_arrived = 0, M.cl_gen = 0, M.cg = 0;
   M.ctas.assign(cs, Cta());
   for (Cta &C : M.ctas) {
     C.mem.assign(M.smem_bytes + 1024, 0xA5), C.shadow_mem.assign(M.smem_bytes + 1024, 0xA5);
