@@ -28,6 +28,8 @@
 extern "C" {
 #include <cmocka.h>
 }
+#include <cuda.h> /* the tensor-map types, for the model's cuTensorMapEncodeTiled */
+
 #include "fb_error.h"
 #include "fourbit.h"
 
@@ -182,6 +184,23 @@ void test_tma(void **state) {
     assert_memory_equal(out.data(), out.data() + p.bytes, p.bytes);
     unsigned at = 3 * 128 + ((0 ^ 3) * 16); /* row 3, chunk 0 -> chunk 3 */
     assert_int_equal(out[at] | out[at + 1] << 8, g[3 * D0]);
+  }
+  /* cuTensorMapEncodeTiled's own signature, as runtime/gemm_host.c calls it, gives the same map */
+  {
+    CUtensorMap cm;
+    fbt_tmap direct;
+    cuuint64_t dims[2] = {D0, D1}, str[1] = {D0 * 2};
+    cuuint32_t box[2] = {64, 8}, es[2] = {1, 1};
+    uint64_t d2[2] = {D0, D1}, s2[1] = {D0 * 2};
+    assert_int_equal(tc::encode_tmap_cu(&cm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.data(), dims, str, box, es,
+                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), CUDA_SUCCESS);
+    assert_null(tc::encode_tmap(&direct, 2, 2, g.data(), d2, s2, box, NULL, 0, 128, 0));
+    assert_memory_equal(&cm, &direct, 128);
+    box[0] = 128; /* 256-byte rows under SWIZZLE_128B: refused */
+    assert_int_not_equal(tc::encode_tmap_cu(&cm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.data(), dims, str, box, es,
+                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), CUDA_SUCCESS);
   }
   printf("  TMA: %d single-CTA loads (2D / 3D x 4 swizzles x in / out of bounds) and a 2-CTA multicast as laid out\n", ncases);
   /* refused maps */

@@ -82,6 +82,26 @@ inline const char *encode_tmap(void *map128, unsigned esize, unsigned rank, cons
   return NULL;
 }
 
+#ifdef __cuda_cuda_h__
+/* With cuda.h: cuTensorMapEncodeTiled itself (its signature and enums), onto encode_tmap, for a host path that
+ * fills fb_cu.TensorMapEncodeTiled (runtime/gemm_host.c's tmap()) when its kernels run under the model. The
+ * emulated driver (tests/emu/driver.cpp) does not install it: the tuner's worker takes its absence to mean "no GEMM
+ * under the emulator" (sm_90's wgmma is not modelled). */
+inline CUresult encode_tmap_cu(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *g, const cuuint64_t *dims,
+                               const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *es, CUtensorMapInterleave il,
+                               CUtensorMapSwizzle sw, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  (void)l2;
+  static const unsigned size[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  if ((unsigned)t >= sizeof size / sizeof size[0] || (unsigned)sw > CU_TENSOR_MAP_SWIZZLE_128B) return CUDA_ERROR_NOT_SUPPORTED;
+  static const unsigned swb[] = {0, 32, 64, 128};
+  uint64_t d[5], st[4];
+  for (unsigned i = 0; i < rank && i < 5; ++i) d[i] = dims[i], st[i < 4 ? i : 3] = i < rank - 1 ? strides[i] : 0;
+  return encode_tmap(m, size[t], rank, g, d, st, box, es, (unsigned)il, swb[sw], oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)
+             ? CUDA_ERROR_INVALID_VALUE
+             : CUDA_SUCCESS;
+}
+#endif
+
 /* ---- the descriptors, decoded from the PTX ISA's bit tables (independently of fb_tcgen05.h; the test checks
  * that both read the same fields) --------------------------------------------------------------------------- */
 struct Idesc {
