@@ -244,6 +244,9 @@ tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
 $(BUILD)/tests/test_tc_model: tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_tile_mma.cuh \
                               templates/fb_tc_ops.h templates/fb_tcgen05.h
 $(BUILD)/tests/test_emu: tests/emu/emu_core.h tests/emu/fb_emu.h
+# templates/sm100/gemm_sm100.cuh (standalone: not in gen/templates.c's table yet) under the model: unit/test_gemm_sm100
+$(BUILD)/tests/test_gemm_sm100: templates/sm100/gemm_sm100.cuh tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h \
+                                templates/fb_tc_ops.h templates/fb_tcgen05.h
 # the tcgen05 wrappers (templates/fb_tc_ops.h) compile for sm_100a / sm_103a and their SASS holds every form
 tier-tc-ops-sass: $(BUILD)/tests/test_tc_ops $(CUOBJDUMP_TEST)
 	$(Q)$(TIER) "test_tc_ops (the tcgen05 forms in the SASS, cuobjdump from the wheel)" -- \

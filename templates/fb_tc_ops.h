@@ -17,6 +17,12 @@
 
 #include "fb_tcgen05.h"
 
+/* A tensor map as a kernel parameter (__grid_constant__): the 128-byte CUtensorMap the host encoded (under the
+ * model: tests/emu/tc_model.h's encode_tmap). The TMA wrappers take its address. */
+struct __align__(64) fbt_tmap {
+  unsigned long long v[16];
+};
+
 #if defined(FB_EMU)
 /* Under the emulator: the same wrappers, each one call into the model (tests/emu/tc_model.h). The .sync.aligned
  * forms are called by every lane of the warp, as on the GPU; the model checks that. */

@@ -12,9 +12,6 @@
  * sm_100a and sm_103a; it has never run on a Blackwell GPU. */
 #include "fb_tc_ops.h"
 
-struct __align__(64) fbt_tmap {
-  unsigned long long v[16]; /* a CUtensorMap, encoded on the host */
-};
 struct fbt_tile_tma {
   unsigned map, off; /* 0: A's map, 1: B's; the byte offset in shared memory */
   int x, y;          /* element coordinates of the box */

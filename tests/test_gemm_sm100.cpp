@@ -1,0 +1,189 @@
+/* test_gemm_sm100.cpp — templates/sm100/gemm_sm100.cuh, the first cut of the Blackwell grouped GEMM, on the CPU under
+ * the functional model of the tcgen05 / TMA / mbarrier instructions (tests/emu/tc_model.h): BF16 and MXFP8 over
+ * uneven experts (an empty one, partial 128-row blocks), persistent CTAs taking several tiles each, against a
+ * reference computed here from the logical matrices in the model's documented order (each MMA's K products exact,
+ * summed in double, rounded once to FP32, FP32 adds), bit for bit; and it compiles with NVRTC for sm_100a and
+ * sm_103a. Never run on a Blackwell GPU. Run from the repository root. */
+#define FBEMU_KERNEL
+#include "emu/fb_emu.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <cmocka.h>
+}
+#include "fb_error.h"
+#include "fourbit.h"
+
+#include "emu/emu_core.h"
+#include "emu/tc_model.h"
+#include "fb_tc_ops.h" /* once, outside the kernels' namespaces */
+
+namespace bf16 {
+#define FBS_KIND 0
+#define FBS_TILE_N 128
+#define FBS_STAGES 3
+#define FBS_NAME fbs_gemm_bf16_n128
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_KIND
+#undef FBS_TILE_N
+#undef FBS_STAGES
+#undef FBS_NAME
+} // namespace bf16
+namespace bf16n64 {
+#define FBS_KIND 0
+#define FBS_TILE_N 64
+#define FBS_STAGES 2
+#define FBS_NAME fbs_gemm_bf16_n64
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_KIND
+#undef FBS_TILE_N
+#undef FBS_STAGES
+#undef FBS_NAME
+} // namespace bf16n64
+namespace mxf8 {
+#define FBS_KIND 1
+#define FBS_TILE_N 256
+#define FBS_STAGES 2
+#define FBS_NAME fbs_gemm_mxf8_n256
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_KIND
+#undef FBS_TILE_N
+#undef FBS_STAGES
+#undef FBS_NAME
+} // namespace mxf8
+
+namespace tc = fbemu::tc;
+
+namespace {
+uint64_t rs = 0x1234567887654321ull;
+unsigned rnd() {
+  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+  return (unsigned)(rs >> 11);
+}
+
+struct Case {
+  int kind, tile_n, N, K, grid;
+  std::vector<int> rows; /* per expert */
+};
+
+template <class P, class F>
+void run_case(const Case &c, F kernel, unsigned smem) {
+  const int E = (int)c.rows.size(), N = c.N, K = c.K;
+  std::vector<int> off(E + 1, 0);
+  for (int e = 0; e < E; ++e) off[e + 1] = off[e] + c.rows[e];
+  const int R = off[E];
+  const size_t es = c.kind ? 1 : 2;
+  std::vector<unsigned char> A((size_t)R * K * es), B((size_t)E * N * K * es);
+  std::vector<unsigned char> sfa((size_t)R * K / 32), sfb((size_t)E * N * K / 32);
+  auto code = [&](unsigned char *p) {
+    if (c.kind) {
+      unsigned v;
+      do v = rnd() & 0xFF;
+      while ((v & 0x7F) == 0x7F);
+      *p = (unsigned char)v;
+    } else {
+      uint16_t h = fb_bf16_from_f32((float)((int)(rnd() % 33) - 16) / 8.0f * (float)(1 << (rnd() % 4)));
+      memcpy(p, &h, 2);
+    }
+  };
+  for (size_t i = 0; i < A.size(); i += es) code(&A[i]);
+  for (size_t i = 0; i < B.size(); i += es) code(&B[i]);
+  for (auto &x : sfa) x = (unsigned char)(122 + rnd() % 10);
+  for (auto &x : sfb) x = (unsigned char)(122 + rnd() % 10);
+  P p;
+  memset(&p, 0, sizeof p);
+  const unsigned kbox = c.kind ? 128 : 64; /* one 128-byte swizzle row of K */
+  uint64_t da[2] = {(uint64_t)K, (uint64_t)(R > 0 ? R : 1)}, db[2] = {(uint64_t)K, (uint64_t)E * N}, sa[1] = {K * es}, sb[1] = {K * es};
+  uint32_t ba[2] = {kbox, 128}, bb[2] = {kbox, (uint32_t)c.tile_n};
+  assert_null(tc::encode_tmap(&p.ta, (unsigned)es, 2, A.data(), da, sa, ba, NULL, 0, 128, 0));
+  assert_null(tc::encode_tmap(&p.tb, (unsigned)es, 2, B.data(), db, sb, bb, NULL, 0, 128, 0));
+  std::vector<float> out((size_t)R * N, NAN);
+  p.out = (unsigned long long)(uintptr_t)out.data(), p.offsets = (unsigned long long)(uintptr_t)off.data();
+  p.sfa = (unsigned long long)(uintptr_t)sfa.data(), p.sfb = (unsigned long long)(uintptr_t)sfb.data();
+  p.experts = E, p.N = N, p.K = K;
+  fbemu_table = &fbemu::api;
+  const char *err = tc::launch((unsigned)c.grid, 1, 192, 1, smem, [&p, kernel] { kernel(p); });
+  if (err) fail_msg("%s N%d K%d: %s", c.kind ? "MXFP8" : "BF16", N, K, err);
+  /* the reference */
+  const int kmma = c.kind ? 32 : 16;
+  int bad = 0;
+  for (int e = 0; e < E; ++e)
+    for (int r = off[e]; r < off[e + 1]; ++r)
+      for (int n = 0; n < N; ++n) {
+        float acc = 0;
+        const size_t brow = (size_t)e * N + n;
+        for (int k0 = 0; k0 < K; k0 += kmma) {
+          double s = 0;
+          for (int k = k0; k < k0 + kmma; ++k) {
+            double x, y;
+            if (c.kind) {
+              x = (double)fb_e4m3_decode(A[(size_t)r * K + k]) * fb_e8m0_decode(sfa[(size_t)r * K / 32 + k / 32]);
+              y = (double)fb_e4m3_decode(B[brow * K + k]) * fb_e8m0_decode(sfb[brow * K / 32 + k / 32]);
+            } else {
+              uint16_t ha, hb;
+              memcpy(&ha, &A[((size_t)r * K + k) * 2], 2), memcpy(&hb, &B[(brow * K + k) * 2], 2);
+              x = fb_bf16_to_f32(ha), y = fb_bf16_to_f32(hb);
+            }
+            s += x * y;
+          }
+          acc = k0 ? acc + (float)s : (float)s;
+        }
+        if (memcmp(&acc, &out[(size_t)r * N + n], 4)) {
+          if (!bad) printf("    first difference: row %d col %d: %g, want %g\n", r, n, out[(size_t)r * N + n], acc);
+          ++bad;
+        }
+      }
+  printf("  %s tile_n %d: %d experts (rows", c.kind ? "MXFP8" : "BF16", c.tile_n, E);
+  for (int x : c.rows) printf(" %d", x);
+  printf("), N %d, K %d, %d persistent CTAs: %s\n", N, K, c.grid, bad ? "MISMATCH" : "bit-exact");
+  if (bad) fail_msg("%d of %zu outputs differ", bad, out.size());
+}
+
+void test_bf16(void **state) {
+  (void)state;
+  run_case<bf16::fbs_gemm_params>(Case{0, 128, 256, 256, 2, {100, 0, 300, 128}}, bf16::fbs_gemm_bf16_n128, bf16::fbs_gemm_smem_bytes());
+  run_case<bf16n64::fbs_gemm_params>(Case{0, 64, 192, 128, 3, {37, 129}}, bf16n64::fbs_gemm_bf16_n64, bf16n64::fbs_gemm_smem_bytes());
+}
+void test_mxf8(void **state) {
+  (void)state;
+  run_case<mxf8::fbs_gemm_params>(Case{1, 256, 256, 512, 2, {130, 0, 64}}, mxf8::fbs_gemm_mxf8_n256, mxf8::fbs_gemm_smem_bytes());
+}
+
+void test_nvrtc(void **state) {
+  (void)state;
+  FILE *f = fopen("templates/sm100/gemm_sm100.cuh", "rb");
+  if (!f) fail_msg("run from the repository root (templates/sm100/gemm_sm100.cuh)");
+  std::string src;
+  char b[4096];
+  size_t n;
+  while ((n = fread(b, 1, sizeof b, f)) > 0) src.append(b, n);
+  fclose(f);
+  for (const char *pre : {"#define FBS_KIND 0\n#define FBS_TILE_N 128\n", "#define FBS_KIND 1\n#define FBS_TILE_N 256\n#define FBS_STAGES 3\n"})
+    for (const char *arch : {"sm_100a", "sm_103a"}) {
+      fb_cubin c;
+      memset(&c, 0, sizeof c);
+      std::string s = std::string(pre) + src;
+      if (fb_nvrtc_compile("fbs_gemm_sm100", s.c_str(), arch, &c) != FB_OK) fail_msg("%s: %s", arch, fb_errmsg());
+      assert_true(c.size > 1000);
+      if (c.log && strstr(c.log, "bytes spill stores") && !strstr(c.log, " 0 bytes spill stores")) fail_msg("%s spills: %s", arch, c.log);
+      printf("  NVRTC %s %s: %zu-byte cubin\n", arch, strstr(pre, "KIND 1") ? "MXFP8" : "BF16", c.size);
+      fb_cubin_free(&c);
+    }
+}
+} // namespace
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16), cmocka_unit_test(test_mxf8), cmocka_unit_test(test_nvrtc)};
+  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  fbemu::free_stacks();
+  return r;
+}
