@@ -61,6 +61,26 @@ namespace mxf8 {
 #undef FBS_NAME
 } // namespace mxf8
 
+/* the same BF16 kernel with one wait or fence left out (FBS_TEST_BREAK): the model must report each */
+namespace brk1 {
+#define FBS_TEST_BREAK 1
+#define FBS_NAME fbs_gemm_break1
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_NAME
+} // namespace brk1
+namespace brk2 {
+#define FBS_TEST_BREAK 2
+#define FBS_NAME fbs_gemm_break2
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_NAME
+} // namespace brk2
+namespace brk3 {
+#define FBS_TEST_BREAK 3
+#define FBS_NAME fbs_gemm_break3
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_NAME
+} // namespace brk3
+
 namespace tc = fbemu::tc;
 
 namespace {
@@ -76,7 +96,7 @@ struct Case {
 };
 
 template <class P, class F>
-void run_case(const Case &c, F kernel, unsigned smem) {
+void run_case(const Case &c, F kernel, unsigned smem, const char *expect_error = NULL) {
   const int E = (int)c.rows.size(), N = c.N, K = c.K;
   std::vector<int> off(E + 1, 0);
   for (int e = 0; e < E; ++e) off[e + 1] = off[e] + c.rows[e];
@@ -112,6 +132,18 @@ void run_case(const Case &c, F kernel, unsigned smem) {
   p.experts = E, p.N = N, p.K = K;
   fbemu_table = &fbemu::api;
   const char *err = tc::launch((unsigned)c.grid, 1, 192, 1, smem, [&p, kernel] { kernel(p); });
+  if (expect_error) {
+    printf("  broken build: %s\n", err ? err : "(not reported)");
+    bool found = false; /* any of the |-separated symptoms (which one comes first depends on the schedule) */
+    for (std::string rest = expect_error; err && !found;) {
+      size_t bar = rest.find('|');
+      found = strstr(err, rest.substr(0, bar).c_str()) != NULL;
+      if (bar == std::string::npos) break;
+      rest = rest.substr(bar + 1);
+    }
+    if (!found) fail_msg("expected a report containing \"%s\"", expect_error);
+    return;
+  }
   if (err) fail_msg("%s N%d K%d: %s", c.kind ? "MXFP8" : "BF16", N, K, err);
   /* the reference */
   const int kmma = c.kind ? 32 : 16;
@@ -158,6 +190,15 @@ void test_mxf8(void **state) {
   run_case<mxf8::fbs_gemm_params>(Case{1, 256, 256, 512, 2, {130, 0, 64}}, mxf8::fbs_gemm_mxf8_n256, mxf8::fbs_gemm_smem_bytes());
 }
 
+void test_broken(void **state) {
+  (void)state;
+  const Case c{0, 128, 256, 512, 1, {300, 200}}; /* one CTA, 8 tiles: accumulator stages reused, stages wrap */
+  run_case<brk1::fbs_gemm_params>(c, brk1::fbs_gemm_break1, brk1::fbs_gemm_smem_bytes(), "read without an ordering");
+  run_case<brk2::fbs_gemm_params>(c, brk2::fbs_gemm_break2, brk2::fbs_gemm_smem_bytes(),
+                                  "may not have read yet|arrivals on an mbarrier phase that expects");
+  run_case<brk3::fbs_gemm_params>(c, brk3::fbs_gemm_break3, brk3::fbs_gemm_smem_bytes(), "fence::after_thread_sync");
+}
+
 void test_nvrtc(void **state) {
   (void)state;
   FILE *f = fopen("templates/sm100/gemm_sm100.cuh", "rb");
@@ -182,7 +223,8 @@ void test_nvrtc(void **state) {
 } // namespace
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16), cmocka_unit_test(test_mxf8), cmocka_unit_test(test_nvrtc)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16), cmocka_unit_test(test_mxf8), cmocka_unit_test(test_broken),
+                                     cmocka_unit_test(test_nvrtc)};
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   fbemu::free_stacks();
   return r;

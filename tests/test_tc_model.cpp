@@ -605,6 +605,7 @@ void test_protocol_errors(void **state) {
   reported(bf, FBT_TILE_WRONG_QUARTER, 0, "lane quarter", "a warp reads another quarter's lanes");
   reported(bf, FBT_TILE_NO_TMA_WAIT, 0, "TMA load is still writing", "MMA before the TMA barrier");
   reported(bf, FBT_TILE_NO_DEALLOC, 0, "still allocated", "TMEM not freed at exit");
+  reported(bf, FBT_TILE_RELOAD_EARLY, 0, "may not have read yet", "TMA overwrites an MMA's operands early");
   reported(bf, 0, 16, "deadlock", "expect-tx of 16 bytes never delivered");
   Problem P;
   build(P, bf, MUT_NONE);

@@ -35,6 +35,9 @@
 #ifndef FBS_ACC_STAGES /* TMEM accumulator stages: 2 (the epilogue of a tile overlaps the next's MMAs), 1 at N = 256 */
 #define FBS_ACC_STAGES (FBS_TILE_N > 128 ? 1 : 2)
 #endif
+#ifndef FBS_TEST_BREAK /* tests only: 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after tmem_full */
+#define FBS_TEST_BREAK 0
+#endif
 #define FBS_TILE_M 128
 #define FBS_KSTEP (FBS_KIND ? 128 : 64) /* elements of K a stage: one 128-byte swizzle row */
 #define FBS_A_BYTES (FBS_TILE_M * 128)
@@ -111,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FBS_NAME(const __grid_const
     for (int t = (int)blockIdx.x; fbs_tile_at(p, t, &T); t += (int)gridDim.x)
       for (int kb = 0; kb < nk; ++kb, ++it) {
         const unsigned s = it % FBS_STAGES, ph = (it / FBS_STAGES) & 1;
-        fbt_mbar_wait(FBS_EMPTY(s), ph ^ 1);
+        if (FBS_TEST_BREAK != 2) fbt_mbar_wait(FBS_EMPTY(s), ph ^ 1);
         if (leader) {
           fbt_mbar_arrive_expect_tx(FBS_FULL(s), FBS_A_BYTES + FBS_B_BYTES);
           const int kx = kb * (FBS_KIND ? 128 : 64); /* the box's inner coordinate: BF16 elements or bytes */
@@ -149,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FBS_NAME(const __grid_const
 #endif
       for (int t = (int)blockIdx.x; fbs_tile_at(p, t, &T); t += (int)gridDim.x, ++lt) {
         const unsigned a = lt % FBS_ACC_STAGES, aph = (lt / FBS_ACC_STAGES) & 1;
-        fbt_mbar_wait(FBS_TEMPTY(a), aph ^ 1);
+        if (FBS_TEST_BREAK != 1) fbt_mbar_wait(FBS_TEMPTY(a), aph ^ 1);
         fbt_fence_after();
         const uint32_t d = tmem + a * FBS_ACC_COLS;
         for (int kb = 0; kb < nk; ++kb, ++it) {
@@ -186,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FBS_NAME(const __grid_const
     for (int t = (int)blockIdx.x; fbs_tile_at(p, t, &T); t += (int)gridDim.x, ++lt) {
       const unsigned a = lt % FBS_ACC_STAGES, aph = (lt / FBS_ACC_STAGES) & 1;
       fbt_mbar_wait(FBS_TFULL(a), aph);
-      fbt_fence_after();
+      if (FBS_TEST_BREAK != 3) fbt_fence_after();
       const int row = T.row0 + (int)(32 * q + lane);
       for (int c0 = 0; c0 < FBS_TILE_N; c0 += 32) {
         uint32_t r[32];
@@ -213,6 +216,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FBS_NAME(const __grid_const
 #undef FBS_STAGE
 }
 #undef FBS_ACC_STAGES
+#undef FBS_TEST_BREAK
 #undef FBS_TILE_M
 #undef FBS_KSTEP
 #undef FBS_A_BYTES

@@ -193,6 +193,7 @@ struct Bar {
   unsigned count, pending, phase; /* phase: completed phases */
   long long tx;
   unsigned long long acc, rel;    /* knowledge arriving in this phase / released by completed ones */
+  std::vector<uint32_t> vacc, vrel; /* the same for the threads' epochs (vector clocks) */
 };
 struct Cta {
   std::vector<uint8_t> mem, shadow_mem; /* 1024-aligned inside */
@@ -201,6 +202,11 @@ struct Cta {
   std::map<unsigned, Bar> bars;
   std::vector<uint32_t> tmem;           /* lane * 512 + column */
   std::vector<unsigned long long> tseq; /* the async op writing that cell last (its seq), 0 none */
+  std::vector<int> treader;             /* the thread that read the cell last since it was written, -1 none */
+  std::vector<uint32_t> tepoch;         /* and that thread's epoch then */
+  std::vector<uint8_t> tunwritten;      /* and whether nothing had written the cell then */
+  std::vector<uint8_t> twritten;        /* an MMA, cp or st has written the cell */
+  std::vector<unsigned long long> aread; /* per shared byte: the last MMA / cp issued to read it (its seq) */
   int col_owner[kTmemCols / 32];        /* allocation granules: -1 free, else the allocation's first granule */
   int col_len[kTmemCols / 32];
   bool relinquished;
@@ -217,6 +223,7 @@ struct Op {
   int type;
   unsigned long long seq;
   unsigned cta; /* the issuing CTA */
+  std::vector<uint32_t> vc; /* a commit: its issuer's clock (the arrive's release) */
   /* TMA */
   std::vector<uint8_t> data;
   unsigned dst, bytes, mask, bar;
@@ -235,6 +242,12 @@ struct Model {
   std::vector<Cta> ctas;
   std::vector<Th> th;
   std::vector<Op> ops; /* in issue order */
+  /* Vector clocks over the cluster's threads (write-after-read on TMEM): epoch[t] is thread t's, vs[t * T + u] the
+     latest epoch of thread u that t synchronized with (waits, barriers), ve the same once t's
+     tcgen05.fence::after_thread_sync made it usable for its tcgen05 operations. A thread's epoch advances at each
+     release (an arrive, a barrier). */
+  unsigned T = 0;
+  std::vector<uint32_t> epoch, vs, ve;
   unsigned long long seq = 0;
   std::mt19937 rng{777};
   unsigned cl_arrived = 0, cl_gen = 0;
@@ -283,12 +296,16 @@ inline void bar_try_complete(Bar *b) {
   if (b->pending == 0 && b->tx == 0) {
     ++b->phase, b->pending = b->count;
     b->rel = std::max(b->rel, b->acc), b->acc = 0;
+    for (unsigned u = 0; u < M.T; ++u) b->vrel[u] = std::max(b->vrel[u], b->vacc[u]), b->vacc[u] = 0;
     ++progress;
   }
 }
-inline void bar_arrive(Bar *b, unsigned n, unsigned long long know, const char *what) {
+/* an arrive releases vc (T epochs: the arriving thread's knowledge, its own epoch included), or nothing (NULL) */
+inline void bar_arrive(Bar *b, unsigned n, unsigned long long know, const char *what, const uint32_t *vc = NULL) {
   if (n > b->pending) { fault("%s: %u arrivals on an mbarrier phase that expects %u more", what, n, b->pending); return; }
   b->pending -= n, b->acc = std::max(b->acc, know);
+  if (vc)
+    for (unsigned u = 0; u < M.T; ++u) b->vacc[u] = std::max(b->vacc[u], vc[u]);
   bar_try_complete(b);
 }
 inline void bar_tx(Bar *b, long long bytes) {
@@ -338,10 +355,33 @@ inline bool idle_hook() {
     }
   return false;
 }
-inline void barrier_hook(unsigned c) { /* __syncthreads in CTA c: its threads' knowledge meets */
+/* threads lo..hi-1 meet at a barrier: their knowledge and epochs merge, then each one's epoch advances */
+inline void meet(unsigned lo, unsigned hi) {
   unsigned long long k = 0;
-  for (unsigned t = c * M.nt; t < (c + 1) * M.nt; ++t) k = std::max(k, M.th[t].known_sync);
-  for (unsigned t = c * M.nt; t < (c + 1) * M.nt; ++t) M.th[t].known_sync = k;
+  for (unsigned t = lo; t < hi; ++t) k = std::max(k, M.th[t].known_sync);
+  std::vector<uint32_t> v(M.T, 0);
+  for (unsigned t = lo; t < hi; ++t) {
+    M.vs[(size_t)t * M.T + t] = M.epoch[t];
+    for (unsigned u = 0; u < M.T; ++u) v[u] = std::max(v[u], M.vs[(size_t)t * M.T + u]);
+  }
+  for (unsigned t = lo; t < hi; ++t) {
+    M.th[t].known_sync = k;
+    for (unsigned u = 0; u < M.T; ++u) M.vs[(size_t)t * M.T + u] = std::max(M.vs[(size_t)t * M.T + u], v[u]);
+    ++M.epoch[t];
+  }
+}
+inline void barrier_hook(unsigned c) { meet(c * M.nt, (c + 1) * M.nt); } /* __syncthreads in CTA c */
+/* the calling thread's clock for a release (its own epoch current), then its epoch advances */
+inline const uint32_t *release_vc() {
+  static std::vector<uint32_t> v;
+  unsigned t = (unsigned)cur;
+  v.assign(M.vs.begin() + (long)t * M.T, M.vs.begin() + (long)(t + 1) * M.T);
+  v[t] = M.epoch[t]++;
+  return v.data();
+}
+inline void acquire_vc(const Bar *b) {
+  uint32_t *v = &M.vs[(size_t)cur * M.T];
+  for (unsigned u = 0; u < M.T; ++u) v[u] = std::max(v[u], b->vrel[u]);
 }
 
 /* the smem bytes of an async read: unchanged since the async proxy's view (else the missing proxy fence) */
@@ -475,7 +515,7 @@ inline void complete(size_t i) {
       if (!(op.mask >> c & 1)) continue;
       auto it = M.ctas[c].bars.find(op.bar & 0xFFFFFF);
       if (it == M.ctas[c].bars.end()) { fault("tcgen05.commit: no mbarrier at 0x%x in CTA %u", op.bar & 0xFFFFFF, c); continue; }
-      bar_arrive(&it->second, 1, op.seq, "tcgen05.commit");
+      bar_arrive(&it->second, 1, op.seq, "tcgen05.commit", op.vc.data());
     }
   }
 }
@@ -507,9 +547,7 @@ inline void e_cluster_wait() {
   for (;;) {
     if (M.cl_gen != g) return;
     if (M.cl_arrived >= alive) { /* every live thread of the cluster arrived */
-      unsigned long long k = 0;
-      for (auto &t : M.th) k = std::max(k, t.known_sync);
-      for (auto &t : M.th) t.known_sync = k;
+      meet(0, M.T);
       M.cl_arrived = 0, ++M.cl_gen, ++progress;
       return;
     }
@@ -523,20 +561,21 @@ inline void e_mbar_init(unsigned a, unsigned count) {
   if (o % 8 || count < 1 || count >= (1u << 20)) { fault("mbarrier.init: address 0x%x or count %u invalid", a, count); return; }
   Bar b;
   b.count = b.pending = count, b.phase = 0, b.tx = 0, b.acc = b.rel = 0;
+  b.vacc.assign(M.T, 0), b.vrel.assign(M.T, 0);
   M.ctas[c].bars[o] = b;
   ++progress;
 }
 inline void e_mbar_arrive(unsigned a, unsigned n) {
   if (me().ld_pending) fault("mbarrier.arrive after a tcgen05.ld without tcgen05.wait::ld");
   Bar *b = bar_at(a, "mbarrier.arrive");
-  if (b) bar_arrive(b, n, me().known_sync, "mbarrier.arrive");
+  if (b) bar_arrive(b, n, me().known_sync, "mbarrier.arrive", release_vc());
   ++progress;
 }
 inline void e_mbar_arrive_tx(unsigned a, unsigned bytes) {
   Bar *b = bar_at(a, "mbarrier.arrive.expect_tx");
   if (!b) return;
   b->tx += bytes; /* expect-tx, then the arrive */
-  bar_arrive(b, 1, me().known_sync, "mbarrier.arrive.expect_tx");
+  bar_arrive(b, 1, me().known_sync, "mbarrier.arrive.expect_tx", release_vc());
   ++progress;
 }
 inline int e_mbar_try_wait(unsigned a, unsigned parity) {
@@ -545,6 +584,7 @@ inline int e_mbar_try_wait(unsigned a, unsigned parity) {
   /* the phase of parity P completed: the current (incomplete) phase has the other parity */
   if ((b->phase & 1) != (parity & 1)) {
     me().known_sync = std::max(me().known_sync, b->rel);
+    acquire_vc(b);
     me().waiting = false;
     return 1;
   }
@@ -552,13 +592,17 @@ inline int e_mbar_try_wait(unsigned a, unsigned parity) {
   yield_(); /* the suspended time of try_wait: no progress */
   if ((b->phase & 1) != (parity & 1)) {
     me().known_sync = std::max(me().known_sync, b->rel);
+    acquire_vc(b);
     me().waiting = false;
     return 1;
   }
   return 0;
 }
 inline void e_fence(int which) {
-  if (which == FBEMU_FENCE_AFTER) me().known = me().known_sync;
+  if (which == FBEMU_FENCE_AFTER) {
+    me().known = me().known_sync;
+    memcpy(&M.ve[(size_t)cur * M.T], &M.vs[(size_t)cur * M.T], M.T * sizeof(uint32_t));
+  }
   else if (which == FBEMU_FENCE_BEFORE) {
     if (me().ld_pending) fault("tcgen05.fence::before_thread_sync after a tcgen05.ld without tcgen05.wait::ld");
   } else if (which == FBEMU_FENCE_PROXY_ASYNC) {
@@ -613,6 +657,12 @@ inline void e_tma_load(unsigned dst, const void *tmap, int rank, const int *crd,
     }
   for (unsigned r = 0; r < M.csize; ++r) {
     if (!(mask >> r & 1)) continue;
+    for (unsigned b = 0; b < bytes; ++b)
+      if (M.ctas[r].aread[o + b] > me().known_sync) {
+        fault("TMA load into shared memory at 0x%x that an MMA / cp issued earlier may not have read yet (wait on the "
+              "barrier its commit arrives on first)", r << 24 | (o + b));
+        return;
+      }
     for (unsigned b = 0; b < bytes; ++b) ++M.ctas[r].tma_pending[o + b];
     if (!M.ctas[r].bars.count(bar & 0xFFFFFF)) { fault("TMA load: no mbarrier at 0x%x in CTA %u", bar & 0xFFFFFF, r); return; }
   }
@@ -699,6 +749,21 @@ inline bool cols_allocated(Cta &C, unsigned col, unsigned n) {
   return true;
 }
 
+/* write-after-read on TMEM: the last reader's read must be ordered before this issue (through its arrive on a
+   barrier the issuer then waited on, and the issuer's tcgen05.fence::after_thread_sync) */
+inline bool war_ok(Cta &C, size_t cell, const char *what) {
+  int t = C.treader[cell];
+  if (t < 0 || t == cur || M.ve[(size_t)cur * M.T + (unsigned)t] >= C.tepoch[cell]) return true;
+  if (C.tunwritten[cell])
+    fault("tcgen05.ld by thread %u of CTA %u read TMEM lane %zu column %zu before the MMA / cp writing it was even issued "
+          "(a read before the MMA was committed and its mbarrier waited on)", threads[t].tid, threads[t].cta, cell / kTmemCols,
+          cell % kTmemCols);
+  else
+    fault("%s overwrites TMEM lane %zu column %zu that thread %u of CTA %u read without an ordering to this issue (its "
+          "arrive on a barrier waited on here, then tcgen05.fence::after_thread_sync)", what, cell / kTmemCols,
+          cell % kTmemCols, threads[t].tid, threads[t].cta);
+  return false;
+}
 inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsigned long long bdesc, unsigned idesc,
                   unsigned sfa, unsigned sfb, int acc) {
   const char *what = kind == FBEMU_MMA_F16 ? "tcgen05.mma kind::f16" : kind == FBEMU_MMA_MXF8 ? "tcgen05.mma kind::mxf8f6f4.block32" : "tcgen05.mma kind::mxf4nvf4.block16";
@@ -784,8 +849,12 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
   for (unsigned r = 0; r < op.m; ++r)
     for (unsigned c = 0; c < op.n; ++c) {
       Cta &DC = op.m == 256 ? M.ctas[my_cta() + r / 128] : C;
-      DC.tseq[d_lane(op.m, op.m == 256 ? r % 128 : r) * kTmemCols + dcol + c] = op.seq;
+      size_t cell = d_lane(op.m, op.m == 256 ? r % 128 : r) * kTmemCols + dcol + c;
+      if (!war_ok(DC, cell, what)) return;
+      DC.tseq[cell] = op.seq, DC.treader[cell] = -1, DC.twritten[cell] = 1;
     }
+  for (auto *v : {&op.aaddr, &op.baddr})
+    for (unsigned a : *v) M.ctas[a >> 24].aread[a & 0xFFFFFF] = op.seq;
   M.ops.push_back(op);
   ++progress;
 }
@@ -813,7 +882,12 @@ inline void e_cp(int shape, int cg, unsigned taddr, unsigned long long sdesc) {
   }
   issue_check(op.aaddr, "tcgen05.cp");
   for (unsigned l = 0; l < 128; ++l)
-    for (unsigned w = 0; w < 4; ++w) C.tseq[l * kTmemCols + col + w] = op.seq;
+    for (unsigned w = 0; w < 4; ++w) {
+      size_t cell = l * kTmemCols + col + w;
+      if (!war_ok(C, cell, "tcgen05.cp")) return;
+      C.tseq[cell] = op.seq, C.treader[cell] = -1, C.twritten[cell] = 1;
+    }
+  for (unsigned a : op.aaddr) C.aread[a & 0xFFFFFF] = op.seq;
   M.ops.push_back(op);
   ++progress;
 }
@@ -827,6 +901,8 @@ inline void e_commit(int cg, unsigned bar, unsigned mask) {
   if (cg == 2 && M.csize < 2) { fault("tcgen05.commit.cta_group::2 outside a cluster of 2"); return; }
   Op op;
   op.type = OP_COMMIT, op.seq = ++M.seq, op.cta = my_cta(), op.bar = bar, op.mask = mask ? mask : 1u << c;
+  const uint32_t *v = release_vc();
+  op.vc.assign(v, v + M.T);
   M.ops.push_back(op);
   ++progress;
 }
@@ -857,6 +933,8 @@ inline void e_ld(int shape, int n, unsigned taddr, unsigned *r) {
       return;
     }
     r[j] = C.tmem[l * kTmemCols + col + j];
+    C.treader[l * kTmemCols + col + j] = cur, C.tepoch[l * kTmemCols + col + j] = M.epoch[cur];
+    C.tunwritten[l * kTmemCols + col + j] = !C.twritten[l * kTmemCols + col + j];
   }
   me().ld_pending = true;
 }
@@ -865,7 +943,7 @@ inline void e_st(int shape, int n, unsigned taddr, const unsigned *r) {
   if (!ldst_check(taddr, (unsigned)n, "tcgen05.st.32x32b")) return;
   Cta &C = M.ctas[my_cta()];
   unsigned l = (taddr >> 16) + (my_tid() & 31), col = taddr & 0xFFFF;
-  for (int j = 0; j < n; ++j) C.tmem[l * kTmemCols + col + j] = r[j];
+  for (int j = 0; j < n; ++j) C.tmem[l * kTmemCols + col + j] = r[j], C.twritten[l * kTmemCols + col + j] = 1;
 }
 inline void e_wait(int st) {
   if (!st) me().ld_pending = false;
@@ -888,10 +966,14 @@ inline void cluster_begin(unsigned nt, unsigned cs) {
     C.tma_pending.assign(M.smem_bytes, 0);
     C.tmem.assign(kTmemLanes * kTmemCols, 0xFFFFFFFFu); /* NaN until written */
     C.tseq.assign(kTmemLanes * kTmemCols, 0);
+    C.treader.assign(kTmemLanes * kTmemCols, -1), C.tepoch.assign(kTmemLanes * kTmemCols, 0);
+    C.tunwritten.assign(kTmemLanes * kTmemCols, 0), C.twritten.assign(kTmemLanes * kTmemCols, 0);
+    C.aread.assign(M.smem_bytes, 0);
     for (int i = 0; i < 16; ++i) C.col_owner[i] = -1, C.col_len[i] = 0;
     C.relinquished = false;
   }
   M.th.assign(nt * cs, Th());
+  M.T = nt * cs, M.epoch.assign(M.T, 1), M.vs.assign((size_t)M.T * M.T, 0), M.ve.assign((size_t)M.T * M.T, 0);
   for (Th &t : M.th) t.known = t.known_sync = 0, t.ld_pending = false, t.elects = 0, t.cgen = 0, t.waiting = false;
 }
 inline const char *cluster_end() {

@@ -29,7 +29,8 @@ enum {
   FBT_TILE_WRONG_QUARTER = 4,  /* warp w reads lane quarter (w + 1) % 4 */
   FBT_TILE_NO_FENCE_AFTER = 8, /* no tcgen05.fence::after_thread_sync after the wait */
   FBT_TILE_NO_DEALLOC = 16,    /* TMEM left allocated at exit */
-  FBT_TILE_NO_TMA_WAIT = 32    /* the MMAs issued before the TMA loads' mbarrier completed */
+  FBT_TILE_NO_TMA_WAIT = 32,   /* the MMAs issued before the TMA loads' mbarrier completed */
+  FBT_TILE_RELOAD_EARLY = 64   /* after the commit, A's first box loaded again without waiting for the MMAs */
 };
 struct fbt_tile_params {
   fbt_tmap ta, tb;
@@ -82,6 +83,13 @@ extern "C" __global__ void __launch_bounds__(128) fbt_tile_mma_kernel(const __gr
         fbt_mma_nvf4(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
     }
     fbt_commit(bar_mma);
+    if (p.flags & FBT_TILE_RELOAD_EARLY) { /* the next stage's load, into the buffer the MMAs may still read */
+      fbt_mbar_arrive_expect_tx(bar_tma, p.tx_bytes);
+      for (unsigned i = 0; i < p.ntma; ++i)
+        fbt_tma_load_2d(base + p.tma[i].off, p.tma[i].map ? (const void *)&p.tb : (const void *)&p.ta, p.tma[i].x,
+                        p.tma[i].y, bar_tma);
+      fbt_mbar_wait(bar_tma, 1);
+    }
   }
   __syncwarp();
   if (!(p.flags & FBT_TILE_NO_MMA_WAIT)) fbt_mbar_wait(bar_mma, 0);
