@@ -217,7 +217,7 @@ enum { K_BF16 = 0, K_MXF8 = 1, K_NVF4 = 2 };
 struct Cfg {
   int kind, m, n, a_mn, b_mn, layout; /* layout: FB_TC_SW_* */
   int a_fmt, b_fmt;                  /* BF16 / F16; E4M3 / E5M2 */
-  int neg;                           /* idesc negate bits: 1 A, 2 B */
+  int neg;                           /* idesc negate bits: 1 A, 2 B; 4: NVFP4 with UE8M0 scales (MXFP4 scaling) */
 };
 double ref_elem(int kind, int fmt, unsigned code) {
   if (kind == K_BF16) return fmt == FB_TC_BF16 ? (double)fb_bf16_to_f32((uint16_t)code) : 0.0;
@@ -363,8 +363,9 @@ void build(Problem &P, const Cfg &c, int mutate, bool generic = false) {
   for (auto &x : P.b) x = rand_code(c.kind, c.b_fmt);
   unsigned blk = c.kind == K_MXF8 ? 32 : 16, kbs = kt / blk;
   P.asf.resize((size_t)M * kbs), P.bsf.resize((size_t)N * kbs);
-  for (auto &x : P.asf) x = (unsigned char)(c.kind == K_MXF8 ? 120 + rnd() % 15 : 0x20 + rnd() % 0x30);
-  for (auto &x : P.bsf) x = (unsigned char)(c.kind == K_MXF8 ? 120 + rnd() % 15 : 0x20 + rnd() % 0x30);
+  const bool e8 = c.kind == K_MXF8 || (c.neg & 4);
+  for (auto &x : P.asf) x = (unsigned char)(e8 ? 120 + rnd() % 15 : 0x20 + rnd() % 0x30);
+  for (auto &x : P.bsf) x = (unsigned char)(e8 ? 120 + rnd() % 15 : 0x20 + rnd() % 0x30);
   /* shared memory: barriers [0, 1024), A, B, then the generic image (operands without swizzle, scale atoms) */
   unsigned abytes = M * kt * eb / 8, bbytes = N * kt * eb / 8;
   unsigned offA = 1024, offB = align1k(offA + abytes), offI = align1k(offB + bbytes);
@@ -408,7 +409,7 @@ void build(Problem &P, const Cfg &c, int mutate, bool generic = false) {
     else if (c.kind == K_MXF8)
       q.idesc = fb_tc_idesc_bs(c.a_fmt, c.b_fmt, 1, c.m, c.n, c.a_mn, c.b_mn, (int)ksub, (int)ksub, 0);
     else
-      q.idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, c.m, c.n, 0, 0, 0, 0, 0);
+      q.idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, c.neg & 4 ? 1 : 0, c.m, c.n, 0, 0, 0, 0, 0);
     /* the deliberate errors */
     q.idesc |= (unsigned)(c.neg & 3) << 13;
     if (mutate == MUT_SWIZZLE) q.adesc ^= (uint64_t)(c.layout == FB_TC_SW128 ? FB_TC_SW128 ^ FB_TC_SW64 : FB_TC_SW32 ^ FB_TC_SW64) << 61;
@@ -436,7 +437,8 @@ void build(Problem &P, const Cfg &c, int mutate, bool generic = false) {
           if (c.kind == K_MXF8)
             x *= fb_e8m0_decode(P.asf[(size_t)i * kbs + k / 32]), y *= fb_e8m0_decode(P.bsf[(size_t)j * kbs + k / 32]);
           if (c.kind == K_NVF4)
-            x *= fb_e4m3_decode(P.asf[(size_t)i * kbs + k / 16]), y *= fb_e4m3_decode(P.bsf[(size_t)j * kbs + k / 16]);
+            x *= c.neg & 4 ? fb_e8m0_decode(P.asf[(size_t)i * kbs + k / 16]) : fb_e4m3_decode(P.asf[(size_t)i * kbs + k / 16]),
+            y *= c.neg & 4 ? fb_e8m0_decode(P.bsf[(size_t)j * kbs + k / 16]) : fb_e4m3_decode(P.bsf[(size_t)j * kbs + k / 16]);
           if (c.neg & 1) x = -x;
           if (c.neg & 2) y = -y;
           sum += x * y;
@@ -489,7 +491,7 @@ void test_mma_grid(void **state) {
               }
             }
   for (int kind : {K_BF16, K_MXF8, K_NVF4})
-    for (int neg = 1; neg < 4; ++neg) { /* the negate bits */
+    for (int neg = 1; neg < (kind == K_NVF4 ? 8 : 4); ++neg) { /* the negate bits; NVFP4 also with UE8M0 scales */
       Cfg c = {kind, 128, 64, 0, 0, FB_TC_SW128, kind == K_BF16 ? FB_TC_BF16 : FB_TC_E4M3, kind == K_BF16 ? FB_TC_BF16 : FB_TC_E4M3, neg};
       Problem P;
       build(P, c, MUT_NONE);
@@ -619,6 +621,52 @@ void test_protocol_errors(void **state) {
   reported(f8, FBT_TILE_NO_PROXY_FENCE, 0, "fence.proxy.async", "generic scale writes, no proxy fence (cp)");
 }
 
+/* ---- 5b. elect.sync, the allocator, .cta_group ------------------------------------------------------------- */
+std::vector<unsigned> elected;
+void elect_kernel(void) {
+  for (int i = 0; i < 64; ++i) {
+    unsigned e = fbt_elect_one();
+    unsigned long long n = __ballot_sync(0xffffffffu, e != 0);
+    if (e) elected.push_back((threadIdx.x & 31) | (unsigned)__popc((unsigned)n) << 8);
+  }
+}
+void alloc_kernel(unsigned hold) { /* warps 0 and 1 each take 512 columns: the second waits for the first's dealloc */
+  unsigned char *sm = fbt_smem();
+  uint32_t base = fbt_smem_addr(sm);
+  unsigned w = threadIdx.x / 32;
+  fbt_alloc(base + 16 * w, 512);
+  uint32_t t = *(volatile uint32_t *)(sm + 16 * w);
+  if (!hold) fbt_dealloc(t, 512);
+}
+void cg_mix_kernel(void) {
+  unsigned char *sm = fbt_smem();
+  uint32_t base = fbt_smem_addr(sm);
+  if (threadIdx.x == 0) fbt_mbar_init(base, 1);
+  fbt_alloc(base + 16, 32);
+  if (fbt_elect_one()) fbt_commit_mc_cg2(base, 1);
+  fbt_dealloc(*(volatile uint32_t *)(sm + 16), 32);
+}
+void test_elect_alloc_cg(void **state) {
+  (void)state;
+  fbemu_table = &fbemu::api;
+  elected.clear();
+  assert_null(tc::launch(1, 1, 64, 1, 4096, [] { elect_kernel(); }));
+  assert_int_equal(elected.size(), 2 * 64); /* one lane a warp, every time */
+  unsigned lanes = 0;
+  for (unsigned e : elected) assert_int_equal(e >> 8, 1), lanes |= 1u << (e & 31);
+  assert_true(__builtin_popcount(lanes) > 8); /* not always lane 0: code assuming it fails under the model */
+  const char *e0;
+  e0 = tc::launch(1, 1, 64, 1, 4096, [] { alloc_kernel(0); });
+  if (e0) fail_msg("alloc: %s", e0);
+  const char *e = tc::launch(1, 1, 64, 1, 4096, [] { alloc_kernel(1); });
+  assert_non_null(e);
+  assert_non_null(strstr(e, "deadlock")); /* the second allocation can never be granted */
+  e = tc::launch(2, 1, 32, 2, 4096, [] { cg_mix_kernel(); });
+  printf("  .cta_group mix: %s\n", e ? e : "(not reported)");
+  assert_non_null(e);
+  assert_non_null(strstr(e, ".cta_group::2 in a kernel whose tcgen05 instructions use .cta_group::1"));
+}
+
 /* ---- 6. the kernel compiles for Blackwell -------------------------------------------------------------------------- */
 void test_nvrtc(void **state) {
   (void)state;
@@ -644,7 +692,8 @@ void test_nvrtc(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
-      cmocka_unit_test(test_wrong_descriptors), cmocka_unit_test(test_protocol_errors), cmocka_unit_test(test_nvrtc),
+      cmocka_unit_test(test_wrong_descriptors), cmocka_unit_test(test_protocol_errors),
+      cmocka_unit_test(test_elect_alloc_cg), cmocka_unit_test(test_nvrtc),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   fbemu::free_stacks();

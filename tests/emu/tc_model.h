@@ -700,9 +700,8 @@ inline bool cg_check(int cg, const char *what) {
   if (M.cg != cg) { fault("%s: .cta_group::%d in a kernel whose tcgen05 instructions use .cta_group::%d", what, cg, M.cg); return false; }
   return true;
 }
-inline void e_alloc(int cg, unsigned dst, unsigned ncols) {
-  if (!warp_uniform(ncols, "tcgen05.alloc") || !warp_uniform(dst, "tcgen05.alloc")) return;
-  if ((my_tid() & 31) != 0) return; /* one allocation for the warp */
+/* lane 0 of the warp allocates; the warp leaves together, once the address is in shared memory */
+inline void alloc_one(int cg, unsigned dst, unsigned ncols) {
   if (!cg_check(cg, "tcgen05.alloc")) return;
   Cta &C = M.ctas[my_cta()];
   if (cg == 2 && M.csize < 2) { fault("tcgen05.alloc.cta_group::2 outside a cluster of 2"); return; }
@@ -725,6 +724,12 @@ inline void e_alloc(int cg, unsigned dst, unsigned ncols) {
     }
     yield_(); /* blocks until columns are freed */
   }
+}
+inline void e_alloc(int cg, unsigned dst, unsigned ncols) {
+  if (!warp_uniform(ncols, "tcgen05.alloc") || !warp_uniform(dst, "tcgen05.alloc")) return;
+  if ((my_tid() & 31) == 0) alloc_one(cg, dst, ncols);
+  unsigned long long a[32];
+  e_exchange(0xffffffffu, 0, a);
 }
 inline void e_dealloc(int cg, unsigned taddr, unsigned ncols) {
   (void)cg;
