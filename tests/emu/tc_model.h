@@ -15,7 +15,9 @@
  * Reported, never silently allowed (the launch returns the first message): a wait that can never complete (the
  * emulator's deadlock, with the barrier named by tc::deadlock_detail()); a tcgen05.ld of TMEM an MMA or cp writes
  * before the reading thread observed the commit's mbarrier phase (through its own wait, a __syncthreads or a
- * cluster barrier after another thread's) and then a tcgen05.fence::after_thread_sync; a warp's tcgen05.ld/st
+ * cluster barrier after another thread's) and then a tcgen05.fence::after_thread_sync; an MMA or cp overwriting
+ * TMEM a thread read without an ordering to the issue (vector clocks over the cluster's threads); a TMA load into
+ * shared memory an MMA or cp issued earlier may not have read yet; a warp's tcgen05.ld/st
  * outside its lane quarter (32 * (warp % 4) ..); an async read (MMA, cp) of shared memory that generic writes
  * changed after the last fence.proxy.async (a shadow copy of shared memory is the async proxy's view: refreshed
  * at every fence.proxy.async and by TMA writes, compared at every async read); an MMA or cp issued on shared
