@@ -60,6 +60,28 @@ namespace mxf8 {
 #undef FBS_STAGES
 #undef FBS_NAME
 } // namespace mxf8
+namespace nvf4 {
+#define FBS_KIND 2
+#define FBS_TILE_N 128
+#define FBS_STAGES 3
+#define FBS_NAME fbs_gemm_nvf4_n128
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_KIND
+#undef FBS_TILE_N
+#undef FBS_STAGES
+#undef FBS_NAME
+} // namespace nvf4
+namespace nvf4n256 {
+#define FBS_KIND 2
+#define FBS_TILE_N 256
+#define FBS_STAGES 2
+#define FBS_NAME fbs_gemm_nvf4_n256
+#include "sm100/gemm_sm100.cuh"
+#undef FBS_KIND
+#undef FBS_TILE_N
+#undef FBS_STAGES
+#undef FBS_NAME
+} // namespace nvf4n256
 
 /* the same BF16 kernel with one wait or fence left out (FBS_TEST_BREAK): the model must report each */
 namespace brk1 {
@@ -101,11 +123,14 @@ void run_case(const Case &c, F kernel, unsigned smem, const char *expect_error =
   std::vector<int> off(E + 1, 0);
   for (int e = 0; e < E; ++e) off[e + 1] = off[e] + c.rows[e];
   const int R = off[E];
-  const size_t es = c.kind ? 1 : 2;
-  std::vector<unsigned char> A((size_t)R * K * es), B((size_t)E * N * K * es);
-  std::vector<unsigned char> sfa((size_t)R * K / 32), sfb((size_t)E * N * K / 32);
+  const size_t es = c.kind ? 1 : 2, rowb = c.kind == 2 ? (size_t)K / 2 : (size_t)K * es; /* bytes a row */
+  const int blk = c.kind == 2 ? 16 : 32;
+  std::vector<unsigned char> A((size_t)R * rowb), B((size_t)E * N * rowb);
+  std::vector<unsigned char> sfa((size_t)R * K / blk), sfb((size_t)E * N * K / blk);
   auto code = [&](unsigned char *p) {
-    if (c.kind) {
+    if (c.kind == 2)
+      *p = (unsigned char)(rnd() & 0xFF); /* two E2M1 codes */
+    else if (c.kind) {
       unsigned v;
       do v = rnd() & 0xFF;
       while ((v & 0x7F) == 0x7F);
@@ -117,12 +142,13 @@ void run_case(const Case &c, F kernel, unsigned smem, const char *expect_error =
   };
   for (size_t i = 0; i < A.size(); i += es) code(&A[i]);
   for (size_t i = 0; i < B.size(); i += es) code(&B[i]);
-  for (auto &x : sfa) x = (unsigned char)(122 + rnd() % 10);
-  for (auto &x : sfb) x = (unsigned char)(122 + rnd() % 10);
+  for (auto &x : sfa) x = (unsigned char)(c.kind == 2 ? 0x20 + rnd() % 0x30 : 122 + rnd() % 10);
+  for (auto &x : sfb) x = (unsigned char)(c.kind == 2 ? 0x20 + rnd() % 0x30 : 122 + rnd() % 10);
   P p;
   memset(&p, 0, sizeof p);
   const unsigned kbox = c.kind ? 128 : 64; /* one 128-byte swizzle row of K */
-  uint64_t da[2] = {(uint64_t)K, (uint64_t)(R > 0 ? R : 1)}, db[2] = {(uint64_t)K, (uint64_t)E * N}, sa[1] = {K * es}, sb[1] = {K * es};
+  const uint64_t inner = rowb / es;        /* the map's inner extent: BF16 elements or bytes */
+  uint64_t da[2] = {inner, (uint64_t)(R > 0 ? R : 1)}, db[2] = {inner, (uint64_t)E * N}, sa[1] = {rowb}, sb[1] = {rowb};
   uint32_t ba[2] = {kbox, 128}, bb[2] = {kbox, (uint32_t)c.tile_n};
   assert_null(tc::encode_tmap(&p.ta, (unsigned)es, 2, A.data(), da, sa, ba, NULL, 0, 128, 0));
   assert_null(tc::encode_tmap(&p.tb, (unsigned)es, 2, B.data(), db, sb, bb, NULL, 0, 128, 0));
@@ -144,9 +170,10 @@ void run_case(const Case &c, F kernel, unsigned smem, const char *expect_error =
     if (!found) fail_msg("expected a report containing \"%s\"", expect_error);
     return;
   }
-  if (err) fail_msg("%s N%d K%d: %s", c.kind ? "MXFP8" : "BF16", N, K, err);
+  const char *kname = c.kind == 2 ? "NVFP4" : c.kind ? "MXFP8" : "BF16";
+  if (err) fail_msg("%s N%d K%d: %s", kname, N, K, err);
   /* the reference */
-  const int kmma = c.kind ? 32 : 16;
+  const int kmma = c.kind == 2 ? 64 : c.kind ? 32 : 16;
   int bad = 0;
   for (int e = 0; e < E; ++e)
     for (int r = off[e]; r < off[e + 1]; ++r)
@@ -157,7 +184,10 @@ void run_case(const Case &c, F kernel, unsigned smem, const char *expect_error =
           double s = 0;
           for (int k = k0; k < k0 + kmma; ++k) {
             double x, y;
-            if (c.kind) {
+            if (c.kind == 2) {
+              x = (double)fb_e2m1_decode((uint8_t)(A[(size_t)r * rowb + k / 2] >> (4 * (k % 2)))) * fb_e4m3_decode(sfa[(size_t)r * K / 16 + k / 16]);
+              y = (double)fb_e2m1_decode((uint8_t)(B[brow * rowb + k / 2] >> (4 * (k % 2)))) * fb_e4m3_decode(sfb[brow * K / 16 + k / 16]);
+            } else if (c.kind) {
               x = (double)fb_e4m3_decode(A[(size_t)r * K + k]) * fb_e8m0_decode(sfa[(size_t)r * K / 32 + k / 32]);
               y = (double)fb_e4m3_decode(B[brow * K + k]) * fb_e8m0_decode(sfb[brow * K / 32 + k / 32]);
             } else {
@@ -174,7 +204,7 @@ void run_case(const Case &c, F kernel, unsigned smem, const char *expect_error =
           ++bad;
         }
       }
-  printf("  %s tile_n %d: %d experts (rows", c.kind ? "MXFP8" : "BF16", c.tile_n, E);
+  printf("  %s tile_n %d: %d experts (rows", kname, c.tile_n, E);
   for (int x : c.rows) printf(" %d", x);
   printf("), N %d, K %d, %d persistent CTAs: %s\n", N, K, c.grid, bad ? "MISMATCH" : "bit-exact");
   if (bad) fail_msg("%d of %zu outputs differ", bad, out.size());
@@ -199,6 +229,12 @@ void test_broken(void **state) {
   run_case<brk3::fbs_gemm_params>(c, brk3::fbs_gemm_break3, brk3::fbs_gemm_smem_bytes(), "fence::after_thread_sync");
 }
 
+void test_nvf4(void **state) {
+  (void)state;
+  run_case<nvf4::fbs_gemm_params>(Case{2, 128, 256, 512, 2, {200, 0, 57}}, nvf4::fbs_gemm_nvf4_n128, nvf4::fbs_gemm_smem_bytes());
+  run_case<nvf4n256::fbs_gemm_params>(Case{2, 256, 512, 256, 2, {129, 64}}, nvf4n256::fbs_gemm_nvf4_n256, nvf4n256::fbs_gemm_smem_bytes());
+}
+
 void test_nvrtc(void **state) {
   (void)state;
   FILE *f = fopen("templates/sm100/gemm_sm100.cuh", "rb");
@@ -208,7 +244,8 @@ void test_nvrtc(void **state) {
   size_t n;
   while ((n = fread(b, 1, sizeof b, f)) > 0) src.append(b, n);
   fclose(f);
-  for (const char *pre : {"#define FBS_KIND 0\n#define FBS_TILE_N 128\n", "#define FBS_KIND 1\n#define FBS_TILE_N 256\n#define FBS_STAGES 3\n"})
+  for (const char *pre : {"#define FBS_KIND 0\n#define FBS_TILE_N 128\n", "#define FBS_KIND 1\n#define FBS_TILE_N 256\n#define FBS_STAGES 3\n",
+                          "#define FBS_KIND 2\n#define FBS_TILE_N 128\n#define FBS_STAGES 4\n"})
     for (const char *arch : {"sm_100a", "sm_103a"}) {
       fb_cubin c;
       memset(&c, 0, sizeof c);
@@ -216,14 +253,14 @@ void test_nvrtc(void **state) {
       if (fb_nvrtc_compile("fbs_gemm_sm100", s.c_str(), arch, &c) != FB_OK) fail_msg("%s: %s", arch, fb_errmsg());
       assert_true(c.size > 1000);
       if (c.log && strstr(c.log, "bytes spill stores") && !strstr(c.log, " 0 bytes spill stores")) fail_msg("%s spills: %s", arch, c.log);
-      printf("  NVRTC %s %s: %zu-byte cubin\n", arch, strstr(pre, "KIND 1") ? "MXFP8" : "BF16", c.size);
+      printf("  NVRTC %s %s: %zu-byte cubin\n", arch, strstr(pre, "KIND 2") ? "NVFP4" : strstr(pre, "KIND 1") ? "MXFP8" : "BF16", c.size);
       fb_cubin_free(&c);
     }
 }
 } // namespace
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16), cmocka_unit_test(test_mxf8), cmocka_unit_test(test_broken),
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16), cmocka_unit_test(test_mxf8), cmocka_unit_test(test_nvf4), cmocka_unit_test(test_broken),
                                      cmocka_unit_test(test_nvrtc)};
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   fbemu::free_stacks();
