@@ -30,6 +30,12 @@ extern "C" {
 }
 #include <cuda.h> /* the tensor-map types, for the model's cuTensorMapEncodeTiled */
 
+#include <dlfcn.h>
+
+extern "C" {
+#include "fb_cuda.h" /* C headers of the runtime (no extern "C" of their own) */
+#include "fb_gemm_host.h"
+}
 #include "fb_error.h"
 #include "fourbit.h"
 
@@ -210,6 +216,71 @@ void test_tma(void **state) {
   assert_non_null(tc::encode_tmap(&m, 2, 2, g.data(), dims, str, box, NULL, 0, 128, 0)); /* stride % 16 */
   str[0] = 128;
   assert_non_null(tc::encode_tmap(&m, 2, 2, g.data(), dims, str, box, NULL, 0, 64, 0)); /* 128-byte rows, SW64 */
+}
+
+/* ---- 2b. a tensor map the runtime's host code encoded (runtime/gemm_host.c through the fake driver) ------------ */
+/* Only under the fake driver (LD_LIBRARY_PATH=build/mockcuda, make test's tier-tc-model-mock, which sets
+   FB_REQUIRE_MOCK): fb_gemm_params encodes A's and B's maps with cuTensorMapEncodeTiled as it does for the GPU; the
+   model's TMA loads boxes through them, checked against the host's copy of the matrices. */
+void test_runtime_tmap(void **state) {
+  (void)state;
+  void *h = fb_cuda_load() == FB_OK ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) : NULL;
+  if (!h || !dlsym(h, "fbmock_device_memory_is_host")) {
+    printf("  not under the fake driver (LD_LIBRARY_PATH=build/mockcuda): the runtime's maps not checked here\n");
+    if (getenv("FB_REQUIRE_MOCK")) fail_msg("FB_REQUIRE_MOCK: libcuda.so.1 is not tests/gpu/mock_libcuda.c");
+    return;
+  }
+  assert_int_equal(fb_cuda_use_device(0), FB_OK);
+  const int rows = 200, E = 2, N = 128, K = 128;
+  std::vector<uint16_t> A((size_t)rows * K), B((size_t)E * N * K);
+  for (auto &x : A) x = (uint16_t)rnd();
+  for (auto &x : B) x = (uint16_t)rnd();
+  std::vector<long long> off = {0, 120, rows};
+  CUdeviceptr da, db, dout, doff;
+  assert_int_equal(fb_cu.MemAlloc(&da, A.size() * 2), 0);
+  assert_int_equal(fb_cu.MemAlloc(&db, B.size() * 2), 0);
+  assert_int_equal(fb_cu.MemAlloc(&dout, (size_t)rows * N * 4), 0);
+  assert_int_equal(fb_cu.MemAlloc(&doff, off.size() * 8), 0);
+  assert_int_equal(fb_cu.MemcpyHtoD(da, A.data(), A.size() * 2), 0);
+  assert_int_equal(fb_cu.MemcpyHtoD(db, B.data(), B.size() * 2), 0);
+  fb_gemm_cfg c;
+  memset(&c, 0, sizeof c);
+  c.kind = 0, c.tile_m = 128, c.tile_n = 128, c.tile_k = 64, c.stages = 2, c.consumers = 1;
+  fb_gemm_args a;
+  memset(&a, 0, sizeof a);
+  a.a = da, a.b = db, a.out = dout, a.offsets = doff, a.rows = rows, a.experts = E, a.N = N, a.K = K, a.M = N;
+  fb_kp_gemm kp;
+  if (fb_gemm_params(&c, &a, &kp) != FB_OK) fail_msg("fb_gemm_params: %s", fb_errmsg());
+  /* A's map: K x rows BF16, box 64 x 128, SWIZZLE_128B; B's: K x E*N */
+  tc::TmapRec ra, rb;
+  memcpy(&ra, &kp.ta, sizeof ra), memcpy(&rb, &kp.tb, sizeof rb);
+  assert_int_equal(ra.magic, tc::kTmapMagic), assert_int_equal(rb.magic, tc::kTmapMagic);
+  assert_int_equal(ra.dims[0], K), assert_int_equal(ra.dims[1], rows), assert_int_equal(ra.box[0], 64);
+  assert_int_equal(ra.box[1], 128), assert_int_equal(ra.swizzle, 128), assert_int_equal(ra.esize, 2);
+  assert_int_equal(rb.dims[1], E * N), assert_int_equal(ra.gaddr, da), assert_int_equal(rb.gaddr, db);
+  fbemu_table = &fbemu::api;
+  for (int which = 0; which < 2; ++which) {
+    TmaParams tp; /* a box through the map: A's rows 100.. (past the end: zeros), B's second expert */
+    memset(&tp, 0, sizeof tp);
+    memcpy(&tp.map, which ? (const void *)&kp.tb : (const void *)&kp.ta, 128);
+    tp.rank = 2, tp.dst = 1024, tp.bytes = 64 * 128 * 2, tp.bar_tx = tp.bytes, tp.c[0] = 64, tp.c[1] = which ? N : 100;
+    std::vector<unsigned char> out(tp.bytes);
+    tp.out = (unsigned long long)(uintptr_t)out.data();
+    const char *e = tc::launch(1, 1, 64, 1, 65536, [&tp] { tma_kernel(tp); });
+    if (e) fail_msg("TMA through the runtime's map: %s", e);
+    const std::vector<uint16_t> &X = which ? B : A;
+    const int nrows = which ? E * N : rows;
+    for (unsigned y = 0; y < 128; ++y)
+      for (unsigned x = 0; x < 64; ++x) {
+        int gy = tp.c[1] + (int)y, gx = tp.c[0] + (int)x;
+        uint16_t want = gy < nrows ? X[(size_t)gy * K + gx] : 0;
+        unsigned b = 2 * x, at = y * 128 + (((b / 16) ^ (y % 8)) * 16) + b % 16;
+        uint16_t got = (uint16_t)(out[at] | out[at + 1] << 8);
+        if (got != want) fail_msg("%s's map: element (%u, %u) 0x%04x, want 0x%04x", which ? "B" : "A", y, x, got, want);
+      }
+  }
+  printf("  runtime/gemm_host.c's maps (through the fake driver's cuTensorMapEncodeTiled) load as laid out\n");
+  fb_cu.MemFree(da), fb_cu.MemFree(db), fb_cu.MemFree(dout), fb_cu.MemFree(doff);
 }
 
 /* ---- 3. the MMA grid ------------------------------------------------------------------------------------------ */
@@ -691,7 +762,7 @@ void test_nvrtc(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
+      cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma), cmocka_unit_test(test_runtime_tmap),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
       cmocka_unit_test(test_wrong_descriptors), cmocka_unit_test(test_protocol_errors),
       cmocka_unit_test(test_elect_alloc_cg), cmocka_unit_test(test_nvrtc),
   };

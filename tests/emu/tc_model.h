@@ -33,27 +33,17 @@
 #include <string>
 
 #include "emu_core.h"
+#include "fb_tmap_rec.h"
 
 namespace fbemu {
 namespace tc {
 
 const unsigned kTmemLanes = 128, kTmemCols = 512;
 
-/* ---- the tensor map: what cuTensorMapEncodeTiled takes, kept in the 128-byte CUtensorMap (the model's own
- * encoding, documented here and in docs/tc_model.md; the real driver's bits are opaque) ---------------------- */
-struct TmapRec {
-  uint32_t magic;           /* kTmapMagic */
-  uint8_t rank, esize;      /* dimensions (1..5), bytes per element */
-  uint8_t swizzle;          /* bytes of the swizzle span: 0 (none), 32, 64, 128 */
-  uint8_t oob_nan;          /* FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA (unmodelled: reported) */
-  uint64_t gaddr;           /* global address */
-  uint32_t dims[5];         /* elements per dimension, dims[0] innermost */
-  uint32_t box[5];          /* the box, elements */
-  uint32_t estr[5];         /* element strides (1 modelled) */
-  uint32_t interleave;      /* 0 = none (modelled) */
-  uint64_t strides[4];      /* bytes between consecutive indices of dims 1.. */
-};
-const uint32_t kTmapMagic = 0x4D544246u; /* "FBTM" */
+/* ---- the tensor map: what cuTensorMapEncodeTiled takes, kept in the 128-byte CUtensorMap in the layout
+ * tests/emu/fb_tmap_rec.h documents (the fake driver, tests/gpu/mock_libcuda.c, writes the same) ------------- */
+typedef fbemu_tmap_rec TmapRec;
+const uint32_t kTmapMagic = FBEMU_TMAP_MAGIC;
 static_assert(sizeof(TmapRec) <= 128, "the record fits a CUtensorMap");
 
 /* The model's cuTensorMapEncodeTiled: esize bytes per element, swizzle in bytes (0/32/64/128). 0, or a message
@@ -61,27 +51,7 @@ static_assert(sizeof(TmapRec) <= 128, "the record fits a CUtensorMap");
 inline const char *encode_tmap(void *map128, unsigned esize, unsigned rank, const void *gaddr, const uint64_t *dims,
                                const uint64_t *strides, const uint32_t *box, const uint32_t *estr, unsigned interleave,
                                unsigned swizzle, unsigned oob_nan) {
-  if (rank < 1 || rank > 5) return "tensor map: rank not in 1..5";
-  if ((uintptr_t)gaddr % 16) return "tensor map: global address not 16-byte aligned";
-  if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128) return "tensor map: swizzle not 0/32/64/128";
-  TmapRec r;
-  memset(&r, 0, sizeof r);
-  r.magic = kTmapMagic, r.rank = (uint8_t)rank, r.esize = (uint8_t)esize, r.swizzle = (uint8_t)swizzle;
-  r.oob_nan = (uint8_t)oob_nan, r.gaddr = (uint64_t)(uintptr_t)gaddr, r.interleave = interleave;
-  for (unsigned i = 0; i < rank; ++i) {
-    if (dims[i] < 1 || dims[i] > (1ull << 32)) return "tensor map: a dimension not in 1..2^32";
-    if (box[i] < 1 || box[i] > 256) return "tensor map: a box extent not in 1..256";
-    r.dims[i] = (uint32_t)dims[i], r.box[i] = box[i], r.estr[i] = estr ? estr[i] : 1;
-    if (i) {
-      if (strides[i - 1] % 16) return "tensor map: a global stride not a multiple of 16 bytes";
-      r.strides[i - 1] = strides[i - 1];
-    }
-  }
-  if ((box[0] * esize) % 16) return "tensor map: the box's inner extent is not a multiple of 16 bytes";
-  if (swizzle && box[0] * esize > swizzle) return "tensor map: the box's inner extent exceeds the swizzle span";
-  memset(map128, 0, 128);
-  memcpy(map128, &r, sizeof r);
-  return NULL;
+  return fbemu_tmap_encode(map128, esize, rank, gaddr, dims, strides, box, estr, interleave, swizzle, oob_nan);
 }
 
 #ifdef __cuda_cuda_h__
