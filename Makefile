@@ -239,6 +239,22 @@ $(UNITTIERS): unit/%:
 # the tcgen05 descriptors and scale-factor layout (templates/fb_tcgen05.h) against CUTLASS 4.2's (test-only headers)
 tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
 	$(Q)$(TIER) "tests/cutlass/tcgen05_desc (the Blackwell descriptors against CUTLASS's)" -- $(BUILD)/tests/cutlass/tcgen05_desc
+# the functional model of the tcgen05 / TMA / mbarrier instructions (tests/emu/tc_model.h) and the tile kernel run
+# under it (tests/emu/tc_tile_mma.cuh): unit/test_tc_model, one of check's tiers; the headers it is built from
+$(BUILD)/tests/test_tc_model: tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_tile_mma.cuh \
+                              tests/emu/fb_tmap_rec.h templates/fb_tc_ops.h templates/fb_tcgen05.h
+$(BUILD)/tests/test_emu: tests/emu/emu_core.h tests/emu/fb_emu.h
+# the fake driver writes tensor maps in the layout the functional model reads (tests/emu/fb_tmap_rec.h); make test
+# runs test_tc_model under it too, where it also loads through the maps runtime/gemm_host.c encodes
+$(BUILD)/mockcuda/libcuda.so.1: tests/emu/fb_tmap_rec.h
+TEST_TIERS += tier-tc-model-mock
+.PHONY: tier-tc-model-mock
+tier-tc-model-mock: $(BUILD)/tests/test_tc_model $(BUILD)/mockcuda/libcuda.so.1
+	$(Q)$(TIER) "test_tc_model under the fake driver (runtime/gemm_host.c's tensor maps through the model's TMA)" -- \
+	  env $(MOCKENV) FB_REQUIRE_MOCK=1 $(BUILD)/tests/test_tc_model
+# templates/sm100/gemm_sm100.cuh (standalone: not in gen/templates.c's table yet) under the model: unit/test_gemm_sm100
+$(BUILD)/tests/test_gemm_sm100: templates/sm100/gemm_sm100.cuh tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h \
+                                tests/emu/fb_tmap_rec.h templates/fb_tc_ops.h templates/fb_tcgen05.h
 # the tcgen05 wrappers (templates/fb_tc_ops.h) compile for sm_100a / sm_103a and their SASS holds every form
 tier-tc-ops-sass: $(BUILD)/tests/test_tc_ops $(CUOBJDUMP_TEST)
 	$(Q)$(TIER) "test_tc_ops (the tcgen05 forms in the SASS, cuobjdump from the wheel)" -- \

@@ -3,7 +3,8 @@
  * descriptors from fb_tcgen05.h; ptxas reports no spills and no local memory. Where a cuobjdump is found
  * ($CUOBJDUMP, PATH, or the nvidia-cuda-cuobjdump wheel) the SASS must hold every form, 1-CTA and 2-CTA: the MMAs of
  * each kind (UTCHMMA, UTCQMMA, UTCOMMA.4X / .BLOCK16 on sm_103a), the commits (UTCBAR), UTCCP, the TMEM loads and stores (LDTM, STTM), the
- * allocator (UTCATOMSWS, DEALLOC); otherwise that half says it did not run. Nothing runs: no Blackwell GPU here. */
+ * allocator (UTCATOMSWS, DEALLOC), the TMA loads, mbarriers, cluster barrier and proxy fence (fb_tc_ops_sync);
+ * otherwise that half says it did not run. Nothing runs: no Blackwell GPU here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,6 +71,28 @@ static const char *SRC =
     "  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = r[i];\n"
     "  fbt_fence_before(); __syncthreads();\n"
     "  if (w == 0) { fbt_dealloc_cg2(t, 512); fbt_relinquish_cg2(); }\n"
+    "}\n"
+    /* the mbarrier, TMA, proxy-fence and cluster wrappers, on the dynamic shared memory */
+    "extern \"C\" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(64) fb_tc_ops_sync(const __grid_constant__ fbt_tmap m, const unsigned *in, unsigned *out) {\n"
+    "  unsigned char *sm = fbt_smem();\n"
+    "  uint32_t base = fbt_smem_addr(sm), bar = base, rank = fbt_cluster_rank();\n"
+    "  if (threadIdx.x == 0) { fbt_mbar_init(bar, 1); fbt_mbar_init(bar + 8, 2); fbt_fence_mbar_init(); }\n"
+    "  fbt_cluster_sync();\n"
+    "  if (threadIdx.x == 0) {\n"
+    "    fbt_mbar_arrive_expect_tx(bar, in[0]);\n"
+    "    fbt_tma_load_2d(base + 1024, &m, (int)in[1], (int)in[2], bar);\n"
+    "    fbt_tma_load_3d(base + 2048, &m, (int)in[1], (int)in[2], (int)in[3], bar);\n"
+    "    if (rank == 0) fbt_tma_load_2d_mc(base + 4096, &m, (int)in[1], (int)in[2], bar, (uint16_t)3);\n"
+    "    fbt_mbar_wait(bar, 0);\n"
+    "    fbt_mbar_arrive_cluster(fbt_mapa(bar + 8, 0));\n"
+    "    fbt_mbar_arrive(bar + 8);\n"
+    "  }\n"
+    "  sm[8192 + threadIdx.x] = (unsigned char)in[4];\n"
+    "  fbt_fence_proxy_async();\n"
+    "  __syncthreads();\n"
+    "  if (rank == 0 && threadIdx.x == 0) out[0] = fbt_mbar_try_wait(bar + 8, 0);\n"
+    "  out[1 + threadIdx.x] = sm[1024 + threadIdx.x] + sm[8192 + (threadIdx.x ^ 1)];\n"
+    "  fbt_cluster_sync();\n"
     "}\n";
 
 static const char *cuobjdump(void) {
@@ -121,11 +144,17 @@ static void test_forms(void **state) {
     unlink(f);
     /* as cuobjdump 13 spells them: kind::f16 UTCHMMA, mxf8f6f4 UTCQMMA, mxf4nvf4 block16 UTCOMMA.4X (sm_100a) or
        UTCOMMA.BLOCK16 (sm_103a), each also .2CTA; commit UTCBAR (.2CTA.MULTICAST); cp UTCCP; ld / st LDTM / STTM;
-       alloc the allocator's atomics */
+       alloc the allocator's atomics; TMA UTMALDG, mbarriers SYNCS.*, barrier.cluster UCGABAR_*, fence.proxy.async
+       FENCE.VIEW.ASYNC.S (as cuobjdump 13.5 printed them, 2026-12-02) */
     const char *nvf4 = a ? "UTCOMMA.BLOCK16" : "UTCOMMA.4X", *nvf4_2 = a ? "UTCOMMA.2CTA.BLOCK16" : "UTCOMMA.2CTA.4X";
     const char *const want[] = {"UTCHMMA ", "UTCHMMA.2CTA", "UTCQMMA ", "UTCQMMA.2CTA", nvf4, nvf4_2, "UTCBAR ",
                                 "UTCBAR.2CTA.MULTICAST", "UTCCP.T.S", "UTCCP.T.S.2CTA", "LDTM", "STTM",
-                                "UTCATOMSWS.FIND_AND_SET", "UTCATOMSWS.2CTA.FIND_AND_SET", "DEALLOC"};
+                                "UTCATOMSWS.FIND_AND_SET", "UTCATOMSWS.2CTA.FIND_AND_SET", "DEALLOC",
+                                /* fb_tc_ops_sync: TMA loads, mbarrier init / arrive (remote: .RED) / try_wait, the
+                                   cluster barrier, fence.proxy.async */
+                                "UTMALDG.2D ", "UTMALDG.3D ", "UTMALDG.2D.MULTICAST", "SYNCS.EXCH.64",
+                                "SYNCS.ARRIVE.TRANS64.RED.A1T0", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "UCGABAR_ARV",
+                                "UCGABAR_WAIT", "FENCE.VIEW.ASYNC.S"};
     int missing = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i)
       if (!strstr(sass, want[i])) printf("  %s: no %s in the SASS\n", archs[a], want[i]), ++missing;

@@ -9,6 +9,40 @@
 
 typedef struct { unsigned x, y, z; } fbemu_dim3;
 
+/* The functional model of the Blackwell-only instructions (tests/emu/tc_model.h; issue 19), reached from
+ * templates/fb_tc_ops.h's fbt_* wrappers under FB_EMU: one entry per instruction family. Addresses are the
+ * emulated shared::cta / shared::cluster window (rank << 24 | offset) and TMEM addresses (lane << 16 | column).
+ * Run under the functional model, never on a Blackwell GPU. */
+enum { FBEMU_FENCE_BEFORE = 1, FBEMU_FENCE_AFTER, FBEMU_FENCE_PROXY_ASYNC, FBEMU_FENCE_MBAR_INIT };
+enum { FBEMU_MMA_F16 = 1, FBEMU_MMA_MXF8, FBEMU_MMA_NVF4 };  /* kind::f16, mxf8f6f4.block32, mxf4nvf4.block16 */
+enum { FBEMU_CP_32X128B_WARPX4 = 1 };
+enum { FBEMU_LDST_32X32B = 1 };
+typedef struct fbemu_tc_api {
+  void *(*smem)(void);                          /* this CTA's dynamic shared memory (shared::cta offset 0) */
+  unsigned (*smem_addr)(const void *p);         /* __cvta_generic_to_shared: a pointer into it, as its address */
+  unsigned (*cluster_rank)(void), (*cluster_size)(void);
+  unsigned (*mapa)(unsigned addr, unsigned rank);
+  void (*cluster_arrive)(void), (*cluster_wait)(void);
+  void (*mbar_init)(unsigned bar, unsigned count);
+  void (*mbar_arrive)(unsigned bar, unsigned count);          /* shared::cluster: the peer's barrier too */
+  void (*mbar_arrive_expect_tx)(unsigned bar, unsigned bytes);
+  int (*mbar_try_wait)(unsigned bar, unsigned parity);
+  void (*fence)(int which);
+  /* cp.async.bulk.tensor.{rank}d ... mbarrier::complete_tx::bytes; mask != 0: .multicast::cluster to those CTAs */
+  void (*tma_load)(unsigned dst, const void *tmap, int rank, const int *coords, unsigned bar, unsigned mask);
+  unsigned (*elect)(unsigned mask);
+  void (*alloc)(int cg, unsigned dst, unsigned ncols);
+  void (*dealloc)(int cg, unsigned taddr, unsigned ncols);
+  void (*relinquish)(int cg);
+  void (*mma)(int kind, int cg, unsigned d, unsigned long long adesc, unsigned long long bdesc, unsigned idesc,
+              unsigned sfa, unsigned sfb, int accumulate);
+  void (*cp)(int shape, int cg, unsigned taddr, unsigned long long sdesc);
+  void (*commit)(int cg, unsigned bar, unsigned mask); /* mask != 0: .multicast::cluster */
+  void (*ld)(int shape, int n, unsigned taddr, unsigned *r);
+  void (*st)(int shape, int n, unsigned taddr, const unsigned *r);
+  void (*wait)(int st); /* tcgen05.wait::ld (0) / ::st (1) */
+} fbemu_tc_api;
+
 typedef struct {
   fbemu_dim3 (*thread_idx)(void);
   fbemu_dim3 (*block_idx)(void);
@@ -17,6 +51,7 @@ typedef struct {
   /* every lane of mask deposits v; returns when all have, with the 32 deposits (lanes outside mask: 0) */
   void (*exchange)(unsigned mask, unsigned long long v, unsigned long long out[32]);
   void (*syncthreads)(void);
+  const fbemu_tc_api *tc; /* the model, when the program links it (tests/emu/tc_model.h); else 0 */
 } fbemu_api;
 
 #ifdef FBEMU_KERNEL
@@ -34,7 +69,13 @@ __attribute__((weak)) fbemu_api *fbemu_table = 0; /* set by the emulator after d
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __shared__ static /* CTAs run one after another */
+#define __shared__ static /* CTAs run one after another (a cluster's share static ones: use fbt_smem()) */
+#define __grid_constant__
+#define __cluster_dims__(...)
+#define __align__(n) alignas(n)
+#ifndef FB_EMU
+#define FB_EMU 1 /* templates/fb_tc_ops.h: the wrappers call the model */
+#endif
 
 #define threadIdx (fbemu_table->thread_idx())
 #define blockIdx (fbemu_table->block_idx())
@@ -126,5 +167,6 @@ static inline void __syncwarp(unsigned m = 0xFFFFFFFFu) {
   fbemu_table->exchange(m, 0, a);
 }
 static inline void __syncthreads(void) { fbemu_table->syncthreads(); }
+static inline size_t __cvta_generic_to_shared(const void *p) { return fbemu_table->tc->smem_addr(p); }
 #endif /* FBEMU_KERNEL */
 #endif

@@ -13,6 +13,7 @@
 #include "fourbit.h"
 #include "model_dense.h"
 #include <cuda.h>
+#include "../emu/fb_tmap_rec.h" /* the tensor maps' layout, shared with the functional model */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -741,25 +742,25 @@ CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
 CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t r, void *g, const cuuint64_t *dims,
                                 const cuuint64_t *str, const cuuint32_t *box, const cuuint32_t *es, CUtensorMapInterleave i,
                                 CUtensorMapSwizzle sw, CUtensorMapL2promotion l, CUtensorMapFloatOOBfill o) {
-  (void)es;
-  (void)i;
-  (void)sw;
   (void)l;
-  (void)o;
-  (void)box;
-  (void)r;
   size_t e = t == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
   size_t need = (dims[1] - 1) * str[0] + dims[0] * e;
   find((unsigned long long)g, need, "tensor map");
   if (getenv("MOCK_V"))
     fprintf(stderr, "  tmap %llu x %llu (%zu-byte) box %u x %u\n", (unsigned long long)dims[0], (unsigned long long)dims[1], e,
             box[0], box[1]);
-  memset(m, 0, sizeof *m);
-  unsigned long long *w = (unsigned long long *)m;
-  w[0] = (unsigned long long)g;
-  w[1] = dims[0];
-  w[2] = dims[1];
-  w[3] = e;
+  /* the map as tests/emu/fb_tmap_rec.h lays it out (word 0 the global address, which emu_gemm reads), so that
+     the functional model's TMA can load through a map runtime/gemm_host.c encoded; a map it refuses keeps only
+     word 0 (the fake driver never refused one) */
+  static const unsigned swb[] = {0, 32, 64, 128};
+  uint64_t d5[5] = {0}, s4[4] = {0};
+  for (cuuint32_t d = 0; d < r && d < 5; ++d) d5[d] = dims[d];
+  for (cuuint32_t d = 0; d + 1 < r && d < 4; ++d) s4[d] = str[d];
+  if (fbemu_tmap_encode(m, (unsigned)e, r, g, d5, s4, box, es, (unsigned)i, (unsigned)sw < 4 ? swb[sw] : 0,
+                        o == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)) {
+    memset(m, 0, sizeof *m);
+    *(unsigned long long *)m = (unsigned long long)g;
+  }
   return 0;
 }
 CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) {
