@@ -13,7 +13,7 @@ PY=${PYTHON:-python3}
   || { echo "mk/pydeps.sh: $PY is not Python >= 3.9 (the Python tiers need it)"; exit 1; }
 "$PY" -m pip --version > /dev/null 2>&1 || { echo "mk/pydeps.sh: no pip for $PY (python3 -m pip): the Python tiers cannot run"; exit 1; }
 rm -rf "$DIR.tmp"
-"$PY" -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: --require-hashes \
+"$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --only-binary=:all: --require-hashes \
   --target "$DIR.tmp" -r "$REQ" \
   || { rm -rf "$DIR.tmp"; echo "mk/pydeps.sh: could not install $REQ from PyPI (the Python tiers need it)"; exit 1; }
 rm -rf "$DIR" && mv "$DIR.tmp" "$DIR"
