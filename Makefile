@@ -452,8 +452,8 @@ TESTDEPS   += $(SOLIB) $(PYDEPS)
 tier-python: $(SOLIB) $(BUILD)/fourbit $(PYDEPS)
 	$(Q)$(PYENV) $(TIER) "tests/python (the Python package: quantizers against fourbit quant byte for byte, plan, info, errors)" -- \
 	  python3 -m pytest -q -p no:cacheprovider tests/python/test_fourbit.py
-tier-python-layer: $(SOLIB) $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda/libcuda.so.1 $(PYDEPS)
-	$(Q)$(MEMOENV) $(PYENV) FOURBIT_BENCH_LAYER=$(abspath $(BUILD)/gpu/bench_layer) FOURBIT_MOCKCUDA=$(abspath $(BUILD)/mockcuda) \
+tier-python-layer: $(SOLIB) $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda/libcuda.so.1 $(NVRTCMEMO) $(PYDEPS)
+	$(Q)$(MEMOENV) $(PYENV) LD_LIBRARY_PATH=$(abspath $(BUILD)/mockcuda) FOURBIT_BENCH_LAYER=$(abspath $(BUILD)/gpu/bench_layer) FOURBIT_MOCKCUDA=$(abspath $(BUILD)/mockcuda) \
 	  $(TIER) "tests/python/test_layer_mock.py (fourbit.Layer on the fake driver against bench_layer --dump, byte for byte)" -- \
 	  python3 -m pytest -q -p no:cacheprovider tests/python/test_layer_mock.py
 

@@ -252,7 +252,7 @@ typedef struct { /* a lookup answer, for fourbit_layer_kernels_json */
 struct fourbit_layer {
   pthread_mutex_t mu;
   const fourbit_recipe *r;
-  int layer, device;
+  int device;
   CUdevice dev;
   CUcontext ctx;
   CUevent ev_in, ev_out;
@@ -329,14 +329,12 @@ void fourbit_layer_free(fourbit_layer *l) {
   free(l);
 }
 
-int fourbit_layer_create(const fourbit_recipe *r, int layer, const fourbit_layer_opts *o, fourbit_layer **out) {
+int fourbit_layer_create(const fourbit_recipe *r, const fourbit_layer_opts *o, fourbit_layer **out) {
   if (!out) return FB_USERERR(FB_EINVAL, "fourbit_layer_create: out is NULL");
   *out = NULL;
   if (!r) return FB_USERERR(FB_EINVAL, "fourbit_layer_create: no recipe");
   FB_TRY(check_size(o, o ? o->size : 0, sizeof *o, "fourbit_layer_create: options"));
   const fb_recipe *rec = r->r;
-  if (layer < 1 || layer > rec->model.layers)
-    return FB_USERERR(FB_EINVAL, "%s: layer %d: the recipe's model has layers 1..%d", rec->path, layer, rec->model.layers);
   if (o->device < 0) return FB_USERERR(FB_EINVAL, "device %d: a CUDA ordinal is >= 0", o->device);
   if (o->tokens < 0) return FB_USERERR(FB_EINVAL, "tokens %d: >= 0 (0: the recipe's)", o->tokens);
   FB_TRY(fb_cuda_load());
@@ -347,7 +345,7 @@ int fourbit_layer_create(const fourbit_recipe *r, int layer, const fourbit_layer
   fourbit_layer *l = calloc(1, sizeof *l);
   if (!l) return FB_ERR(FB_ENOMEM, "fourbit_layer_create");
   pthread_mutex_init(&l->mu, NULL);
-  l->r = r, l->layer = layer, l->device = o->device, l->verbose = o->verbose;
+  l->r = r, l->device = o->device, l->verbose = o->verbose;
   l->cache = o->cache ? o->cache->c : NULL;
   fb_status rc = FB_OK;
   int cr = fb_cu.DeviceGet(&l->dev, o->device);
@@ -424,24 +422,25 @@ int fourbit_layer_kernels_json(const fourbit_layer *l, char **out) {
   return jdone(&s, out);
 }
 
-static fb_status check_tokens(const fourbit_layer *l, int tokens) {
+static fb_status check_call(const fourbit_layer *l, int layer, int tokens) {
+  if (layer < 1 || layer > l->plan->nlayers)
+    return FB_USERERR(FB_EINVAL, "%s: layer %d: the recipe's model has layers 1..%d", l->r->r->path, layer, l->plan->nlayers);
   if (tokens < 1) return FB_USERERR(FB_EINVAL, "tokens %d: at least one", tokens);
-  (void)l;
   return FB_OK;
 }
 
-int fourbit_layer_forward(fourbit_layer *l, int tokens, uint64_t x, uint64_t topk_idx, uint64_t topk_w, uint64_t w13,
+int fourbit_layer_forward(fourbit_layer *l, int layer, int tokens, uint64_t x, uint64_t topk_idx, uint64_t topk_w, uint64_t w13,
                           uint64_t w2, uint64_t y, uint32_t seed, uint32_t step, void *stream, fourbit_saved **saved) {
   if (!l || !saved) return FB_USERERR(FB_EINVAL, "fourbit_layer_forward: NULL argument");
   *saved = NULL;
-  FB_TRY(check_tokens(l, tokens));
+  FB_TRY(check_call(l, layer, tokens));
   if (!x || !topk_idx || !topk_w || !w13 || !w2 || !y) return FB_USERERR(FB_EINVAL, "fourbit_layer_forward: a NULL device pointer");
   fourbit_saved *sv = calloc(1, sizeof *sv);
   if (!sv) return FB_ERR(FB_ENOMEM, "fourbit_layer_forward");
   const fb_model *M = &l->r->r->model;
   sv->l = l;
   fb_moe_layer *L = &sv->L;
-  L->layer = l->layer, L->prec = &l->plan->layers[l->layer - 1], L->tokens = tokens, L->d_model = M->d_model;
+  L->layer = layer, L->prec = &l->plan->layers[layer - 1], L->tokens = tokens, L->d_model = M->d_model;
   L->d_ff = M->d_ff, L->experts = M->experts, L->top_k = M->top_k, L->seed = seed, L->step = step;
   fb_gpu_layer_io io;
   memset(&io, 0, sizeof io);

@@ -112,10 +112,10 @@ typedef struct {
   fourbit_cache *cache;      /* NULL: every kernel's default variant compiled with NVRTC */
   int verbose;               /* kernel notices on stderr */
 } fourbit_layer_opts;
-/* The expert layer `layer` (1-based) of recipe r (its model sizes as opened) on one GPU, every kernel loaded now: the
+/* The expert layers of recipe r (its model sizes as opened) on one GPU, every kernel of every layer loaded now: the
  * cache's tuned winner, else its default variant, else compiled with NVRTC (fourbit_layer_kernels_json says which).
- * r must outlive the layer. */
-int fourbit_layer_create(const fourbit_recipe *r, int layer, const fourbit_layer_opts *o, fourbit_layer **out);
+ * One handle serves all the model's layers (the forward names one). r must outlive it. */
+int fourbit_layer_create(const fourbit_recipe *r, const fourbit_layer_opts *o, fourbit_layer **out);
 /* Each kernel the layer loaded: [{"spec", "variant", "from": "winner"|"default"|"nvrtc", "note"}, ...] (malloc'd),
  * with "kernels", "from_cache", "compiled", "compile_ms" beside it. */
 int fourbit_layer_kernels_json(const fourbit_layer *l, char **out);
@@ -126,12 +126,13 @@ void fourbit_layer_free(fourbit_layer *l); /* after every fourbit_saved of it is
  *          rows, then up rows), w2 (FP32 E x D x F) -> y (T x D BF16);
  * backward dy (T x D FP32) -> dx (T x D FP32), dw13, dw2 (FP32, shaped like the masters, overwritten), dtopk_w (FP32
  *          T x k).
+ * layer: which of the recipe's layers (1-based: its precision, and its random streams' ids).
  * stream: the caller's CUstream (NULL: the legacy default stream). The layer's work is ordered after what the caller
  * queued on it before the call, and what the caller queues after the call is ordered after the layer's work. The
  * forward synchronizes with the host once (the rows per expert). seed, step: the SR and RHT streams (as fourbit
  * train's step). The forward hands back *saved (what the backward needs, in device memory of the layer's pool);
  * the backward consumes it, as does fourbit_saved_free (no backward). Calls on one layer are serialized. */
-int fourbit_layer_forward(fourbit_layer *l, int tokens, uint64_t x, uint64_t topk_idx, uint64_t topk_w, uint64_t w13,
+int fourbit_layer_forward(fourbit_layer *l, int layer, int tokens, uint64_t x, uint64_t topk_idx, uint64_t topk_w, uint64_t w13,
                           uint64_t w2, uint64_t y, uint32_t seed, uint32_t step, void *stream, fourbit_saved **saved);
 int fourbit_layer_backward(fourbit_layer *l, fourbit_saved *saved, uint64_t dy, uint64_t dx, uint64_t dw13,
                            uint64_t dw2, uint64_t dtopk_w, void *stream);

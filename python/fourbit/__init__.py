@@ -211,28 +211,29 @@ class Saved:
 
 
 class Layer:
-    """The GPU expert layer `layer` (1-based) of a Recipe on CUDA device `device` (its primary context), every kernel
-    loaded at construction (cache winners, else defaults, else NVRTC). forward / backward take device pointers (ints)
-    and a CUstream (int; 0: the legacy default stream): the shapes of include/fourbit/libfourbit.h."""
+    """The GPU expert layers of a Recipe on CUDA device `device` (its primary context), every kernel of every layer
+    loaded at construction (cache winners, else defaults, else NVRTC). forward (naming the layer, 1-based) / backward
+    take device pointers (ints) and a CUstream (int; 0: the legacy default stream): the shapes of
+    include/fourbit/libfourbit.h."""
 
-    def __init__(self, recipe, layer, *, device=0, tokens=0, cache=None, verbose=False):
+    def __init__(self, recipe, *, device=0, tokens=0, cache=None, verbose=False):
         if not isinstance(recipe, Recipe):
             raise InputError(1, "Layer: recipe is a fourbit.Recipe (got %s)" % type(recipe).__name__)
-        self.recipe, self.layer, self.device, self.cache = recipe, layer, device, cache
+        self.recipe, self.device, self.cache = recipe, device, cache
         self._h = None
         o = _lib.LayerOpts(size=ctypes.sizeof(_lib.LayerOpts), device=device, tokens=tokens,
                            cache=cache._h if cache is not None else None, verbose=int(bool(verbose)))
         h = ctypes.c_void_p()
-        _lib.check(_lib.lib.fourbit_layer_create(recipe._h, layer, ctypes.byref(o), ctypes.byref(h)), "Layer")
+        _lib.check(_lib.lib.fourbit_layer_create(recipe._h, ctypes.byref(o), ctypes.byref(h)), "Layer")
         self._h = h
 
     def kernels(self):
         """Which kernels the layer loaded and from where: {"kernels", "from_cache", "compiled", "loaded": [...]}."""
         return json.loads(_lib.take_string(_lib.lib.fourbit_layer_kernels_json, self._h))
 
-    def forward(self, tokens, x, topk_idx, topk_w, w13, w2, y, *, seed, step, stream=0):
+    def forward(self, layer, tokens, x, topk_idx, topk_w, w13, w2, y, *, seed, step, stream=0):
         s = ctypes.c_void_p()
-        _lib.check(_lib.lib.fourbit_layer_forward(self._h, tokens, x, topk_idx, topk_w, w13, w2, y, seed, step,
+        _lib.check(_lib.lib.fourbit_layer_forward(self._h, layer, tokens, x, topk_idx, topk_w, w13, w2, y, seed, step,
                                                   ctypes.c_void_p(stream or None), ctypes.byref(s)), "Layer.forward")
         return Saved(self, s)
 

@@ -258,6 +258,6 @@ def test_layer_without_driver():
         pytest.skip("the fake driver is loaded: tests/python/test_layer_mock.py runs the layer")
     r = fourbit.Recipe("recipes/tiny.lua")
     with pytest.raises(fourbit.Error) as e:
-        fourbit.Layer(r, 1)
+        fourbit.Layer(r)
     assert e.value.status == "ECUDA" and "libcuda.so.1" in str(e.value)
-    expect_input_error(lambda: fourbit.Layer(r, 99), r"layer 99: the recipe's model has layers 1\.\.")
+    expect_input_error(lambda: fourbit.Layer(r, device=-1), r"device -1: a CUDA ordinal is >= 0")
