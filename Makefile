@@ -452,6 +452,12 @@ TESTDEPS   += $(SOLIB) $(PYDEPS)
 tier-python: $(SOLIB) $(BUILD)/fourbit $(PYDEPS)
 	$(Q)$(PYENV) $(TIER) "tests/python (the Python package: quantizers against fourbit quant byte for byte, plan, info, errors)" -- \
 	  python3 -m pytest -q -p no:cacheprovider tests/python/test_fourbit.py
+# On the device machine, with build/ carried (never rebuilds): tests/gpu/python_gpu.sh (MoEExperts against bench_layer
+# byte for byte, two runs, S1 time within 5%, the example trains); SKIPPED and exit 77 without a GPU or torch.
+test-python-gpu:
+	$(Q)test -f $(SOLIB) && test -x $(BUILD)/gpu/bench_layer || { echo "test-python-gpu: build first (make), then carry build/"; exit 1; }
+	$(Q)bash tests/gpu/python_gpu.sh
+.PHONY: test-python-gpu
 tier-python-layer: $(SOLIB) $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda/libcuda.so.1 $(NVRTCMEMO) $(PYDEPS)
 	$(Q)$(MEMOENV) $(PYENV) LD_LIBRARY_PATH=$(abspath $(BUILD)/mockcuda) FOURBIT_BENCH_LAYER=$(abspath $(BUILD)/gpu/bench_layer) FOURBIT_MOCKCUDA=$(abspath $(BUILD)/mockcuda) \
 	  $(TIER) "tests/python/test_layer_mock.py (fourbit.Layer on the fake driver against bench_layer --dump, byte for byte)" -- \

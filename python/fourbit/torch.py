@@ -77,7 +77,7 @@ class MoEExperts(torch.nn.Module):
     ~/.cache/fourbit, when it exists; else every kernel's default compiled with NVRTC), or False (no cache)."""
 
     def __init__(self, recipe, layer, experts, d_model, d_ff, *, top_k=None, layers=None, cache=None, seed=1234, step=1,
-                 tokens=0, check_indices=True, keep_fp32_dx=False, verbose=False):
+                 tokens=0, check_indices=True, keep_fp32_dx=False, verbose=False, device=None):
         super().__init__()
         self.recipe_path, self.layer_index = str(recipe), int(layer)
         self.experts, self.d_model, self.d_ff = int(experts), int(d_model), int(d_ff)
@@ -92,8 +92,8 @@ class MoEExperts(torch.nn.Module):
         self._cache_arg, self._tokens, self._verbose = cache, int(tokens), verbose
         self.seed, self.step = int(seed), int(step)
         self.check_indices, self.keep_fp32_dx, self.last_dx = check_indices, keep_fp32_dx, None
-        self.w13 = torch.nn.Parameter(torch.randn(self.experts, 2 * self.d_ff, self.d_model) / self.d_model ** 0.5)
-        self.w2 = torch.nn.Parameter(torch.randn(self.experts, self.d_model, self.d_ff) / self.d_ff ** 0.5)
+        self.w13 = torch.nn.Parameter(torch.randn(self.experts, 2 * self.d_ff, self.d_model, device=device) / self.d_model ** 0.5)
+        self.w2 = torch.nn.Parameter(torch.randn(self.experts, self.d_model, self.d_ff, device=device) / self.d_ff ** 0.5)
         self._layer, self._cache = None, None
 
     def extra_repr(self):
