@@ -406,8 +406,12 @@ int fourbit_layer_kernels_json(const fourbit_layer *l, char **out) {
     for (int i = 0; i < l->nseen; ++i)
       if (!strncmp(var, l->seen[i].spec, strlen(l->seen[i].spec)) && (!k || strlen(l->seen[i].spec) > strlen(k->spec))) k = &l->seen[i];
     const char *from = strstr(note, "compiled (NVRTC)") ? "nvrtc" : k && k->found && !strcmp(k->variant, var) ? (k->winner ? "winner" : "default") : "cache";
-    char spec[192];
-    snprintf(spec, sizeof spec, "%s", k ? k->spec : var);
+    char spec[192], arch[16];
+    size_t tail = 0;
+    fb_kernel_spec ks;
+    if (k) snprintf(spec, sizeof spec, "%s", k->spec);
+    else if (fb_kernel_parse(var, &ks, arch, sizeof arch, &tail) == FB_OK) snprintf(spec, sizeof spec, "%.*s", (int)tail, var);
+    else snprintf(spec, sizeof spec, "%s", var); /* not a canonical name (cannot happen for the layer's kernels) */
     fb_str_printf(&s, "%s{\"spec\": ", first ? "" : ", ");
     jstr(&s, spec);
     fb_str_printf(&s, ", \"variant\": ");
@@ -418,6 +422,7 @@ int fourbit_layer_kernels_json(const fourbit_layer *l, char **out) {
     first = 0;
   }
   fb_str_printf(&s, "]}");
+  fb_clearerr(); /* a failed parse above is not the call's error */
   pthread_mutex_unlock(&m->mu);
   return jdone(&s, out);
 }

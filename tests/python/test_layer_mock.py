@@ -121,7 +121,9 @@ def test_kernel_listing(layer):
     k = layer[0].kernels()
     assert k["kernels"] > 10 and k["compiled"] == k["kernels"] and k["from_cache"] == 0 and k["cache"] is None
     assert len(k["loaded"]) == k["kernels"]
-    assert all(e["from"] == "nvrtc" and e["variant"].startswith(e["spec"][:8]) for e in k["loaded"])
+    # each variant is its spec's canonical name (ending in the arch tag) and a tile tag
+    assert all(e["from"] == "nvrtc" and e["spec"].endswith("_sm90a") and e["variant"].startswith(e["spec"] + "_")
+               for e in k["loaded"]), k["loaded"][:3]
     names = [e["variant"] for e in k["loaded"]]
     assert any(n.startswith("gemm_fwd_") for n in names) and any(n.startswith("quant_nvfp4") for n in names)
 
@@ -151,3 +153,17 @@ def test_layer_errors(layer, dump):
         cu.cuMemFree_v2(p)
     with pytest.raises(fourbit.InputError, match="device 7: the driver sees 1 GPU"):
         fourbit.Layer(L.recipe, device=7)
+
+
+def test_layer_with_an_empty_cache(layer, dump, tmp_path):
+    """With a cache that holds none of the kernels: each is looked up (the lookup's note kept), then compiled; the
+    outputs are the same bytes."""
+    L, m = layer
+    c = fourbit.Cache(tmp_path / "cache")
+    Lc = fourbit.Layer(L.recipe, tokens=m["T"], cache=c)
+    k = Lc.kernels()
+    assert k["cache"] == str(tmp_path / "cache") and k["from_cache"] == 0 and k["compiled"] == k["kernels"]
+    assert all(e["from"] == "nvrtc" and "not in the cache" in e["note"] for e in k["loaded"]), k["loaded"][:2]
+    assert run_layer((Lc, m), dump, 0) == run_layer(layer, dump, 0)
+    Lc.close()
+    c.close()
