@@ -443,6 +443,7 @@ $(SOLIB): $(PICOBJ) lib/libfourbit.map $(SODEPS)
 	@echo "  LD      $@ (ABI $(shell sed -n 's/^#define FOURBIT_ABI_VERSION //p' include/fourbit/libfourbit.h))"
 	$(Q)$(CC) -shared -o $@ -Wl,-soname,libfourbit.so.1 -Wl,--version-script=lib/libfourbit.map -Wl,-z,defs $(PICOBJ) \
 	  $(SODEPS) -Wl,-rpath,'$$ORIGIN/lib' -L$(CUDA_HOME)/lib64 -lnvrtc -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl -lm -pthread
+	$(Q)ln -sf libfourbit.so $(BUILD)/libfourbit.so.1 # the soname, for programs linked with -lfourbit
 -include $(PICOBJ:.o=.d)
 $(PYDEPS): mk/pydeps.sh mk/python-test-requirements.txt
 	$(Q)bash mk/pydeps.sh $(BUILD)/pydeps && touch $@

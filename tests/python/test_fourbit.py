@@ -261,3 +261,55 @@ def test_layer_without_driver():
         fourbit.Layer(r)
     assert e.value.status == "ECUDA" and "libcuda.so.1" in str(e.value)
     expect_input_error(lambda: fourbit.Layer(r, device=-1), r"device -1: a CUDA ordinal is >= 0")
+
+
+C_LAYOUT = r"""
+#include "fourbit/libfourbit.h"
+#include <stddef.h>
+#include <stdio.h>
+#define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(T, f), sizeof(((T *)0)->f))
+int main(void) {
+  printf("abi %d %d\n", FOURBIT_ABI_VERSION, fourbit_abi_version());
+  printf("fourbit_quant_opts %zu\nfourbit_dims %zu\nfourbit_layer_opts %zu\n", sizeof(fourbit_quant_opts),
+         sizeof(fourbit_dims), sizeof(fourbit_layer_opts));
+  F(fourbit_quant_opts, size); F(fourbit_quant_opts, format); F(fourbit_quant_opts, outer_row);
+  F(fourbit_quant_opts, four_over_six); F(fourbit_quant_opts, sr); F(fourbit_quant_opts, rht);
+  F(fourbit_quant_opts, seed); F(fourbit_quant_opts, step);
+  F(fourbit_dims, size); F(fourbit_dims, layers); F(fourbit_dims, d_model); F(fourbit_dims, d_ff);
+  F(fourbit_dims, experts); F(fourbit_dims, top_k); F(fourbit_dims, vocab);
+  F(fourbit_layer_opts, size); F(fourbit_layer_opts, device); F(fourbit_layer_opts, tokens);
+  F(fourbit_layer_opts, cache); F(fourbit_layer_opts, verbose);
+  return 0;
+}
+"""
+
+
+def test_header_is_c99_and_matches_ctypes(tmp_path):
+    """The header compiles as strict C99 (and C++), links against the library by its soname, and its structs have the
+    layout the ctypes mirrors in fourbit/_lib.py give them, field by field."""
+    import ctypes
+    from fourbit import _lib
+    src = tmp_path / "layout.c"
+    src.write_text(C_LAYOUT)
+    libdir = os.path.dirname(fourbit.library_path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    inc = os.path.join(os.path.dirname(root), "include")
+    exe = tmp_path / "layout"
+    subprocess.run(["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-I" + inc, "-o", str(exe), str(src),
+                    "-L" + libdir, "-lfourbit", "-Wl,-rpath," + libdir], check=True)
+    subprocess.run(["g++", "-std=c++11", "-Wall", "-Wextra", "-Werror", "-I" + inc, "-x", "c++", "-fsyntax-only", str(src)],
+                   check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "abi 1 1"
+    mirrors = {"fourbit_quant_opts": _lib.QuantOpts, "fourbit_dims": _lib.Dims, "fourbit_layer_opts": _lib.LayerOpts}
+    seen = 0
+    for line in out[1:]:
+        w = line.split()
+        if len(w) == 2:
+            assert ctypes.sizeof(mirrors[w[0]]) == int(w[1]), line
+        elif len(w) == 3:
+            t, f = w[0].split(".")
+            fld = getattr(mirrors[t], f)
+            assert (fld.offset, fld.size) == (int(w[1]), int(w[2])), line
+            seen += 1
+    assert seen == sum(len(m._fields_) for m in mirrors.values())
