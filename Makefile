@@ -429,6 +429,57 @@ fuzz-cache: $(BUILD)/fuzz/fuzz_cache $(BUILD)/tests/test_cache
 	  { tail -40 $(BUILD)/fuzz/cache-log.txt; echo "fuzz_cache FAILED: see $(BUILD)/fuzz/cache-log.txt"; exit 1; }
 	$(Q)grep -E "^stat::number_of_executed_units|^Done" $(BUILD)/fuzz/cache-log.txt | tr '\n' ' '; echo
 
+# ---- libfourbit.so and the Python package (python/fourbit) -------------------------------------------------------
+# The C ABI (include/fourbit/libfourbit.h, lib/abi.c) as build/libfourbit.so: the library's objects again, position-
+# independent (build/pic/), only fourbit_* exported (lib/libfourbit.map). Debian's Lua and LMDB archives are not
+# position-independent, so their shared libraries are copied into build/lib/ and found there ($ORIGIN/lib): build/
+# carried to another machine brings them. NVRTC as the binaries link it; libcuda.so.1 and libnccl.so.2 by dlopen.
+# Python tiers (make test): tests/python/ under pytest, numpy and pytest pinned in build/pydeps (mk/pydeps.sh).
+#   tier-python        fourbit.quantize / dequantize against build/fourbit quant / dequant byte for byte, every
+#                      format and option; plan, info, cache and the error paths
+#   tier-python-layer  fourbit.Layer (the ABI's GPU expert layer) on the fake driver against bench_layer --dump:
+#                      y, dx, dW13, dW2, dtopk_w byte-identical for the same inputs (kernels are CPU references there)
+SOLIB    := $(BUILD)/libfourbit.so
+PICOBJ   := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIBSRC) lib/abi.c) $(BUILD)/pic/embedded.o
+SODEPS   := $(BUILD)/lib/liblua5.4.so.0 $(BUILD)/lib/liblmdb.so.0
+PYDEPS   := $(BUILD)/pydeps/.ok
+PYENV     = PYTHONPATH=$(abspath $(BUILD)/pydeps):$(abspath python) FOURBIT_LIB=$(abspath $(SOLIB)) FOURBIT_CLI=$(abspath $(BUILD)/fourbit)
+all: $(SOLIB)
+$(BUILD)/pic/%.o: %.c $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $< (-fPIC)"
+	$(Q)$(CC) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
+$(BUILD)/pic/embedded.o: $(BUILD)/gen/embedded.c $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -fPIC -c $< -o $@
+$(BUILD)/lib/%.so.0: $(DEPSOK)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)cp -L $(LIBDIR)/$*.so.0 $@
+$(SOLIB): $(PICOBJ) lib/libfourbit.map $(SODEPS)
+	@echo "  LD      $@ (ABI $(shell sed -n 's/^#define FOURBIT_ABI_VERSION //p' include/fourbit/libfourbit.h))"
+	$(Q)$(CC) -shared -o $@ -Wl,-soname,libfourbit.so.1 -Wl,--version-script=lib/libfourbit.map -Wl,-z,defs $(PICOBJ) \
+	  $(SODEPS) -Wl,-rpath,'$$ORIGIN/lib' -L$(CUDA_HOME)/lib64 -lnvrtc -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl -lm -pthread
+	$(Q)ln -sf libfourbit.so $(BUILD)/libfourbit.so.1 # the soname, for programs linked with -lfourbit
+-include $(PICOBJ:.o=.d)
+$(PYDEPS): mk/pydeps.sh mk/python-test-requirements.txt
+	$(Q)bash mk/pydeps.sh $(BUILD)/pydeps && touch $@
+TEST_TIERS += tier-python tier-python-layer
+TESTDEPS   += $(SOLIB) $(PYDEPS)
+.PHONY: tier-python tier-python-layer
+tier-python: $(SOLIB) $(BUILD)/fourbit $(PYDEPS)
+	$(Q)$(PYENV) $(TIER) "tests/python (the Python package: quantizers against fourbit quant byte for byte, plan, info, errors)" -- \
+	  python3 -m pytest -q -p no:cacheprovider tests/python/test_fourbit.py
+# On the device machine, with build/ carried (never rebuilds): tests/gpu/python_gpu.sh (MoEExperts against bench_layer
+# byte for byte, two runs, S1 time within 5%, the example trains); SKIPPED and exit 77 without a GPU or torch.
+test-python-gpu:
+	$(Q)test -f $(SOLIB) && test -x $(BUILD)/gpu/bench_layer || { echo "test-python-gpu: build first (make), then carry build/"; exit 1; }
+	$(Q)bash tests/gpu/python_gpu.sh
+.PHONY: test-python-gpu
+tier-python-layer: $(SOLIB) $(BUILD)/gpu/bench_layer $(BUILD)/mockcuda/libcuda.so.1 $(NVRTCMEMO) $(PYDEPS)
+	$(Q)$(MEMOENV) $(PYENV) LD_LIBRARY_PATH=$(abspath $(BUILD)/mockcuda) FOURBIT_BENCH_LAYER=$(abspath $(BUILD)/gpu/bench_layer) FOURBIT_MOCKCUDA=$(abspath $(BUILD)/mockcuda) \
+	  $(TIER) "tests/python/test_layer_mock.py (fourbit.Layer on the fake driver against bench_layer --dump, byte for byte)" -- \
+	  python3 -m pytest -q -p no:cacheprovider tests/python/test_layer_mock.py
+
 clean:
 	rm -rf $(BUILD)
 

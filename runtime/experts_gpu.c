@@ -1641,7 +1641,7 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   if (M->d_ff % 128) return FB_USERERR(FB_EINVAL, "%s: model.d_ff = %d: the GPU expert GEMMs take multiples of 128 (try --d-ff 128)", o->recipe->path, M->d_ff);
   fb_cuda_device_info info;
   memset(&info, 0, sizeof info);
-  int dev = o->comm ? fb_comm_local_rank(o->comm) : 0;
+  int dev = o->comm ? fb_comm_local_rank(o->comm) : o->device;
   if (!o->compile_only) {
     FB_TRY(fb_cuda_use_device(dev));
     FB_TRY(fb_cuda_device_info_get(dev, &info));

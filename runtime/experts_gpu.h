@@ -33,6 +33,7 @@ typedef struct {
                                     NULL: the winner of any family */
   struct fb_comm *comm;          /* the ranks of expert parallelism (kept by reference; the layers' L->comm must be it
                                     when N > 1); NULL: one rank. Create is collective over them (NCCL's init). */
+  int device;                    /* without comm: the GPU ordinal (0 by default; with comm: fb_comm_local_rank) */
 } fb_gpu_experts_opts;
 
 #define FB_GPU_UNPLANNED_MAX 16
@@ -45,7 +46,7 @@ typedef struct {
 
 typedef struct fb_gpu_experts fb_gpu_experts;
 
-/* Makes GPU fb_comm_local_rank(comm) current (0 without comm), makes the NCCL communicator, checks the model against what the kernels take (FB_EINVAL naming the dimension), and loads
+/* Makes GPU fb_comm_local_rank(comm) current (o->device without comm), makes the NCCL communicator, checks the model against what the kernels take (FB_EINVAL naming the dimension), and loads
  * every kernel the recipe's layers need (cache, else NVRTC), so that no compile happens inside a step. */
 fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **out);
 const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g);

@@ -4,6 +4,7 @@
  *
  *   bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]
  *               [--routing balanced|zipf] [--iters N] [--cache DIR] [--routing-out FILE [--routing-only]] [--peer FILE]
+ *               [--dump DIR]
  *
  * What is timed: from the BF16 tokens, the routing and the FP32 masters to y, then from dy to dx, dW13, dW2 and
  * dL/dtopk_w: dispatch (quantize, permute), the weights' quantization and BF16 copies, the GEMMs with their epilogues,
@@ -23,7 +24,11 @@
  * other ranks' weights) is skipped, and the ranks' layer times are gathered (the slowest is the step). Every run
  * also times a plain NCCL all-to-all of the BF16 rows its dispatch sends: the peer of the payload exchange.
  * Device memory: the pool's peak (everything the layer allocates: saved tensors, scratch) plus the tensors the caller
- * holds (tokens, routing, masters, dy, dx, gradients), against the peer's torch.cuda.max_memory_allocated. */
+ * holds (tokens, routing, masters, dy, dx, gradients), against the peer's torch.cuda.max_memory_allocated.
+ * --dump DIR (one rank): dy is rounded to BF16 values (what a BF16 autograd gradient carries exactly), and the layer's
+ * inputs and the first checked run's outputs are written raw into DIR (x.bf16 idx.i32 topk_w.f32 w13.f32 w2.f32 dy.f32;
+ * y.bf16 dx.f32 dw13.f32 dw2.f32 dtopk_w.f32; meta.txt: "recipe layer tokens experts top_k d_model d_ff seed step"):
+ * tests/gpu/torch_layer.py and tests/python/test_layer_mock.py feed them to fourbit.torch / fourbit.Layer and compare. */
 #include "comm.h"
 #include "experts_gpu.h"
 #include "fb_cuda.h"
@@ -39,10 +44,10 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
              "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
-             "                   [--pick mma|wgmma] [--peer FILE]\n"
+             "                   [--pick mma|wgmma] [--peer FILE] [--dump DIR]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
              "--pick mma|wgmma[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
-             "of the family with --cache, else its first).\n");
+             "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n");
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -139,7 +144,8 @@ static int dalloc(unsigned long long *d, size_t n, const void *h, size_t *total)
 static double silu(double g) { return g / (1 + exp(-g)); }
 
 int main(int argc, char **argv) {
-  const char *picks = NULL, *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL;
+  const char *picks = NULL, *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL,
+             *dump = NULL;
   int routing_only = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -157,6 +163,7 @@ int main(int argc, char **argv) {
     else if (OPT("--routing-out")) rout = v;
     else if (OPT("--peer")) peer = v;
     else if (OPT("--pick")) picks = v;
+    else if (OPT("--dump")) dump = v;
     else if (!strcmp(a, "--routing-only")) routing_only = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
@@ -171,6 +178,7 @@ int main(int argc, char **argv) {
   if (nr > 1 && rk) {
     if (!freopen("/dev/null", "w", stdout)) return 1; /* rank 0 speaks */
   }
+  if (nr > 1 && dump) { fprintf(stderr, "bench_layer: --dump is one-rank\n"); return 2; }
   if (nr > 1 && (routing_only || rout || peer)) { fprintf(stderr, "bench_layer: the PyTorch peer is one-rank: no --routing-out / --peer with WORLD_SIZE > 1\n"); return 2; }
   const int Eloc = E;
   E = Eloc * nr; /* experts in all */
@@ -231,6 +239,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < nEl * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
   for (size_t i = 0; i < nEl * nD * nF; ++i) w2[i] = nrand() * s2;
   for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
+  if (dump) /* BF16 values: a BF16 autograd gradient carries them exactly */
+    for (size_t i = 0; i < nT * nD; ++i) dy[i] = fb_bf16_to_f32(fb_bf16_from_f32(dy[i]));
   printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
          "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
          (long long)nT * K, routing, cmin, cmax, D, F);
@@ -371,6 +381,30 @@ int main(int argc, char **argv) {
     free(h), free(a), free(yr);
   }
   if (bad) { printf("bench_layer: FAILED a check: not timed\n"); return 1; }
+  if (dump) {
+    struct { const char *name; const void *p; size_t n; } files[] = {
+        {"x.bf16", xb, nT * nD * 2}, {"idx.i32", idx, nT * nK * 4}, {"topk_w.f32", tw, nT * nK * 4},
+        {"w13.f32", w13, nEl * 2 * nF * nD * 4}, {"w2.f32", w2, nEl * nD * nF * 4}, {"dy.f32", dy, nT * nD * 4},
+        {"y.bf16", outs[0].h[0], outs[0].n}, {"dx.f32", outs[1].h[0], outs[1].n}, {"dw13.f32", outs[2].h[0], outs[2].n},
+        {"dw2.f32", outs[3].h[0], outs[3].n}, {"dtopk_w.f32", outs[4].h[0], outs[4].n}};
+    for (size_t i = 0; i < sizeof files / sizeof *files; ++i) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/%s", dump, files[i].name);
+      FILE *f = fopen(path, "wb");
+      if (!f || fwrite(files[i].p, 1, files[i].n, f) != files[i].n || fclose(f)) {
+        fprintf(stderr, "bench_layer: --dump %s: cannot write\n", path);
+        return 2;
+      }
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/meta.txt", dump);
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%s %d %d %d %d %d %d %u %u\n", recipe, layer, T, E, K, D, F, 1234u, 1u) < 0 || fclose(f)) {
+      fprintf(stderr, "bench_layer: --dump %s: cannot write\n", path);
+      return 2;
+    }
+    printf("dump: inputs and outputs of the first checked run in %s\n", dump);
+  }
 
   /* ---- timing: iters x (forward + backward), events around each half ---- */
   CUevent ev[3];

@@ -733,6 +733,16 @@ CUresult cuEventDestroy_v2(CUevent e) {
   free(e);
   return 0;
 }
+/* libfourbit.so's stream fences and context release (lib/abi.c; everything here runs in order anyway) */
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) {
+  (void)s;
+  (void)f;
+  return e ? 0 : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  (void)d;
+  return 0;
+}
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
   (void)f;
   (void)a;
