@@ -208,8 +208,8 @@ CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
                tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass tier-tc-ops-sass \
-               tier-asan-cli $(CHECK_TIERS)
-EXHAUSTIVE_TIERS := tier-kernels-compile-all tier-formats-exhaustive tier-fuzz-long
+               tier-asan-cli tier-portable $(CHECK_TIERS)
+EXHAUSTIVE_TIERS := tier-kernels-compile-all tier-formats-exhaustive tier-fuzz-long tier-gemm-compile-archs
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
 
 CHECKDEPS := $(BUILD)/fourbit $(TESTBIN) $(BUILD)/tests/tools/f32tool $(BUILD)/tests/tools/gen_table
@@ -230,7 +230,7 @@ test:
 	$(Q)cat $(MEMO)/stats.* 2>/dev/null | awk '{ n[$$1]++ } END { printf "NVRTC: %d kernels compiled, %d compiles answered from the memo\n", n["compiled"], n["hit"] }'
 	@echo "make test: all CPU tiers passed"
 
-test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe $(BUILD)/gpu/test_kernels $(NVRTCMEMO)
+test-exhaustive: $(BUILD)/tests/test_formats $(BUILD)/fuzz/fuzz_recipe $(BUILD)/gpu/test_kernels $(BUILD)/gpu/test_gemm $(NVRTCMEMO)
 	$(Q)$(MAKE) --no-print-directory -k -j$(TESTJOBS) -O $(EXHAUSTIVE_TIERS) || { echo "make test-exhaustive: FAILED"; exit 1; }
 	@echo "make test-exhaustive: passed"
 
@@ -309,6 +309,12 @@ tier-train-dev-compile:
 tier-train-dev: tier-train-dev-compile
 	$(Q)$(MEMOENV) $(MOCKENV) $(TIER) "test_train_dev on the fake driver (the GPU-resident train step against the host step: bit for bit)" \
 	  --log $(BUILD)/test_train_dev_mock.log -- $(BUILD)/gpu/test_train_dev
+tier-portable:
+	$(Q)$(MEMOENV) $(TIER) "tests/test_portable.sh (the GEMM families per arch; train --device gpu as sm_120a and sm_89 GPUs on the fake driver)" -- \
+	  bash tests/test_portable.sh $(BUILD)/fourbit $(BUILD)/mockcuda
+tier-gemm-compile-archs:
+	$(Q)for a in sm_89 sm_100a sm_103a sm_120a; do $(MEMOENV) $(TIER) "test_gemm --compile-only --arch $$a (the portable GEMMs compile for $$a, no spills; never run)" \
+	  --log $(BUILD)/test_gemm_compile_$$a.log -- nice -n 19 $(BUILD)/gpu/test_gemm --compile-only --arch $$a || exit 1; done
 tier-ep-gpu:
 	$(Q)$(MEMOENV) $(TIER) "tests/test_ep_gpu.sh (fourbit train --device gpu --gpus N on the fake driver: the GPU expert layer's exchanges)" -- \
 	  bash tests/test_ep_gpu.sh $(BUILD)/fourbit $(BUILD)/mockcuda

@@ -7,7 +7,7 @@
 
 static void plan_usage(FILE *f) {
   fprintf(f,
-          "usage: fourbit plan RECIPE [--json] [--arch sm_90a|sm_100a|sm_103a]\n"
+          "usage: fourbit plan RECIPE [--json] [--arch sm_89|sm_90a|sm_100a|sm_103a|sm_120a]\n"
           "\n"
           "Loads RECIPE (a Lua recipe, see recipes/README.md) in a sandbox, validates it, and prints the plan:\n"
           "per layer the format and rounding of every op (forward, backward, dispatch, combine); the unique\n"

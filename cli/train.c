@@ -266,7 +266,9 @@ static int gpu_setup(const char *cmd, const fb_cli_train_cfg *c, const fb_recipe
       fprintf(stderr, "fourbit %s: --cache %s: %s\n", cmd, c->cache, fb_errmsg());
       return 2;
     }
-    if (fb_cuda_load() != FB_OK || fb_tune_fingerprint(&u->fp) != FB_OK || fb_plan_resolve(r, "sm_90a", &u->plan) != FB_OK) {
+    const char *arch = NULL;
+    if (fb_cuda_load() != FB_OK || fb_tune_fingerprint(&u->fp) != FB_OK ||
+        fb_gpu_device_arch(c->comm ? fb_comm_local_rank(c->comm) : 0, &arch) != FB_OK || fb_plan_resolve(r, arch, &u->plan) != FB_OK) {
       fprintf(stderr, "fourbit %s: --device gpu: %s\n", cmd, fb_errmsg());
       return 1;
     }
@@ -449,6 +451,7 @@ int fb_cli_train_one(const char *cmd, const fb_cli_train_cfg *c, const char *pat
   if (c->warmup >= 0) o.warmup = c->warmup;
   if (o.min_lr > o.lr) o.min_lr = o.lr;
   if (gpu && (rc = gpu_setup(cmd, c, r, o.tokens, &gl, &ge)) != 0) goto out;
+  if (gpu) o.arch = fb_gpu_experts_arch(ge); /* the plan and the resident step's kernels for this GPU's arch */
   s = fb_train_create(r, &o, gpu ? fb_gpu_experts_ops(ge) : NULL, &t);
   if (s != FB_OK) {
     fprintf(stderr, "fourbit %s: %s%s: %s\n", cmd, who, path, fb_errmsg());

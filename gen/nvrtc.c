@@ -1,4 +1,4 @@
-/* nvrtc.c — compile generated source with NVRTC for sm_90a / sm_100a / sm_103a. The templates/ headers
+/* nvrtc.c — compile generated source with NVRTC for the archs of FB_ARCHS (sm_89 .. sm_120a). The templates/ headers
  * are handed over from memory (the embedded copies), so nothing depends on the working directory.
  * Options: --fmad=false, because the CPU reference contracts nothing (docs/numerics.md says where fmaf is
  * meant, and the templates call fmaf there); --ptxas-options=-v puts registers, shared memory and spills
@@ -21,8 +21,7 @@ const char *fb_nvrtc_options(void) { return "--std=c++17 --fmad=false --ptxas-op
 
 fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, fb_cubin *out) {
   memset(out, 0, sizeof *out);
-  if (strcmp(arch, "sm_90a") && strcmp(arch, "sm_100a") && strcmp(arch, "sm_103a"))
-    return FB_ERR(FB_EINVAL, "%s: unknown arch %s", name, arch);
+  if (!fb_arch_known(arch)) return FB_ERR(FB_EINVAL, "%s: unknown arch %s (%s)", name, arch, FB_ARCHS);
   int nh = 0;
   while (fb_embedded[nh].name) ++nh;
   const char *hdr[64], *hname[64];

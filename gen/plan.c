@@ -86,7 +86,6 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   /* Hopper has no FP4 tensor cores: the GEMMs of both families it runs (wgmma, and the portable mma.sync one that every
      arch has) multiply a decoded A by an exact BF16 copy of the B operand (gemm_bcopy.cuh); Blackwell's tcgen05 GEMMs,
      once written (issue 19), multiply the formats themselves, and the copy stays for the portable family */
-  const int hopper = !strcmp(b->p->arch, "sm_90a");
   if (F != FB_FMT_BF16)
     FB_TRY(add(b, fb_spec_bcopy(F, "weights: exact BF16 copy for the GEMM (once per step)")));
   /* the SwiGLU epilogue writes A in BF16; its per-token (or MXFP8) quantization is the dispatch's quant_*_row kernel,
@@ -121,7 +120,7 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
   /* optimizer: FP32 masters, then next step's quantized weights */
   FB_TRY(add(b, fb_spec_adamw(&L->fwd_weight, "AdamW on FP32 masters; writes next step's weights")));
 
-  if (hopper) { /* what the GPU expert layer (runtime/experts_gpu.c) runs besides */
+  { /* what the GPU expert layer (runtime/experts_gpu.c) runs besides, on every arch it runs on */
     fb_layer_kernel lk[FB_GPU_LAYER_MAXK];
     int n = 0;
     FB_TRY(fb_gpu_layer_kernels(L, m, lk, FB_GPU_LAYER_MAXK, &n));

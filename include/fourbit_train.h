@@ -124,6 +124,7 @@ typedef struct {
    * replica of every other parameter, whose gradients are summed over the ranks. Not part of a run's identity: a
    * checkpoint of N ranks resumes on any rank count that divides the experts. */
   struct fb_comm *comm;
+  const char *arch;    /* the arch the plan names its kernels for (the GPU's, fb_gpu_device_arch); NULL: sm_90a */
 } fb_train_opts;
 
 /* Defaults: lr 3e-3, min_lr 3e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1 (not on norms), clip 1.0,

@@ -135,6 +135,7 @@ typedef struct {
 
 struct fb_gpu_experts {
   fb_gpu_experts_opts o;
+  const char *arch; /* the device's (fb_gpu_device_arch); sm_90a when compiling only */
   fb_comm *comm;    /* o.comm, or a one-rank communicator of our own (own_comm) */
   int own_comm;
   fb_expert_ops ops;
@@ -206,8 +207,8 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
     }
     if (!m) {
       free(vs);
-      return FB_ERR(FB_EINVAL, "experts gpu: %s: no variant of the GEMM family '%s' (families: wgmma on sm_90a, mma everywhere)", k->name,
-                    g->o.pick_family);
+      return FB_ERR(FB_EINVAL, "experts gpu: %s: no variant of the GEMM family '%s' (%s has %s)", k->name, g->o.pick_family,
+                    g->arch, fb_arch_families(g->arch));
     }
     nv = m;
   }
@@ -262,7 +263,7 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
     FB_TRY(fb_gen_source(k, &e->v, r->path, g->plan->sha256, &src));
     fb_cubin cb;
     memset(&cb, 0, sizeof cb);
-    s = fb_nvrtc_compile(e->v.name, src, "sm_90a", &cb);
+    s = fb_nvrtc_compile(e->v.name, src, g->arch, &cb);
     free(src);
     if (s != FB_OK) return s;
     s = g->o.compile_only ? FB_OK : fb_kernel_load(cb.cubin, e->v.name, &e->k);
@@ -286,7 +287,7 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
  * the same kernel. A kernel the plan does not name is run all the same (compiled here), and counted and listed in the
  * stats (unplanned): tests/test_kname.c fails on any, since `fourbit tune` cannot have tuned it. */
 static fb_kernel_spec from_plan(fb_gpu_experts *g, fb_kernel_spec k) {
-  if (fb_kernel_spec_name(&k, "sm_90a") != FB_OK) {
+  if (fb_kernel_spec_name(&k, g->arch) != FB_OK) {
     k.nvariants = -2; /* kget reports it */
     return k;
   }
@@ -1634,6 +1635,19 @@ void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, 
 }
 
 /* ---- create, probe ------------------------------------------------------------------------------------------ */
+fb_status fb_gpu_device_arch(int device, const char **arch) {
+  fb_cuda_device_info info;
+  *arch = NULL;
+  FB_TRY(fb_cuda_device_info_get(device, &info));
+  *arch = fb_arch_of_cc(info.cc_major, info.cc_minor);
+  if (!*arch)
+    return FB_USERERR(FB_EINVAL, "GPU %d, %s, is sm_%d%d: fourbit generates kernels for %s only", device, info.name, info.cc_major,
+                      info.cc_minor, FB_ARCHS);
+  return FB_OK;
+}
+
+const char *fb_gpu_experts_arch(const fb_gpu_experts *g) { return g->arch; }
+
 fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **out) {
   *out = NULL;
   const fb_model *M = &o->recipe->model;
@@ -1645,13 +1659,12 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   if (!o->compile_only) {
     FB_TRY(fb_cuda_use_device(dev));
     FB_TRY(fb_cuda_device_info_get(dev, &info));
-    if (info.cc_major != 9)
-      return FB_ERR(FB_EINVAL, "experts gpu: %s (sm_%d%d): the GPU expert layer runs on sm_90a (Hopper) only", info.name,
-                    info.cc_major, info.cc_minor);
   }
+  const char *arch = "sm_90a";
+  if (!o->compile_only) FB_TRY(fb_gpu_device_arch(dev, &arch));
   fb_gpu_experts *g = calloc(1, sizeof *g);
   if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
-  g->o = *o, g->sms = info.sm_count;
+  g->o = *o, g->sms = info.sm_count, g->arch = arch;
   const char *sc = getenv("FOURBIT_GPU_SYNC");
   g->sync_check = sc && *sc && strcmp(sc, "0");
   const char *xe = getenv("FOURBIT_GPU_EXCHANGE");
@@ -1662,7 +1675,7 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   else s = fb_comm_single(&g->comm), g->own_comm = s == FB_OK;
   if (s == FB_OK && !o->compile_only) s = fb_comm_nccl_init(g->comm); /* collective: every rank creates its layer */
   if (s != FB_OK) { fb_gpu_experts_free(g); return s; }
-  s = fb_plan_resolve(o->recipe, "sm_90a", &g->plan);
+  s = fb_plan_resolve(o->recipe, g->arch, &g->plan);
   for (int l = 0; s == FB_OK && l < g->plan->nlayers; ++l) {
     int seen = 0;
     for (int j = 0; j < l; ++j) seen |= !memcmp(&g->plan->layers[j], &g->plan->layers[l], sizeof g->plan->layers[l]);

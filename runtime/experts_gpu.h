@@ -49,6 +49,10 @@ typedef struct fb_gpu_experts fb_gpu_experts;
 /* Makes GPU fb_comm_local_rank(comm) current (o->device without comm), makes the NCCL communicator, checks the model against what the kernels take (FB_EINVAL naming the dimension), and loads
  * every kernel the recipe's layers need (cache, else NVRTC), so that no compile happens inside a step. */
 fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **out);
+/* The arch fourbit generates the kernels of GPU `device` for (one of FB_ARCHS; the layer plans, names and compiles for
+ * it, and a GEMM gets the variants of every family that arch has), or FB_EINVAL naming the GPU when it has none. */
+fb_status fb_gpu_device_arch(int device, const char **arch);
+const char *fb_gpu_experts_arch(const fb_gpu_experts *g);
 const fb_expert_ops *fb_gpu_experts_ops(fb_gpu_experts *g);
 fb_gpu_experts_stats fb_gpu_experts_stats_get(const fb_gpu_experts *g);
 void fb_gpu_experts_free(fb_gpu_experts *g);

@@ -94,7 +94,7 @@ fb_status fb_train_create(const fb_recipe *r, const fb_train_opts *o, const fb_e
   t->nE = M->experts / t->nranks, t->e0 = t->rank * t->nE;
   t->nseq = t->nseq_g / t->nranks, t->T = t->nseq * o->seq_len;
   snprintf(t->recipe_name, sizeof t->recipe_name, "%s", r->name);
-  rc = fb_plan_resolve(r, "sm_90a", &t->plan);
+  rc = fb_plan_resolve(r, o->arch ? o->arch : "sm_90a", &t->plan);
   if (rc != FB_OK) goto fail;
   if (t->plan->nlayers != M->layers) {
     rc = FB_ERR(FB_EINVAL, "plan has %d layers, the model %d", t->plan->nlayers, M->layers);

@@ -55,7 +55,7 @@ typedef struct {
                  compute cache, which NVRTC (CUDA 12.9+) consults where a driver is loaded (CUDA_CACHE_DISABLE=1
                  turns it off), so ms is a cache lookup, not a compile */
 } fb_cubin;
-/* Compile src for arch (sm_90a, sm_100a, sm_103a) with the templates as in-memory headers. On failure
+/* Compile src for arch (one of FB_ARCHS: sm_89, sm_90a, sm_100a, sm_103a, sm_120a) with the templates as in-memory headers. On failure
  * FB_ENVRTC with the kernel name and NVRTC's log in fb_errmsg(). */
 fb_status fb_nvrtc_compile(const char *name, const char *src, const char *arch, fb_cubin *out);
 void fb_cubin_free(fb_cubin *c);

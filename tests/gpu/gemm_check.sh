@@ -10,7 +10,7 @@ log=${GEMM_CHECK_LOG:-/tmp/gemm_check.log}
 [ -x build/gpu/test_gemm ] || { echo "gemm_check: no build/gpu/test_gemm (make build/gpu/test_gemm; run from the repository root)"; exit 2; }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 t0=$(date +%s)
-timeout -s KILL 420 build/gpu/test_gemm "$@" > "$log" 2>&1
+timeout -s KILL 590 build/gpu/test_gemm "$@" > "$log" 2>&1
 rc=$?
 t1=$(date +%s)
 # what failed: compiles, runs, bit-exact checks, classes
@@ -22,7 +22,7 @@ summary=$(grep -E "^test_gemm: [0-9]+ classes run" "$log" | tail -1)
 case $rc in
   0) echo "gemm_check: PASSED in $((t1 - t0)) s: $summary (log: $log)";;
   77) echo "gemm_check: SKIPPED (not passed): $(grep SKIPPED "$log" | tail -1) (log: $log)";;
-  137) echo "gemm_check: KILLED after $((t1 - t0)) s (timeout 420 s); the end of the log:"; tail -20 "$log";;
+  137) echo "gemm_check: KILLED after $((t1 - t0)) s (timeout 590 s); the end of the log:"; tail -20 "$log";;
   *) echo "gemm_check: FAILED (exit $rc) in $((t1 - t0)) s: ${summary:-no summary line, the end of the log follows}"; [ -n "$summary" ] || tail -20 "$log";;
 esac
 exit $rc

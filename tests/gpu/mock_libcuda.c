@@ -63,10 +63,17 @@ CUresult cuDeviceGetName(char *s, int n, CUdevice d) {
   snprintf(s, n, "MOCK H200");
   return 0;
 }
+/* FB_MOCK_CC=M.m: a GPU of that compute capability (tests of what runs on other archs); default 9.0, an H200 */
+static int mock_cc(int minor) {
+  const char *e = getenv("FB_MOCK_CC");
+  int M = 9, m = 0;
+  if (e && *e) sscanf(e, "%d.%d", &M, &m);
+  return minor ? m : M;
+}
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
   (void)d;
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 9
-       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? mock_cc(0)
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? mock_cc(1)
        : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? 132
                                                            : 0;
   return 0;
@@ -166,7 +173,8 @@ static float *deqB(int kind, const uint16_t *b, size_t rows, size_t K) {
 }
 static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p) {
   const char *nm = k->name;
-  const unsigned long long *ta = (const unsigned long long *)&p->ta, *tb = (const unsigned long long *)&p->tb;
+  /* the operands by the pointers both families get (p->a, p->b; the wgmma family's maps hold the same addresses) */
+  const unsigned long long ta[1] = {p->a}, tb[1] = {p->b};
   /* kinds: BF16 (0: as stored, natural K), NVFP4 (1), MXFP8 (3); an NVFP4 operand with a tensor outer scale: one S_dec
      for A / B (else per row / per expert) */
   int kind = k->src.format == FB_FMT_BF16 ? 0 : k->src.format == FB_FMT_NVFP4 ? 1 : 3, mode = k->op == FB_OP_GEMM_WGRAD,

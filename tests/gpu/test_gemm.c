@@ -9,6 +9,8 @@
  *                               (QGMMA for FP8) and UTMALDG, and no instruction touches an accumulator register of a
  *                               wgmma group between its issue and the wait that retires it (issue 18: the MXFP8 SwiGLU
  *                               pipe 2 epilogues copied the accumulators before the last group's wait_group 0)
+ *   test_gemm --compile-only --arch A   the same for another arch (sm_89, sm_100a, sm_103a, sm_120a): the portable
+ *                               family's units and the BF16 copies, which are what that arch runs; never run here
  *   test_gemm --only SUBSTR,..  only kernels whose name contains one of them (and what their checks compare with: the FP32
  *                               companion of a SwiGLU / S2F6 variant, the pipe 0 twin of a pipelined FP32 one)
  *   test_gemm --list            the classes and the chosen variants, without compiling
@@ -489,6 +491,7 @@ static void add_hand(void) {
     }
 }
 
+static const char *g_arch = "sm_90a"; /* --compile-only --arch: another arch's compile (its portable units only) */
 static void *compile_worker(void *arg) {
   (void)arg;
   for (;;) {
@@ -498,7 +501,7 @@ static void *compile_worker(void *arg) {
     pthread_mutex_unlock(&mu);
     if (i >= nunits) return NULL;
     unit *u = &units[i];
-    u->st = fb_nvrtc_compile(u->v.name, u->src, "sm_90a", &u->cubin);
+    u->st = fb_nvrtc_compile(u->v.name, u->src, g_arch, &u->cubin);
     if (u->st != FB_OK) snprintf(u->err, sizeof u->err, "%s", fb_errmsg());
   }
 }
@@ -797,11 +800,18 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--compile-only")) compile_only = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--list")) list = 1;
+    else if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
+      g_arch = argv[++i];
+      if (!fb_arch_known(g_arch)) { fprintf(stderr, "test_gemm: --arch %s: not one of %s\n", g_arch, FB_ARCHS); return 2; }
+    }
     else if (!strcmp(argv[i], "--debug")) debug = 1;
     else if (!strcmp(argv[i], "--cheap-epilogue")) cheap = 1; /* diagnostics: SwiGLU epilogues without their math */
     else if (!strcmp(argv[i], "--write-shapes") && i + 1 < argc) shapes_out = argv[++i];
     else if (!strcmp(argv[i], "--bench") && i + 1 < argc) peer = argv[++i];
-    else if (!strcmp(argv[i], "--help")) { puts("usage: test_gemm [--compile-only] [--list] [--only SUBSTR] [--write-shapes FILE] [--bench PEERFILE]"); return 0; }
+    else if (!strcmp(argv[i], "--help")) {
+      puts("usage: test_gemm [--compile-only [--arch A]] [--list] [--only SUBSTR,...] [--write-shapes FILE] [--bench PEERFILE]");
+      return 0;
+    }
     else { fprintf(stderr, "test_gemm: unknown argument %s\n", argv[i]); return 2; }
   }
   if (shapes_out) { /* the benchmark's shapes, for the PyTorch peer */
@@ -849,6 +859,12 @@ int main(int argc, char **argv) {
   if (compile_only && !only)
     for (int i = 0; i < nunits; ++i)
       if (units[i].role == R_COMP || units[i].role == R_TWIN) units[i].sel = 0;
+  if (strcmp(g_arch, "sm_90a")) { /* another arch: its GEMMs are the portable family's (and the BF16 copies) */
+    if (!compile_only) { fprintf(stderr, "test_gemm: --arch %s: compile only (no such GPU here)\n", g_arch); return 2; }
+    for (int i = 0; i < nunits; ++i)
+      if (units[i].role != R_BCOPY && !fam_of(&units[i].v)) units[i].sel = 0;
+    printf("test_gemm --compile-only --arch %s: the portable units and the BF16 copies, compiled, never run (no such GPU)\n", g_arch);
+  }
   int nby[6] = {0};
   for (int i = 0; i < nunits; ++i) nsel += units[i].sel, nby[units[i].role] += units[i].sel;
   if (compile_only && !only) printf("test_gemm --compile-only: the companions and pipe 0 twins (plain FP32 forms of the same main loops) are compiled only to run\n");
