@@ -16,7 +16,8 @@
  *   test_gemm --list            the classes and the chosen variants, without compiling
  *   test_gemm --bench PEERFILE  also time every covering-set variant that passed (and the FP8 wgmma ones) on the
  *                               benchmark's shapes (--write-shapes FILE writes them for tests/gpu/bench_gemm_peer.py,
- *                               which writes PEERFILE)
+ *                               which writes PEERFILE); first the mma.sync ceiling (BF16 m16n8k16, E4M3 m16n8k32 on
+ *                               register operands: the portable family's bound on this GPU)
  * The covering set: every GEMM spec of every shipped recipe's plan (every .lua file in recipes/, sm_90a; specs of the same name and
  * outer scales once), its variants from fb_gen_variants under a family holding every value any shipped recipe's gemm
  * family uses for each tune parameter, and pipe 0, 1 and 2 (the values the recipe loader takes): the generator's kept
@@ -779,6 +780,38 @@ static int run_unit(int i, const gemm_problem *P, int sms, int *runs) {
   return f;
 }
 
+/* ---- the mma.sync ceiling: what the portable family's instructions reach with nothing else in the loop ----
+   Each warp runs ITERS rounds of 16 independent mma.sync (BF16 m16n8k16, or E4M3 m16n8k32) on register operands and
+   writes its accumulators once, so the time is the tensor pipe's rate for that instruction on this GPU: the bound the
+   portable GEMMs (gemm_mma.cuh) are measured against (--bench; compiled by --compile-only). */
+static const char *const CEIL_SRC =
+    "extern \"C\" __global__ void __launch_bounds__(256) FB_CEIL(float *out, unsigned seed, int iters) {\n"
+    "  unsigned a[4], b[2];\n"
+    "  for (int i = 0; i < 4; ++i) a[i] = (seed * (threadIdx.x + 1) + i) & 0x3F803F80u;\n"
+    "  for (int i = 0; i < 2; ++i) b[i] = (seed ^ (threadIdx.x * 7 + i)) & 0x3F803F80u;\n"
+    "  float d[16][4];\n"
+    "  for (int j = 0; j < 16; ++j) for (int i = 0; i < 4; ++i) d[j][i] = 0.0f;\n"
+    "  for (int it = 0; it < iters; ++it)\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < 16; ++j)\n"
+    "      asm volatile(FB_MMA \" {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\"\n"
+    "                   : \"+f\"(d[j][0]), \"+f\"(d[j][1]), \"+f\"(d[j][2]), \"+f\"(d[j][3])\n"
+    "                   : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "  float s = 0.0f;\n"
+    "  for (int j = 0; j < 16; ++j) for (int i = 0; i < 4; ++i) s += d[j][i];\n"
+    "  out[blockIdx.x * blockDim.x + threadIdx.x] = s;\n"
+    "}\n";
+static const char *const CEIL_MMA[2] = {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"};
+static const double CEIL_FLOP[2] = {2.0 * 16 * 8 * 16, 2.0 * 16 * 8 * 32}; /* one instruction's FLOPs */
+/* The source of ceiling kernel f (0 BF16, 1 FP8), malloc'd */
+static char *ceil_src(int f) {
+  size_t n = strlen(CEIL_SRC) + 256;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "#define FB_CEIL fb_mma_ceiling_%s\n#define FB_MMA \"%s\"\n%s", f ? "e4m3" : "bf16", CEIL_MMA[f], CEIL_SRC);
+  return s;
+}
+
 /* --only LIST: a name containing any of the comma-separated substrings */
 static int name_in(const char *name, const char *list) {
   for (const char *s = list; *s;) {
@@ -922,6 +955,17 @@ int main(int argc, char **argv) {
   else printf("test_gemm: SASS not read (no cuobjdump: set CUOBJDUMP, e.g. the one of pip's nvidia-cuda-cuobjdump with nvidia-cuda-nvdisasm): "
               "HGMMA and the accumulators in flight not checked\n");
   printf("test_gemm: compiled %d kernels in %.1f s on %d threads\n", nsel, wall, nt);
+  for (int f = 0; f < 2 && !only; ++f) { /* the mma.sync ceiling kernels (--bench times them) */
+    char *src = ceil_src(f), why[256];
+    fb_cubin cb;
+    memset(&cb, 0, sizeof cb);
+    fb_status st = src ? fb_nvrtc_compile(f ? "fb_mma_ceiling_e4m3" : "fb_mma_ceiling_bf16", src, g_arch, &cb) : FB_ENOMEM;
+    int pr = st != FB_OK || log_problems(cb.log, why, sizeof why);
+    printf("  compiled %-58s %s\n", f ? "fb_mma_ceiling_e4m3" : "fb_mma_ceiling_bf16", st != FB_OK ? fb_errmsg() : pr ? why : "no spills");
+    bad += pr;
+    fb_cubin_free(&cb);
+    free(src);
+  }
   if (compile_only) {
     printf("test_gemm --compile-only: %d kernels, %d with problems\n", nsel, bad);
     return bad ? 1 : 0;
@@ -998,7 +1042,44 @@ int main(int argc, char **argv) {
   printf("test_gemm: %d classes run, %d failed, %d more with compile problems; %d runs, %d failed (compile problems counted)\n", cls_run,
          cls_failed, cls_prob, runs, fails);
 
-  if (peer) {
+  if (peer) { /* the mma.sync ceiling, on register operands (the portable GEMMs' bound) */
+    for (int f = 0; f < 2; ++f) {
+      char *src = ceil_src(f);
+      fb_cubin cb;
+      memset(&cb, 0, sizeof cb);
+      const char *nm = f ? "fb_mma_ceiling_e4m3" : "fb_mma_ceiling_bf16";
+      if (!src || fb_nvrtc_compile(nm, src, "sm_90a", &cb) != FB_OK) { printf("bench: %s: %s\n", nm, fb_errmsg()); free(src); continue; }
+      free(src);
+      fb_kernel kern;
+      CK(fb_kernel_load(cb.cubin, nm, &kern));
+      int per = 1;
+      if (fb_cu.OccupancyMaxActiveBlocksPerMultiprocessor) CU(fb_cu.OccupancyMaxActiveBlocksPerMultiprocessor(&per, kern.fn, 256, 0));
+      unsigned grid = (unsigned)(info.sm_count * (per > 0 ? per : 1));
+      CUdeviceptr o;
+      CK(gemm_balloc((size_t)grid * 256 * 4, &o));
+      struct { CUdeviceptr out; unsigned seed; int iters; } prm = {o, 12345u, 4096};
+      void *args[] = {&prm.out, &prm.seed, &prm.iters};
+      CUevent a, b;
+      CU(fb_cu.EventCreate(&a, 0));
+      CU(fb_cu.EventCreate(&b, 0));
+      float t[7];
+      for (int r = 0; r < 7; ++r) {
+        CU(fb_cu.EventRecord(a, NULL));
+        CU(fb_cu.LaunchKernel(kern.fn, grid, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+        CU(fb_cu.EventRecord(b, NULL));
+        CU(fb_cu.EventSynchronize(b));
+        CU(fb_cu.EventElapsedTime(&t[r], a, b));
+      }
+      qsort(t, 7, sizeof t[0], gemm_cmpf);
+      double flops = (double)grid * 8 * 16 * prm.iters * CEIL_FLOP[f]; /* 8 warps a CTA, 16 instructions a round */
+      printf("bench: mma.sync ceiling (%s, register operands, %u CTAs of 8 warps): %.1f TFLOP/s\n", f ? "E4M3 m16n8k32" : "BF16 m16n8k16",
+             grid, flops / (t[3] * 1e-3) / 1e12);
+      fb_cu.EventDestroy(a), fb_cu.EventDestroy(b);
+      fb_kernel_unload(&kern);
+      fb_cubin_free(&cb);
+      fb_cu.MemFree(o);
+    }
+
     double dense[2] = {0, 0}, pt[NBSHAPES][2], bpeer[2] = {0, 0};
     memset(pt, 0, sizeof pt);
     FILE *f = fopen(peer, "r");
