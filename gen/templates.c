@@ -54,6 +54,9 @@ static int quant_nvfp4_match(const fb_kernel_spec *k, const char *const **params
 static const char *quant_nvfp4_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   int rows = param(v, "rows", 0), threads = param(v, "threads", 0), stage = param(v, "stage", 0);
   if (rows * 32 < threads) return "quant_nvfp4: fewer rows than warps leaves warps idle";
+  /* make inspect, 2026-12-02: ptxas 13.0 holds these at 64 registers and spills 8 bytes on sm_100a / sm_103a */
+  if (k->in_f32 && k->q.outer == FB_GRAN_EXPERT && threads == 256 && rows >= 16 && (strstr(k->name, "_sm100a") || strstr(k->name, "_sm103a")))
+    return "quant_nvfp4: FP32 rows with per-expert scales, 256 threads and 16+ rows on sm_100a / sm_103a: ptxas 13.0 spills 8 bytes";
   if (stage) { /* rows kept in shared memory: the per-token 4/6 BF16 RN path only */
     const fb_qspec *q = &k->q;
     if (!q->four_over_six || q->outer != FB_GRAN_TOKEN || k->in_f32 || q->rounding == FB_ROUND_SR || q->two_d)

@@ -25,7 +25,17 @@ for arch in $ARCHS; do
   for c in "$W"/*.$arch.cubin; do
     s=$("$CO" -sass "$c")
     nc=$((nc+1))
-    grep -qE '\b(LDL|STL)\b' <<<"$s" && { nl=$((nl+1)); echo "  local memory in $(basename "$c")"; }
+    if grep -qE '\b(LDL|STL)\b' <<<"$s"; then
+      case $arch/$(basename "$c") in
+      # the one known exception, said each time: dense.cuh's cross entropy is FP64 to match the host reference, and on
+      # sm_120a (consumer Blackwell, slow FP64) ptxas 13.0 gives libdevice's exp an 8-byte stack frame (8 bytes spilled)
+      sm_120a/dense_*)
+        fns=$(awk '/Function :/ { f = $NF } /[^A-Z](LDL|STL)[. ]/ { print f }' <<<"$s" | sort -u | tr '\n' ' ')
+        if [[ "$fns" =~ ^[A-Za-z0-9_]+_ce\ $ ]]; then echo "  local memory in $(basename "$c"), $fns(known: _ce's FP64 exp on sm_120a; not counted)"
+        else nl=$((nl+1)); echo "  local memory in $(basename "$c"): $fns"; fi ;;
+      *) nl=$((nl+1)); echo "  local memory in $(basename "$c")" ;;
+      esac
+    fi
     grep -q 'F2FP.SATFINITE.E4M3' <<<"$s" && ne4=$((ne4+1))
     grep -qE 'F2FP.*E8.*RP' <<<"$s" && ne8=$((ne8+1))
     case $(basename "$c") in
