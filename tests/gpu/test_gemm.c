@@ -955,7 +955,8 @@ int main(int argc, char **argv) {
   else printf("test_gemm: SASS not read (no cuobjdump: set CUOBJDUMP, e.g. the one of pip's nvidia-cuda-cuobjdump with nvidia-cuda-nvdisasm): "
               "HGMMA and the accumulators in flight not checked\n");
   printf("test_gemm: compiled %d kernels in %.1f s on %d threads\n", nsel, wall, nt);
-  for (int f = 0; f < 2 && !only; ++f) { /* the mma.sync ceiling kernels (--bench times them) */
+  for (int f = 0; f < 2 && !only && !strcmp(g_arch, "sm_90a"); ++f) { /* the mma.sync ceiling kernels (--bench times them on
+                                                                            the H200; the E4M3 one spills 32 bytes for sm_100a) */
     char *src = ceil_src(f), why[256];
     fb_cubin cb;
     memset(&cb, 0, sizeof cb);
