@@ -783,20 +783,28 @@ static int run_unit(int i, const gemm_problem *P, int sms, int *runs) {
 /* ---- the mma.sync ceiling: what the portable family's instructions reach with nothing else in the loop ----
    Each warp runs ITERS rounds of 16 independent mma.sync (BF16 m16n8k16, or E4M3 m16n8k32) on register operands and
    writes its accumulators once, so the time is the tensor pipe's rate for that instruction on this GPU: the bound the
-   portable GEMMs (gemm_mma.cuh) are measured against (--bench; compiled by --compile-only). */
+   portable GEMMs (gemm_mma.cuh) are measured against (--bench; compiled by --compile-only).
+   E4M3: sm_90a has no FP8 mma.sync in hardware. ptxas lowers each m16n8k32 to F2FP.F16.E4M3.UNPACK_B conversions of
+   both operands, two HMMA.16816.F32 from zero and four FADDs into the accumulator (its SASS, read with cuobjdump). With
+   one B for all 16 the product is common and ptxas computed it once (dev 2026-12-02: "1568 TFLOP/s", not a rate), so
+   the FP8 form (FB_VARY) gives each of the 16 its own B, stepped every round: A's conversions stay shared, as an A
+   fragment is across a GEMM's n8 tiles. */
 static const char *const CEIL_SRC =
     "extern \"C\" __global__ void __launch_bounds__(256) FB_CEIL(float *out, unsigned seed, int iters) {\n"
-    "  unsigned a[4], b[2];\n"
+    "  unsigned a[4], b[16][2];\n"
     "  for (int i = 0; i < 4; ++i) a[i] = (seed * (threadIdx.x + 1) + i) & 0x3F803F80u;\n"
-    "  for (int i = 0; i < 2; ++i) b[i] = (seed ^ (threadIdx.x * 7 + i)) & 0x3F803F80u;\n"
+    "  for (int j = 0; j < 16; ++j) for (int i = 0; i < 2; ++i) b[j][i] = (seed ^ (threadIdx.x * 7 + i + 2 * j)) & 0x3F803F80u;\n"
     "  float d[16][4];\n"
     "  for (int j = 0; j < 16; ++j) for (int i = 0; i < 4; ++i) d[j][i] = 0.0f;\n"
-    "  for (int it = 0; it < iters; ++it)\n"
+    "  for (int it = 0; it < iters; ++it) {\n"
     "#pragma unroll\n"
     "    for (int j = 0; j < 16; ++j)\n"
     "      asm volatile(FB_MMA \" {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\"\n"
     "                   : \"+f\"(d[j][0]), \"+f\"(d[j][1]), \"+f\"(d[j][2]), \"+f\"(d[j][3])\n"
-    "                   : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "                   : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[FB_VARY ? j : 0][0]), \"r\"(b[FB_VARY ? j : 0][1]));\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < 16 && FB_VARY; ++j) b[j][0] += 0x01000001u;\n"
+    "  }\n"
     "  float s = 0.0f;\n"
     "  for (int j = 0; j < 16; ++j) for (int i = 0; i < 4; ++i) s += d[j][i];\n"
     "  out[blockIdx.x * blockDim.x + threadIdx.x] = s;\n"
@@ -808,7 +816,8 @@ static const double CEIL_FLOP[2] = {2.0 * 16 * 8 * 16, 2.0 * 16 * 8 * 32}; /* on
 static char *ceil_src(int f) {
   size_t n = strlen(CEIL_SRC) + 256;
   char *s = malloc(n);
-  if (s) snprintf(s, n, "#define FB_CEIL fb_mma_ceiling_%s\n#define FB_MMA \"%s\"\n%s", f ? "e4m3" : "bf16", CEIL_MMA[f], CEIL_SRC);
+  if (s) snprintf(s, n, "#define FB_CEIL fb_mma_ceiling_%s\n#define FB_MMA \"%s\"\n#define FB_VARY %d\n%s", f ? "e4m3" : "bf16", CEIL_MMA[f], f,
+                    CEIL_SRC);
   return s;
 }
 
@@ -1073,7 +1082,7 @@ int main(int argc, char **argv) {
       }
       qsort(t, 7, sizeof t[0], gemm_cmpf);
       double flops = (double)grid * 8 * 16 * prm.iters * CEIL_FLOP[f]; /* 8 warps a CTA, 16 instructions a round */
-      printf("bench: mma.sync ceiling (%s, register operands, %u CTAs of 8 warps): %.1f TFLOP/s\n", f ? "E4M3 m16n8k32" : "BF16 m16n8k16",
+      printf("bench: mma.sync ceiling (%s, register operands, %u CTAs of 8 warps): %.1f TFLOP/s\n", f ? "E4M3 m16n8k32, lowered to F16 HMMA on sm_90a" : "BF16 m16n8k16",
              grid, flops / (t[3] * 1e-3) / 1e12);
       fb_cu.EventDestroy(a), fb_cu.EventDestroy(b);
       fb_kernel_unload(&kern);

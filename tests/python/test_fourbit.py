@@ -209,6 +209,20 @@ def test_plan_dims_override():
     expect_input_error(lambda: fourbit.plan("recipes/tiny.lua", arch="sm_80"), r"arch 'sm_80': unknown")
 
 
+def test_example_defaults_plan_every_layer():
+    """python/examples/train_moe.py's default model must be one its recipe plans at every layer (on the H200, the
+    default of 2 layers met 'last_fraction(0.166667) of 2 layers selects no layer' before its first step)."""
+    src = open("python/examples/train_moe.py").read()
+    d = {k: re.search(r'"--%s", (?:type=int, )?default="?([^")]+)' % k, src).group(1)
+         for k in ("recipe", "layers", "d-model", "d-ff", "experts", "top-k", "vocab")}
+    dims = dict(layers=int(d["layers"]), d_model=int(d["d-model"]), d_ff=int(d["d-ff"]), experts=int(d["experts"]),
+                top_k=int(d["top-k"]), vocab=int(d["vocab"]))
+    p = fourbit.plan(d["recipe"], **dims)
+    assert len(p["layers"]) == dims["layers"]
+    fmts = {json.dumps({k: v for k, v in l.items() if k != "layer"}, sort_keys=True) for l in p["layers"]}
+    assert len(fmts) >= 2, "the example's layers should cover both of the recipe's layer kinds (NVFP4 and MXFP8)"
+
+
 FIXTURES = sorted(f for f in glob.glob("tests/fixtures/recipes/*.lua") if not os.path.basename(f).startswith("_"))
 
 
