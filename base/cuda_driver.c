@@ -44,6 +44,12 @@ static void load(void) {
       {(void **)&fb_cu.MemcpyDtoH, "cuMemcpyDtoH_v2"},
       {(void **)&fb_cu.MemcpyDtoD, "cuMemcpyDtoD_v2"},
       {(void **)&fb_cu.MemsetD8, "cuMemsetD8_v2"},
+      {(void **)&fb_cu.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
+      {(void **)&fb_cu.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
+      {(void **)&fb_cu.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
+      {(void **)&fb_cu.MemsetD8Async, "cuMemsetD8Async"},
+      {(void **)&fb_cu.StreamSynchronize, "cuStreamSynchronize"},
+      {(void **)&fb_cu.StreamWaitEvent, "cuStreamWaitEvent"},
       {(void **)&fb_cu.MemGetInfo, "cuMemGetInfo_v2"},
       {(void **)&fb_cu.EventCreate, "cuEventCreate"},
       {(void **)&fb_cu.EventRecord, "cuEventRecord"},
@@ -113,6 +119,10 @@ fb_status fb_cuda_use_device(int ordinal) {
   return FB_OK;
 }
 
+static __thread CUstream cur_stream;
+void fb_cuda_set_stream(CUstream s) { cur_stream = s; }
+CUstream fb_cuda_stream(void) { return cur_stream; }
+
 fb_status fb_kernel_load(const void *cubin, const char *name, fb_kernel *k) {
   memset(k, 0, sizeof *k);
   FB_TRY(fb_cuda_load());
@@ -136,7 +146,7 @@ fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y,
   /* the parameter block goes as one by-value argument: CU_LAUNCH_PARAM_BUFFER_POINTER */
   size_t sz = params_size;
   void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &sz, CU_LAUNCH_PARAM_END};
-  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, 0, NULL, NULL, extra));
+  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, 0, cur_stream, NULL, extra));
   return FB_OK;
 }
 
@@ -148,6 +158,6 @@ fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned grid_x, unsigned gr
      a raw buffer arrived 48 bytes early) */
   (void)params_size;
   void *args[] = {(void *)params};
-  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, smem, NULL, args, NULL));
+  CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, smem, cur_stream, args, NULL));
   return FB_OK;
 }

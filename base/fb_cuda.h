@@ -31,6 +31,12 @@ typedef struct {
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*MemGetInfo)(size_t *, size_t *);
   CUresult (*EventCreate)(CUevent *, unsigned);
   CUresult (*EventRecord)(CUevent, CUstream);
@@ -56,6 +62,12 @@ fb_status fb_cuda_device_count(int *n);
 /* Make device `ordinal`'s primary context current on this thread. */
 fb_status fb_cuda_use_device(int ordinal);
 
+/* The stream this thread's launches, copies and memsets of the runtime go to (fb_kernel_launch*, runtime/experts_gpu.c):
+ * NULL (the legacy default stream) until set. libfourbit.so sets the caller's stream for the length of a call (lib/abi.c),
+ * so that a PyTorch job's layer runs on its current stream; the C trainer never sets one. Thread-local. */
+void fb_cuda_set_stream(CUstream s);
+CUstream fb_cuda_stream(void);
+
 /* A loaded cubin and its one kernel (named as the generated variant). */
 typedef struct {
   CUmodule mod;
@@ -63,7 +75,7 @@ typedef struct {
 } fb_kernel;
 fb_status fb_kernel_load(const void *cubin, const char *name, fb_kernel *k);
 void fb_kernel_unload(fb_kernel *k);
-/* Launch with the parameter block `params` (bytes of the struct the template takes by value). */
+/* Launch on fb_cuda_stream() with the parameter block `params` (bytes of the struct the template takes by value). */
 fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, const void *params,
                            size_t params_size);
 /* Launch with dynamic shared memory (bytes; the kernel's opt-in limit is raised to it first). */

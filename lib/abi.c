@@ -3,14 +3,14 @@
  * (cli/quant.c: same options, same refusals, same bytes), and the GPU expert layer (runtime/experts_gpu.c) on the
  * caller's device pointers and stream. Only fourbit_* symbols leave the library (its version script, lib/libfourbit.map).
  *
- * Entry points: the header's. Streams: the layer queues its work on the context's legacy default stream (where
- * experts_gpu.c launches, copies and sets); a caller's other stream is fenced against it both ways with events
- * (cuStreamWaitEvent), so that the layer runs after what the caller queued before and before what it queues after. */
+ * Entry points: the header's. Streams: the layer queues its work on the caller's stream itself (stream_enter sets
+ * it as the thread's stream, which experts_gpu.c's launches, copies and memsets all take). */
 #include "fourbit/libfourbit.h"
 
 #include "experts_gpu.h"
 #include "fb_cuda.h"
 #include "fb_error.h"
+#include "fb_kparams.h"
 #include "fb_str.h"
 #include "fourbit.h"
 #include "fourbit_train.h"
@@ -233,14 +233,12 @@ int fourbit_dequantize(const fourbit_quant_opts *o, const uint8_t *codes, const 
 /* Driver calls fb_cu does not carry (base/cuda_driver.c's table is what the runtime needs), resolved from the same
  * libcuda.so.1 once fb_cuda_load has opened it. */
 static struct {
-  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*PrimaryCtxRelease)(CUdevice);
 } xcu;
 static pthread_once_t xcu_once = PTHREAD_ONCE_INIT;
 static void xcu_load(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!h) return;
-  *(void **)&xcu.StreamWaitEvent = dlsym(h, "cuStreamWaitEvent");
   *(void **)&xcu.PrimaryCtxRelease = dlsym(h, "cuDevicePrimaryCtxRelease_v2");
 }
 
@@ -255,7 +253,9 @@ struct fourbit_layer {
   int device;
   CUdevice dev;
   CUcontext ctx;
-  CUevent ev_in, ev_out;
+  CUevent ev_in;           /* the stream change's fence (stream_enter) */
+  CUstream last;           /* the stream of the last call (used: there was one) */
+  int used;
   fb_gpu_experts *g;
   fb_plan *plan;           /* the layers' precisions (sm_90a) */
   fb_cache *cache;         /* borrowed */
@@ -299,27 +299,26 @@ static fb_status layer_enter(fourbit_layer *l) {
   CU_CHECK(fb_cu.CtxSetCurrent(l->ctx));
   return FB_OK;
 }
-/* the layer's work after the caller's stream's, on the legacy default stream */
-static fb_status fence_in(fourbit_layer *l, void *stream) {
-  if (!stream) return FB_OK;
-  if (!xcu.StreamWaitEvent) return FB_ERR(FB_ECUDA, "libcuda.so.1 has no cuStreamWaitEvent: only the default stream (NULL) is served");
-  CU_CHECK(fb_cu.EventRecord(l->ev_in, (CUstream)stream));
-  CU_CHECK(xcu.StreamWaitEvent(NULL, l->ev_in, 0));
+/* The layer's work goes on the caller's stream itself (fb_cuda_set_stream for the length of the call: every launch,
+ * copy and memset of runtime/experts_gpu.c), so it is ordered after what the caller queued before and before what it
+ * queues after, with no fence. The pool's memory is reused from call to call: when a call comes on another stream than
+ * the last one, it first waits for the last stream's work (an event), since its buffers may be the ones that work uses. */
+static fb_status stream_enter(fourbit_layer *l, void *stream) {
+  if (l->used && (CUstream)stream != l->last) {
+    CU_CHECK(fb_cu.EventRecord(l->ev_in, l->last));
+    CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, l->ev_in, 0));
+  }
+  l->used = 1, l->last = (CUstream)stream;
+  fb_cuda_set_stream((CUstream)stream);
   return FB_OK;
 }
-static fb_status fence_out(fourbit_layer *l, void *stream) {
-  if (!stream) return FB_OK;
-  CU_CHECK(fb_cu.EventRecord(l->ev_out, NULL));
-  CU_CHECK(xcu.StreamWaitEvent((CUstream)stream, l->ev_out, 0));
-  return FB_OK;
-}
+static void stream_leave(void) { fb_cuda_set_stream(NULL); }
 
 void fourbit_layer_free(fourbit_layer *l) {
   if (!l) return;
   if (l->ctx) fb_cu.CtxSetCurrent(l->ctx);
   fb_gpu_experts_free(l->g);
   if (l->ev_in) fb_cu.EventDestroy(l->ev_in);
-  if (l->ev_out) fb_cu.EventDestroy(l->ev_out);
   if (l->ctx && xcu.PrimaryCtxRelease) xcu.PrimaryCtxRelease(l->dev);
   fb_plan_free(l->plan);
   if (l->log) fclose(l->log);
@@ -352,7 +351,6 @@ int fourbit_layer_create(const fourbit_recipe *r, const fourbit_layer_opts *o, f
   if (!cr) cr = fb_cu.DevicePrimaryCtxRetain(&l->ctx, l->dev);
   if (!cr) cr = fb_cu.CtxSetCurrent(l->ctx);
   if (!cr) cr = fb_cu.EventCreate(&l->ev_in, CU_EVENT_DISABLE_TIMING);
-  if (!cr) cr = fb_cu.EventCreate(&l->ev_out, CU_EVENT_DISABLE_TIMING);
   if (cr) {
     rc = FB_ERR(FB_ECUDA, "device %d: primary context and events: %s", o->device, fb_cu_errstr(cr));
     goto fail;
@@ -367,6 +365,11 @@ int fourbit_layer_create(const fourbit_recipe *r, const fourbit_layer_opts *o, f
   fb_gpu_experts_opts go = {.recipe = rec, .tokens = o->tokens ? o->tokens : rec->tokens, .lookup = l->cache ? layer_lookup : NULL,
                             .lookup_user = l, .log = l->log, .verbose = 1, .device = o->device};
   FB_TRY_GOTO(fb_gpu_experts_create(&go, &l->g), fail);
+  cr = fb_cu.CtxSynchronize(); /* what create copied up (legacy stream) is there before a call on another stream */
+  if (cr) {
+    rc = FB_ERR(FB_ECUDA, "device %d: after loading the layer's kernels: %s", o->device, fb_cu_errstr(cr));
+    goto fail;
+  }
   fflush(l->log);
   if (l->verbose && l->logbuf) fputs(l->logbuf, stderr);
   *out = l;
@@ -453,10 +456,10 @@ int fourbit_layer_forward(fourbit_layer *l, int layer, int tokens, uint64_t x, u
   fb_status rc = FB_OK;
   pthread_mutex_lock(&l->mu);
   FB_TRY_GOTO(layer_enter(l), done);
-  FB_TRY_GOTO(fence_in(l, stream), done);
+  FB_TRY_GOTO(stream_enter(l, stream), done);
   FB_TRY_GOTO(fb_gpu_experts_forward_dev(l->g, L, &io), done);
-  FB_TRY_GOTO(fence_out(l, stream), done);
 done:
+  stream_leave();
   if (rc != FB_OK && L->saved) fb_gpu_experts_ops(l->g)->release(l->g, L);
   pthread_mutex_unlock(&l->mu);
   if (rc != FB_OK) {
@@ -481,10 +484,10 @@ int fourbit_layer_backward(fourbit_layer *l, fourbit_saved *saved, uint64_t dy, 
     goto done;
   }
   FB_TRY_GOTO(layer_enter(l), done);
-  FB_TRY_GOTO(fence_in(l, stream), done);
+  FB_TRY_GOTO(stream_enter(l, stream), done);
   FB_TRY_GOTO(fb_gpu_experts_backward_dev(l->g, &saved->L, &io), done);
-  FB_TRY_GOTO(fence_out(l, stream), done);
 done:
+  stream_leave();
   if (saved->L.saved) fb_gpu_experts_ops(l->g)->release(l->g, &saved->L);
   pthread_mutex_unlock(&l->mu);
   free(saved);
@@ -499,4 +502,252 @@ void fourbit_saved_free(fourbit_saved *s) {
   if (s->L.saved) fb_gpu_experts_ops(l->g)->release(l->g, &s->L);
   pthread_mutex_unlock(&l->mu);
   free(s);
+}
+
+/* ---- quantizers on device pointers ------------------------------------------------------------------------------ */
+/* The generator's own quantizer kernels (templates/quant_nvfp4.cuh, quant_mxfp8.cuh, amax.cuh, s2f6.cuh) and its copy
+ * kernel as the dequantizer of NVFP4 and MXFP8 (tcopy.cuh: no transpose, FP32 out), each form compiled with NVRTC at its
+ * first use and kept by the handle. Their variant is one fixed tile (QFAM below): these calls serve a user's tensors,
+ * not the layer's tuned shapes. The GPU checks every kernel against the CPU reference bit for bit (tests/gpu/
+ * test_kernels.c), so the bytes are fourbit_quantize's. */
+typedef struct {
+  fb_kernel_spec spec;
+  fb_variant v;
+  fb_kernel k;
+} qkern;
+
+struct fourbit_quantizer {
+  pthread_mutex_t mu;
+  int device, verbose;
+  CUdevice dev;
+  CUcontext ctx;
+  CUevent ev;             /* the stream change's fence, as the layer's */
+  CUstream last;
+  int used;
+  const char *arch;
+  qkern *kt;
+  int nk, cap;
+  CUdeviceptr scratch;    /* the per-tensor amax (FP32) and its flags word: 256 bytes */
+  double compile_ms;
+};
+
+/* one variant for every kernel of these calls: the first of recipes/inkling2_small.lua's quant family (rows 8, 128
+ * threads, no staging); the other templates read only threads */
+static const char *const QPARAM[] = {"rows", "cols", "threads", "stage", "vec"};
+static const int QVAL[] = {8, 64, 128, 0, 4};
+
+static fb_status qkernel(fourbit_quantizer *q, fb_kernel_spec k, const qkern **out) {
+  FB_TRY(fb_kernel_spec_name(&k, q->arch));
+  for (int i = 0; i < q->nk; ++i)
+    if (!strcmp(q->kt[i].spec.name, k.name)) { *out = &q->kt[i]; return FB_OK; }
+  if (q->nk == q->cap) {
+    int cap = q->cap ? 2 * q->cap : 16;
+    qkern *n = realloc(q->kt, (size_t)cap * sizeof *n);
+    if (!n) return FB_ERR(FB_ENOMEM, "quantizer: kernel table");
+    q->kt = n, q->cap = cap;
+  }
+  fb_tune_family fam;
+  memset(&fam, 0, sizeof fam);
+  snprintf(fam.family, sizeof fam.family, "%s", k.family);
+  fam.nparams = (int)(sizeof QPARAM / sizeof QPARAM[0]), fam.nvariants = 1, fam.values = (int *)QVAL;
+  for (int i = 0; i < fam.nparams; ++i) snprintf(fam.param[i], sizeof fam.param[i], "%s", QPARAM[i]);
+  fb_variant *vs = NULL;
+  int nv = 0;
+  char why[256];
+  FB_TRY(fb_gen_variants(&k, &fam, &vs, &nv, NULL, why, sizeof why));
+  if (!nv) {
+    free(vs);
+    return FB_ERR(FB_EVARIANT, "quantizer: %s: its one variant is illegal (%s)", k.name, why);
+  }
+  qkern *e = &q->kt[q->nk];
+  memset(e, 0, sizeof *e);
+  e->spec = k, e->v = vs[0];
+  free(vs);
+  char *src = NULL;
+  FB_TRY(fb_gen_source(&k, &e->v, "libfourbit.so (fourbit_quantize_device)", "-", &src));
+  fb_cubin cb;
+  memset(&cb, 0, sizeof cb);
+  fb_status s = fb_nvrtc_compile(e->v.name, src, q->arch, &cb);
+  free(src);
+  if (s == FB_OK) s = fb_kernel_load(cb.cubin, e->v.name, &e->k);
+  const double ms = cb.ms;
+  q->compile_ms += ms;
+  fb_cubin_free(&cb);
+  FB_TRY(s);
+  if (q->verbose) fprintf(stderr, "fourbit: quantizer kernel %s compiled (NVRTC, %.0f ms)\n", e->v.name, ms);
+  *out = &q->kt[q->nk++];
+  return FB_OK;
+}
+
+static fb_status qlaunch(const qkern *e, fb_kp_mem *p, unsigned ng) {
+  unsigned gx, gy, th;
+  FB_TRY(fb_launch_dims(&e->spec, &e->v, p->rows, p->cols, ng, &gx, &gy, &th));
+  return fb_kernel_launch(&e->k, gx, gy, th, p, sizeof *p);
+}
+
+void fourbit_quantizer_free(fourbit_quantizer *q) {
+  if (!q) return;
+  if (q->ctx) fb_cu.CtxSetCurrent(q->ctx);
+  for (int i = 0; i < q->nk; ++i) fb_kernel_unload(&q->kt[i].k);
+  free(q->kt);
+  if (q->scratch) fb_cu.MemFree(q->scratch);
+  if (q->ev) fb_cu.EventDestroy(q->ev);
+  if (q->ctx && xcu.PrimaryCtxRelease) xcu.PrimaryCtxRelease(q->dev);
+  pthread_mutex_destroy(&q->mu);
+  free(q);
+}
+
+int fourbit_quantizer_create(const fourbit_quantizer_opts *o, fourbit_quantizer **out) {
+  if (!out) return FB_USERERR(FB_EINVAL, "fourbit_quantizer_create: out is NULL");
+  *out = NULL;
+  FB_TRY(check_size(o, o ? o->size : 0, sizeof *o, "fourbit_quantizer_create: options"));
+  if (o->device < 0) return FB_USERERR(FB_EINVAL, "device %d: a CUDA ordinal is >= 0", o->device);
+  FB_TRY(fb_cuda_load());
+  pthread_once(&xcu_once, xcu_load);
+  int ndev = 0;
+  FB_TRY(fb_cuda_device_count(&ndev));
+  if (o->device >= ndev) return FB_USERERR(FB_EINVAL, "device %d: the driver sees %d GPU(s)", o->device, ndev);
+  const char *arch = NULL;
+  FB_TRY(fb_gpu_device_arch(o->device, &arch));
+  fourbit_quantizer *q = calloc(1, sizeof *q);
+  if (!q) return FB_ERR(FB_ENOMEM, "fourbit_quantizer_create");
+  pthread_mutex_init(&q->mu, NULL);
+  q->device = o->device, q->verbose = o->verbose, q->arch = arch;
+  int cr = fb_cu.DeviceGet(&q->dev, o->device);
+  if (!cr) cr = fb_cu.DevicePrimaryCtxRetain(&q->ctx, q->dev);
+  if (!cr) cr = fb_cu.CtxSetCurrent(q->ctx);
+  if (!cr) cr = fb_cu.EventCreate(&q->ev, CU_EVENT_DISABLE_TIMING);
+  if (!cr) cr = fb_cu.MemAlloc(&q->scratch, 256);
+  if (cr) {
+    fb_status rc = FB_ERR(FB_ECUDA, "device %d: primary context, event, scratch: %s", o->device, fb_cu_errstr(cr));
+    fourbit_quantizer_free(q);
+    return rc;
+  }
+  *out = q;
+  return FB_OK;
+}
+
+/* the handle's context current, its calls on the caller's stream (a change of stream waits for the last one: the
+ * scratch word is shared) */
+static fb_status q_enter(fourbit_quantizer *q, void *stream) {
+  CU_CHECK(fb_cu.CtxSetCurrent(q->ctx));
+  if (q->used && (CUstream)stream != q->last) {
+    CU_CHECK(fb_cu.EventRecord(q->ev, q->last));
+    CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, q->ev, 0));
+  }
+  q->used = 1, q->last = (CUstream)stream;
+  fb_cuda_set_stream((CUstream)stream);
+  return FB_OK;
+}
+
+static fb_status quantize_dev(fourbit_quantizer *q, const fourbit_quant_opts *o, int dtype, uint64_t x, size_t rows,
+                              size_t cols, uint64_t codes, uint64_t scales, uint64_t outer) {
+  const int f32 = dtype == FOURBIT_F32;
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.in = x, p.out = codes, p.scales = scales, p.rows = (long long)rows, p.cols = (long long)cols;
+  p.seed = o->seed, p.stream = 0, p.step = o->step; /* SR: random stream 0, as fourbit_quantize */
+  const qkern *e;
+  if (o->format == FOURBIT_S2F6) {
+    fb_kernel_spec k;
+    memset(&k, 0, sizeof k);
+    k.op = FB_OP_S2F6_Q, k.q.format = FB_FMT_S2F6, k.q.rht = o->rht ? 32 : 0, k.in_f32 = f32;
+    snprintf(k.family, sizeof k.family, "combine");
+    FB_TRY(qkernel(q, k, &e));
+    p.signs = fb_rht_signs(o->seed, 0);
+    return qlaunch(e, &p, 0);
+  }
+  fb_qspec qs = {.format = o->format == FOURBIT_NVFP4 ? FB_FMT_NVFP4 : FB_FMT_MXFP8,
+                 .rounding = o->sr ? FB_ROUND_SR : FB_ROUND_RN};
+  if (o->format == FOURBIT_MXFP8) {
+    FB_TRY(qkernel(q, fb_spec_quant(&qs, 0, f32, NULL), &e));
+    return qlaunch(e, &p, 0);
+  }
+  qs.outer = o->outer_row ? FB_GRAN_TOKEN : FB_GRAN_TENSOR, qs.four_over_six = o->four_over_six != 0;
+  FB_TRY(qkernel(q, fb_spec_quant(&qs, 0, f32, NULL), &e));
+  p.s_dec = outer;
+  if (!o->outer_row) { /* the tensor's amax first (NaN ignored, a non-finite value flagged), zeroed for its atomicMax */
+    const qkern *ea;
+    FB_TRY(qkernel(q, fb_spec_amax(FB_GRAN_TENSOR, f32, NULL), &ea));
+    CU_CHECK(fb_cu.MemsetD8Async(q->scratch, 0, 8, fb_cuda_stream()));
+    fb_kp_mem pa;
+    memset(&pa, 0, sizeof pa);
+    pa.in = x, pa.rows = p.rows, pa.cols = p.cols, pa.amax = q->scratch, pa.flags = q->scratch + 4, pa.ngroups = 1;
+    FB_TRY(qlaunch(ea, &pa, 1));
+    p.amax = q->scratch, p.ngroups = 1;
+    return qlaunch(e, &p, 1);
+  }
+  return qlaunch(e, &p, 0);
+}
+
+static fb_status dequantize_dev(fourbit_quantizer *q, const fourbit_quant_opts *o, uint64_t codes, uint64_t scales,
+                                uint64_t outer, size_t rows, size_t cols, uint64_t y) {
+  fb_kp_mem p;
+  memset(&p, 0, sizeof p);
+  p.rows = (long long)rows, p.cols = (long long)cols, p.out = y;
+  const qkern *e;
+  if (o->format == FOURBIT_S2F6) {
+    fb_kernel_spec k;
+    memset(&k, 0, sizeof k);
+    k.op = FB_OP_S2F6_DQ, k.q.format = FB_FMT_S2F6, k.q.rht = o->rht ? 32 : 0;
+    snprintf(k.family, sizeof k.family, "combine");
+    FB_TRY(qkernel(q, k, &e));
+    p.in = codes, p.scales = scales, p.signs = fb_rht_signs(o->seed, 0);
+    return qlaunch(e, &p, 0);
+  }
+  /* NVFP4 and MXFP8: tcopy.cuh from the codes, not transposed, FP32 out; exactly fb_{nvfp4,mxfp8}_dequantize */
+  const int nv = o->format == FOURBIT_NVFP4;
+  FB_TRY(qkernel(q, fb_spec_tcopy(nv ? FB_FMT_NVFP4 : FB_FMT_MXFP8, nv && o->outer_row ? FB_GRAN_TOKEN : FB_GRAN_TENSOR, 0, 0, 0,
+                                  0, 0, NULL), &e));
+  p.in = codes, p.src_scales = scales, p.src_s_dec = nv ? outer : 0;
+  return qlaunch(e, &p, 0);
+}
+
+static fb_status qcheck(fourbit_quantizer *q, const fourbit_quant_opts *o, size_t rows, size_t cols, const char *fn,
+                        uint64_t a, uint64_t b, uint64_t c, uint64_t outer) {
+  if (!q) return FB_USERERR(FB_EINVAL, "%s: no quantizer", fn);
+  size_t no = 0;
+  FB_TRY(fourbit_quant_layout(o, rows, cols, NULL, NULL, &no));
+  if (!a || !b || !c || (no && !outer)) return FB_USERERR(FB_EINVAL, "%s: a NULL device pointer", fn);
+  return FB_OK;
+}
+
+int fourbit_quantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, int dtype, uint64_t x, size_t rows,
+                            size_t cols, uint64_t codes, uint64_t scales, uint64_t outer, void *stream) {
+  FB_TRY(qcheck(q, o, rows, cols, "fourbit_quantize_device", x, codes, scales, outer));
+  if (dtype != FOURBIT_F32 && dtype != FOURBIT_BF16)
+    return FB_USERERR(FB_EINVAL, "fourbit_quantize_device: dtype %d (FOURBIT_F32 0 or FOURBIT_BF16 1)", dtype);
+  pthread_mutex_lock(&q->mu);
+  fb_status rc = q_enter(q, stream);
+  if (rc == FB_OK) rc = quantize_dev(q, o, dtype, x, rows, cols, codes, scales, outer);
+  fb_cuda_set_stream(NULL);
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
+int fourbit_dequantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, uint64_t codes, uint64_t scales,
+                              uint64_t outer, size_t rows, size_t cols, uint64_t y, void *stream) {
+  FB_TRY(qcheck(q, o, rows, cols, "fourbit_dequantize_device", codes, scales, y, outer));
+  pthread_mutex_lock(&q->mu);
+  fb_status rc = q_enter(q, stream);
+  if (rc == FB_OK) rc = dequantize_dev(q, o, codes, scales, outer, rows, cols, y);
+  fb_cuda_set_stream(NULL);
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
+int fourbit_quantizer_kernels_json(const fourbit_quantizer *q, char **out) {
+  if (!q || !out) return FB_USERERR(FB_EINVAL, "fourbit_quantizer_kernels_json: NULL argument");
+  *out = NULL;
+  fourbit_quantizer *m = (fourbit_quantizer *)q;
+  pthread_mutex_lock(&m->mu);
+  fb_str s = {0};
+  fb_str_printf(&s, "{\"arch\": \"%s\", \"compiled\": %d, \"compile_ms\": %.1f, \"loaded\": [", q->arch, q->nk, q->compile_ms);
+  for (int i = 0; i < q->nk; ++i) {
+    fb_str_printf(&s, "%s", i ? ", " : "");
+    jstr(&s, q->kt[i].v.name);
+  }
+  fb_str_printf(&s, "]}");
+  pthread_mutex_unlock(&m->mu);
+  return jdone(&s, out);
 }

@@ -38,7 +38,7 @@
  *            and allgathered over the host mesh: every rank knows what it sends and receives, and the owner its
  *            padded layout.
  *   exchange one all-to-all-v per plane (NVFP4 codes, E4M3 scales, FP32 per-token outer scales; MXFP8 codes, E8M0)
- *            through fb_comm_dev_alltoallv (grouped ncclSend/ncclRecv on the default stream).
+ *            through fb_comm_dev_alltoallv (grouped ncclSend/ncclRecv on the layer's stream, fb_cuda_stream()).
  *   owner    the received rows (by source, expert, token) regrouped per expert, padded to 128, by the permute kernel
  *            with top_k 1 (index: the local expert of each row): source 0's rows of expert e, then source 1's, ... =
  *            the global token order, so the owner's rows are one rank's rows of its experts, padding included. w13,
@@ -338,6 +338,19 @@ static fb_kernel_spec sp_tcopy(fb_gpu_experts *g, fb_format src, fb_gran outer, 
   return from_plan(g, fb_spec_tcopy(src, outer, in_f32, trans, rht, scale, out_bf16, NULL));
 }
 
+/* ---- copies and sets on this thread's stream ------------------------------------------------------------------ */
+/* Every launch, copy and memset of the layer goes to fb_cuda_stream(): the caller's stream through libfourbit.so
+ * (lib/abi.c sets it for the length of a call), else the legacy default stream (fourbit's own trainer and benches). A
+ * copy to the host also waits for that stream, since the host reads it next; a copy up from pageable host memory is
+ * staged before the call returns, so the host buffer may be freed at once. */
+static CUresult s_zero(CUdeviceptr d, size_t n) { return fb_cu.MemsetD8Async(d, 0, n, fb_cuda_stream()); }
+static CUresult s_htod(CUdeviceptr d, const void *h, size_t n) { return fb_cu.MemcpyHtoDAsync(d, h, n, fb_cuda_stream()); }
+static CUresult s_dtod(CUdeviceptr d, CUdeviceptr src, size_t n) { return fb_cu.MemcpyDtoDAsync(d, src, n, fb_cuda_stream()); }
+static CUresult s_dtoh(void *h, CUdeviceptr d, size_t n) {
+  CUresult r = fb_cu.MemcpyDtoHAsync(h, d, n, fb_cuda_stream());
+  return r ? r : fb_cu.StreamSynchronize(fb_cuda_stream());
+}
+
 /* ---- device memory: an arena per call (scratch) and one per saved layer, both drawing on the pool ------------- */
 typedef struct {
   fb_gpu_experts *g;
@@ -388,7 +401,7 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
 }
 static fb_status aalloc_z(arena *a, CUdeviceptr *out, size_t n) {
   FB_TRY(aalloc(a, out, n));
-  CU_CHECK(fb_cu.MemsetD8(*out, 0, n)); /* asynchronous: ordered with the launches on the default stream */
+  CU_CHECK(s_zero(*out, n)); /* asynchronous: ordered with the launches on the same stream */
   return FB_OK;
 }
 static void afree(arena *a) {
@@ -402,7 +415,7 @@ static void afree(arena *a) {
 }
 static fb_status up(arena *a, CUdeviceptr *out, const void *h, size_t n) {
   FB_TRY(aalloc(a, out, n));
-  if (n) CU_CHECK(fb_cu.MemcpyHtoD(*out, h, n));
+  if (n) CU_CHECK(s_htod(*out, h, n));
   return FB_OK;
 }
 
@@ -419,7 +432,7 @@ static fb_status prof_a(fb_gpu_experts *g, const char *name) {
   }
   snprintf(r->name, sizeof r->name, "%s", name);
   snprintf(r->phase, sizeof r->phase, "%s", g->phase ? g->phase : "");
-  CU_CHECK(fb_cu.EventRecord(r->a, 0));
+  CU_CHECK(fb_cu.EventRecord(r->a, fb_cuda_stream()));
   return FB_OK;
 }
 static fb_status prof_b(fb_gpu_experts *g) {
@@ -428,7 +441,7 @@ static fb_status prof_b(fb_gpu_experts *g) {
     if (r) return FB_ERR(FB_ECUDA, "experts gpu: %s %s: %s", g->phase ? g->phase : "", g->last, fb_cu_errstr((int)r));
   }
   if (!g->prof) return FB_OK;
-  CU_CHECK(fb_cu.EventRecord(g->pr[g->nprof++].b, 0));
+  CU_CHECK(fb_cu.EventRecord(g->pr[g->nprof++].b, fb_cuda_stream()));
   return FB_OK;
 }
 
@@ -490,7 +503,7 @@ static fb_status run_moe(fb_gpu_experts *g, const kent *e, fb_kp_moe *p, long lo
 static fb_status kept_upload(const void *h, size_t n, const char *what, CUdeviceptr *out) {
   CUdeviceptr d = 0;
   CUresult r = fb_cu.MemAlloc(&d, n);
-  if (!r) r = fb_cu.MemcpyHtoD(d, h, n);
+  if (!r) r = s_htod(d, h, n);
   if (r) {
     if (d) fb_cu.MemFree(d);
     return FB_ERR(FB_ECUDA, "experts gpu: %s: %s", what, fb_cu_errstr((int)r));
@@ -835,7 +848,7 @@ static fb_status layer_comm(fb_gpu_experts *g, const fb_moe_layer *L, fb_comm **
 }
 
 /* Rows between the sources and the owners, one all-to-all-v per payload plane (bytes b[q] a row, 0: no plane), on the
- * default stream: back = 0 sends s->srows[p] rows to rank p and receives s->rrows[q] from rank q (consecutive in rank
+ * layer's stream: back = 0 sends s->srows[p] rows to rank p and receives s->rrows[q] from rank q (consecutive in rank
  * order in both buffers), back = 1 the reverse. *bytes (may be NULL) and L->traffic->remote get the bytes sent. */
 static fb_status xchg(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, int back, const CUdeviceptr *snd, const CUdeviceptr *rcv,
                       const size_t *b, int nplanes, double *bytes) {
@@ -857,7 +870,8 @@ static fb_status xchg(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, int back, c
     }
     rc = prof_a(g, "exchange (all-to-all-v)");
     if (rc == FB_OK)
-      rc = fb_comm_dev_alltoallv(g->comm, (const void *)(uintptr_t)snd[q], sc, sd, (void *)(uintptr_t)rcv[q], rc_, rd, NULL);
+      rc = fb_comm_dev_alltoallv(g->comm, (const void *)(uintptr_t)snd[q], sc, sd, (void *)(uintptr_t)rcv[q], rc_, rd,
+                                 (void *)fb_cuda_stream());
     if (rc == FB_OK) rc = prof_b(g);
   }
   free(a);
@@ -874,7 +888,7 @@ static fb_status regather(fb_gpu_experts *g, arena *a, const fb_moe_layer *L, fb
                           int ng, int tile, const CUdeviceptr *in, const CUdeviceptr *out, CUdeviceptr offsets, CUdeviceptr row_of) {
   if (!offsets) FB_TRY(aalloc(a, &offsets, ((size_t)ng + 1) * 8));
   if (!n) { /* nothing to place (no launch of zero rows) */
-    CU_CHECK(fb_cu.MemsetD8(offsets, 0, ((size_t)ng + 1) * 8));
+    CU_CHECK(s_zero(offsets, ((size_t)ng + 1) * 8));
     return FB_OK;
   }
   fb_qspec q = {0};
@@ -927,9 +941,9 @@ static fb_status zero_padding(const gsaved *s, size_t E, CUdeviceptr buf, size_t
     if (s->off[j] + g < s->off[j + 1]) a[nr] = s->off[j] + g, b[nr++] = s->off[j + 1];
   }
   CUresult r = 0;
-  if (nr > 64) r = fb_cu.MemsetD8(buf, 0, s->R * rowbytes);
+  if (nr > 64) r = s_zero(buf, s->R * rowbytes);
   else
-    for (int i = 0; i < nr && !r; ++i) r = fb_cu.MemsetD8(buf + (size_t)a[i] * rowbytes, 0, (size_t)(b[i] - a[i]) * rowbytes);
+    for (int i = 0; i < nr && !r; ++i) r = s_zero(buf + (size_t)a[i] * rowbytes, (size_t)(b[i] - a[i]) * rowbytes);
   free(a);
   if (r) return FB_ERR(FB_ECUDA, "experts gpu: padding rows: %s", fb_cu_errstr((int)r));
   return FB_OK;
@@ -1066,7 +1080,7 @@ static fb_status fwd_dispatch(fwd_ctx *x) {
   }
   /* the counts: this rank's rows per expert to the host (a synchronization: R sizes the buffers and the GEMMs), every
    * rank's over the host mesh */
-  CU_CHECK(fb_cu.MemcpyDtoH(mine, dcounts, E * 4));
+  CU_CHECK(s_dtoh(mine, dcounts, E * 4));
   FB_TRY(fb_comm_allgather(c, mine, E * 4, s->cnt));
   FB_TRY(plan_rows(m, s, E, !s->direct));
   size_t R = s->R, Rr = s->Rr, Rs = s->Rs;
@@ -1269,7 +1283,7 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   x.mine = malloc(E * sizeof *x.mine);
   if (!s->off || !s->cnt || !s->srows || !s->rrows || !x.mine) { rc = FB_ERR(FB_ENOMEM, "experts gpu: host buffers"); goto fail; }
   FB_TRY_GOTO(aalloc(x.m, &s->d_w, T * K * 4), fail);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoD(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
+  CU_CHECK_GOTO(s_dtod(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
   FB_TRY_GOTO(aalloc(x.m, &s->d_rowof, T * K * 4), fail);
   FB_TRY_GOTO(fwd_dispatch(&x), fail);
   FB_TRY_GOTO(fwd_weights(&x), fail);
@@ -1310,7 +1324,7 @@ static fb_status gpu_forward(void *ctx, fb_moe_layer *L, const float *x, const i
   FB_TRY_GOTO(up(&tmp, &io.w2, w2, E * D * F * 4), done);
   FB_TRY_GOTO(aalloc(&tmp, &io.y, T * D * 2), done);
   FB_TRY_GOTO(fwd_dev(g, L, &io), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(hb, io.y, T * D * 2), done);
+  CU_CHECK_GOTO(s_dtoh(hb, io.y, T * D * 2), done);
   for (size_t i = 0; i < T * D; ++i) y[i] = fb_bf16_to_f32(hb[i]);
 done:
   afree(&tmp);
@@ -1541,7 +1555,7 @@ static fb_status bwd_dx(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *
     FB_TRY(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL));
   }
   if (!Rs) {
-    CU_CHECK(fb_cu.MemsetD8(io->dx, 0, T * D * 4));
+    CU_CHECK(s_zero(io->dx, T * D * 4));
     return FB_OK;
   }
   const kent *e;
@@ -1567,8 +1581,8 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   FB_TRY_GOTO(bwd_combine(g, &tmp, L, s, io, &dY), done);
   FB_TRY_GOTO(aalloc(&tmp, &dXr, (R ? R : 1) * D * 2), done);
   if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
-    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw13, 0, E * 2 * F * D * 4), done);
-    CU_CHECK_GOTO(fb_cu.MemsetD8(io->dw2, 0, E * D * F * 4), done);
+    CU_CHECK_GOTO(s_zero(io->dw13, E * 2 * F * D * 4), done);
+    CU_CHECK_GOTO(s_zero(io->dw2, E * D * F * 4), done);
   } else if (L->prec->bwd_grad.format != FB_FMT_MXFP8) { /* a BF16 or NVFP4 backward */
     FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
   } else {
@@ -1598,10 +1612,10 @@ static fb_status gpu_backward(void *ctx, fb_moe_layer *L, const float *dy, float
   FB_TRY_GOTO(aalloc(&tmp, &io.dw2, E * D * F * 4), fail);
   FB_TRY_GOTO(aalloc(&tmp, &io.dtopk_w, T * K * 4), fail);
   FB_TRY_GOTO(bwd_dev(g, L, &io), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dx, io.dx, T * D * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw2, io.dw2, E * D * F * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dw13, io.dw13, E * 2 * F * D * 4), done);
-  CU_CHECK_GOTO(fb_cu.MemcpyDtoH(dtopk_w, io.dtopk_w, T * K * 4), done);
+  CU_CHECK_GOTO(s_dtoh(dx, io.dx, T * D * 4), done);
+  CU_CHECK_GOTO(s_dtoh(dw2, io.dw2, E * D * F * 4), done);
+  CU_CHECK_GOTO(s_dtoh(dw13, io.dw13, E * 2 * F * D * 4), done);
+  CU_CHECK_GOTO(s_dtoh(dtopk_w, io.dtopk_w, T * K * 4), done);
 done:
   afree(&tmp);
   return rc;
@@ -1719,7 +1733,7 @@ static fb_status probe_direct(const fb_moe_layer *L, const char *name, CUdevicep
   long long *first = malloc((E + 1) * sizeof *first);
   fb_status rc = FB_OK;
   if (!dev || !h || !first) { rc = FB_ERR(FB_ENOMEM, "experts gpu: probe"); goto out; }
-  int r_ = nd ? (int)fb_cu.MemcpyDtoH(dev, d, nd) : 0;
+  int r_ = nd ? (int)s_dtoh(dev, d, nd) : 0;
   if (r_) { rc = FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); goto out; }
   first[0] = 0;
   for (size_t j = 0; j < E; ++j) first[j + 1] = first[j] + s->cnt[j];
@@ -1774,12 +1788,12 @@ fb_status fb_gpu_experts_probe(const fb_moe_layer *L, const char *name, void **o
   if (!h) return FB_ERR(FB_ENOMEM, "experts gpu: probe");
   if (host) memcpy(h, host, n);
   else if (n) {
-    int r_ = (int)fb_cu.MemcpyDtoH(h, d, n);
+    int r_ = (int)s_dtoh(h, d, n);
     if (r_) { free(h); return FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); }
     if (!strcmp(name, "row_of") && s->N == 1 && !s->direct && s->Rr) { /* one rank: the owner row of each (token, slot) */
       int32_t *lr = malloc(s->Rr * 4), *ro = h;
       if (!lr) { free(h); return FB_ERR(FB_ENOMEM, "experts gpu: probe"); }
-      r_ = (int)fb_cu.MemcpyDtoH(lr, s->d_lrow, s->Rr * 4);
+      r_ = (int)s_dtoh(lr, s->d_lrow, s->Rr * 4);
       for (size_t i = 0; !r_ && i < T * K; ++i) ro[i] = ro[i] < 0 ? -1 : lr[ro[i]];
       free(lr);
       if (r_) { free(h); return FB_ERR(FB_ECUDA, "experts gpu: probe %s: %s", name, fb_cu_errstr(r_)); }

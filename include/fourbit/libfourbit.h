@@ -14,7 +14,8 @@
  *
  * Entry points: fourbit_abi_version, fourbit_version, fourbit_errmsg, fourbit_status_name, fourbit_free,
  * fourbit_info_json; fourbit_recipe_open / _close / _plan_json; fourbit_cache_open / _dir / _close;
- * fourbit_quant_layout, fourbit_quantize, fourbit_dequantize (host buffers); fourbit_layer_create / _forward /
+ * fourbit_quant_layout, fourbit_quantize, fourbit_dequantize (host buffers); fourbit_quantizer_create / _free /
+ * _kernels_json, fourbit_quantize_device, fourbit_dequantize_device (device pointers); fourbit_layer_create / _forward /
  * _backward / _kernels_json / _free and fourbit_saved_free (the GPU expert layer on device pointers). */
 #ifndef FOURBIT_LIBFOURBIT_H
 #define FOURBIT_LIBFOURBIT_H
@@ -102,6 +103,31 @@ int fourbit_quantize(const fourbit_quant_opts *o, const float *x, size_t rows, s
 int fourbit_dequantize(const fourbit_quant_opts *o, const uint8_t *codes, const uint8_t *scales, const float *outer,
                        size_t rows, size_t cols, float *y);
 
+/* ---- quantizers on device pointers (lib/abi.c: the generator's GPU kernels) ------------------------------------ */
+/* The same bytes as fourbit_quantize / fourbit_dequantize, computed on the GPU from and into device memory: the
+ * generator's quantizer kernels (and tcopy.cuh as the NVFP4 / MXFP8 dequantizer), each form compiled with NVRTC at its
+ * first use (about a second) and kept by the handle. A handle retains the device's primary context, like the layer. */
+typedef struct fourbit_quantizer fourbit_quantizer;
+typedef struct {
+  uint32_t size;             /* sizeof(fourbit_quantizer_opts) */
+  int device;                /* CUDA ordinal */
+  int verbose;               /* a line on stderr for each kernel compiled */
+} fourbit_quantizer_opts;
+enum { FOURBIT_F32 = 0, FOURBIT_BF16 = 1 }; /* the input's element type */
+int fourbit_quantizer_create(const fourbit_quantizer_opts *o, fourbit_quantizer **out);
+void fourbit_quantizer_free(fourbit_quantizer *q);
+/* x: rows x cols FP32 or BF16 (dtype; BF16 values quantize as their exact FP32 values do), row-major, on the device;
+ * codes / scales / outer: device buffers of fourbit_quant_layout's sizes (outer 0 for mxfp8 and s2f6). Queued on stream
+ * (a CUstream; NULL: the legacy default stream); nothing synchronizes with the host. Options and refusals: as
+ * fourbit_quantize. Calls on one handle are serialized; a call on another stream than the last waits for the last. */
+int fourbit_quantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, int dtype, uint64_t x, size_t rows,
+                            size_t cols, uint64_t codes, uint64_t scales, uint64_t outer, void *stream);
+/* The inverse into y (rows x cols FP32, device). */
+int fourbit_dequantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, uint64_t codes, uint64_t scales,
+                              uint64_t outer, size_t rows, size_t cols, uint64_t y, void *stream);
+/* {"arch", "compiled", "compile_ms", "loaded": [variant names]} (malloc'd): the kernels this handle compiled. */
+int fourbit_quantizer_kernels_json(const fourbit_quantizer *q, char **out);
+
 /* ---- the GPU expert layer (runtime/experts_gpu.c; sm_90a) ----------------------------------------------------- */
 typedef struct fourbit_layer fourbit_layer;
 typedef struct fourbit_saved fourbit_saved;
@@ -127,9 +153,11 @@ void fourbit_layer_free(fourbit_layer *l); /* after every fourbit_saved of it is
  * backward dy (T x D FP32) -> dx (T x D FP32), dw13, dw2 (FP32, shaped like the masters, overwritten), dtopk_w (FP32
  *          T x k).
  * layer: which of the recipe's layers (1-based: its precision, and its random streams' ids).
- * stream: the caller's CUstream (NULL: the legacy default stream). The layer's work is ordered after what the caller
- * queued on it before the call, and what the caller queues after the call is ordered after the layer's work. The
- * forward synchronizes with the host once (the rows per expert). seed, step: the SR and RHT streams (as fourbit
+ * stream: the caller's CUstream (NULL: the legacy default stream). The layer's work (every launch, copy and memset) is
+ * queued on that stream itself, after what the caller queued on it before the call and before what it queues after.
+ * A call on another stream than the layer's last call first makes it wait for the last stream's work (the layer's
+ * memory pool is reused from call to call). The forward synchronizes the stream with the host once (the rows per
+ * expert). seed, step: the SR and RHT streams (as fourbit
  * train's step). The forward hands back *saved (what the backward needs, in device memory of the layer's pool);
  * the backward consumes it, as does fourbit_saved_free (no backward). Calls on one layer are serialized. */
 int fourbit_layer_forward(fourbit_layer *l, int layer, int tokens, uint64_t x, uint64_t topk_idx, uint64_t topk_w, uint64_t w13,

@@ -5,6 +5,8 @@
     fourbit.plan("recipes/inkling2_small.lua")                             -> dict (fourbit plan --json)
     fourbit.info()                                                          -> dict
     fourbit.Recipe, fourbit.Cache, fourbit.Layer                            the handles under them
+    fourbit.Quantizer                                                       the quantizers on device pointers
+    fourbit.torch.quantize / dequantize                                     the same on CUDA tensors
     fourbit.torch.MoEExperts                                                the GPU expert layer as an nn.Module
 
 The quantizers are the numerics library's (docs/numerics.md): the bytes `fourbit quant` writes, part by part (codes
@@ -21,7 +23,7 @@ import numpy as np
 from . import _lib
 from ._lib import Error, InputError
 
-__all__ = ["quantize", "dequantize", "plan", "info", "Quantized", "Recipe", "Cache", "Layer", "Error", "InputError",
+__all__ = ["quantize", "dequantize", "plan", "info", "Quantized", "Recipe", "Cache", "Layer", "Quantizer", "Error", "InputError",
            "__version__", "library_path"]
 
 __version__ = _lib.lib.fourbit_version().decode()
@@ -135,6 +137,62 @@ def dequantize(codes, scales=None, outer_scales=None, *, format, outer=None, fou
                                            _ptr(outer_scales, ctypes.c_float) if no else None, rows, cols,
                                            _ptr(y, ctypes.c_float)), "dequantize")
     return y
+
+
+def _check_shape(fn, o, format, rows, cols):
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InputError(1, "%s: %s %r: an integer" % (fn, name, v))
+    return _layout(fn, o, int(rows), int(cols))
+
+
+class Quantizer:
+    """The quantizers on device pointers (GPU kernels; the bytes of quantize / dequantize for the same values), on CUDA
+    device `device` (its primary context). Each form is compiled with NVRTC at its first use and kept. Pointers are
+    ints (CUdeviceptr), stream a CUstream (int; 0: the legacy default stream); buffers have fourbit's layout sizes
+    (Quantizer.layout). fourbit.torch.quantize / dequantize call these on tensors."""
+
+    def __init__(self, *, device=0, verbose=False):
+        self._h = None
+        o = _lib.QuantizerOpts(size=ctypes.sizeof(_lib.QuantizerOpts), device=device, verbose=int(bool(verbose)))
+        h = ctypes.c_void_p()
+        _lib.check(_lib.lib.fourbit_quantizer_create(ctypes.byref(o), ctypes.byref(h)), "Quantizer")
+        self._h, self.device = h, device
+
+    @staticmethod
+    def layout(rows, cols, format, *, outer=None, four_over_six=None, rounding=None, seed=None, step=None, rht=None):
+        """(code bytes, scale bytes, outer scales) of a rows x cols encoding with these options."""
+        o = _opts("layout", format, outer, four_over_six, rounding, seed, step, rht)
+        return _check_shape("layout", o, format, rows, cols)
+
+    def quantize(self, x, rows, cols, codes, scales, outer_scales, *, format, dtype="float32", stream=0, outer=None,
+                 four_over_six=None, rounding=None, seed=None, step=None, rht=None):
+        o = _opts("Quantizer.quantize", format, outer, four_over_six, rounding, seed, step, rht)
+        _check_shape("Quantizer.quantize", o, format, rows, cols)
+        if dtype not in ("float32", "bfloat16"):
+            raise InputError(1, "Quantizer.quantize: dtype %r: float32 or bfloat16" % (dtype,))
+        _lib.check(_lib.lib.fourbit_quantize_device(self._h, ctypes.byref(o), 0 if dtype == "float32" else 1, x, rows, cols,
+                                                    codes, scales, outer_scales or 0, ctypes.c_void_p(stream or None)),
+                   "Quantizer.quantize")
+
+    def dequantize(self, codes, scales, outer_scales, rows, cols, y, *, format, stream=0, outer=None, four_over_six=None,
+                   rounding=None, seed=None, step=None, rht=None):
+        o = _opts("Quantizer.dequantize", format, outer, four_over_six, rounding, seed, step, rht)
+        _check_shape("Quantizer.dequantize", o, format, rows, cols)
+        _lib.check(_lib.lib.fourbit_dequantize_device(self._h, ctypes.byref(o), codes, scales, outer_scales or 0, rows, cols,
+                                                      y, ctypes.c_void_p(stream or None)), "Quantizer.dequantize")
+
+    def kernels(self):
+        """{"arch", "compiled", "compile_ms", "loaded": [variant names]}."""
+        return json.loads(_lib.take_string(_lib.lib.fourbit_quantizer_kernels_json, self._h))
+
+    def close(self):
+        if self._h:
+            _lib.lib.fourbit_quantizer_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
 
 
 def info():

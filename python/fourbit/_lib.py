@@ -74,6 +74,10 @@ class LayerOpts(ctypes.Structure):
                 ("verbose", ctypes.c_int)]
 
 
+class QuantizerOpts(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("device", ctypes.c_int), ("verbose", ctypes.c_int)]
+
+
 def _proto(name, res, *args):
     f = getattr(lib, name)
     f.restype = res
@@ -100,6 +104,11 @@ _proto("fourbit_cache_close", V, P)
 _proto("fourbit_quant_layout", I, ctypes.POINTER(QuantOpts), SZ, SZ, c_size_p, c_size_p, c_size_p)
 _proto("fourbit_quantize", I, ctypes.POINTER(QuantOpts), f32p, SZ, SZ, u8p, u8p, f32p)
 _proto("fourbit_dequantize", I, ctypes.POINTER(QuantOpts), u8p, u8p, f32p, SZ, SZ, f32p)
+_proto("fourbit_quantizer_create", I, ctypes.POINTER(QuantizerOpts), PP)
+_proto("fourbit_quantizer_free", V, P)
+_proto("fourbit_quantizer_kernels_json", I, P, CPP)
+_proto("fourbit_quantize_device", I, P, ctypes.POINTER(QuantOpts), I, U64, SZ, SZ, U64, U64, U64, P)
+_proto("fourbit_dequantize_device", I, P, ctypes.POINTER(QuantOpts), U64, U64, U64, SZ, SZ, U64, P)
 _proto("fourbit_layer_create", I, P, ctypes.POINTER(LayerOpts), PP)
 _proto("fourbit_layer_kernels_json", I, P, CPP)
 _proto("fourbit_layer_free", V, P)

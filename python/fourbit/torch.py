@@ -27,7 +27,7 @@ import weakref
 
 import torch
 
-from . import Cache, InputError, Layer, Recipe
+from . import Cache, InputError, Layer, Quantized, Quantizer, Recipe
 
 # One fourbit.Layer (the kernels of every layer of a recipe, loaded once) per (recipe, sizes, device, cache, tokens),
 # shared by the MoEExperts of a model's layers; dropped with the last module using it.
@@ -180,3 +180,70 @@ class MoEExperts(torch.nn.Module):
             y, saved = self._forward(x, topk_idx, topk_w, self.w13, self.w2)
         saved.release()  # no backward will come: the pool gets its memory back now
         return y
+
+
+# ---- the quantizers on CUDA tensors ----------------------------------------------------------------------------------
+_quantizers = {}  # one fourbit.Quantizer per device index, kept for the process (its kernels compile once)
+
+
+def _quantizer(dev):
+    q = _quantizers.get(dev.index)
+    if q is None:
+        q = _quantizers[dev.index] = Quantizer(device=dev.index)
+    return q
+
+
+def _qneed(ok, fn, msg):
+    if not ok:
+        raise InputError(1, "fourbit.torch.%s: %s" % (fn, msg))
+
+
+def quantize(x, format, *, outer=None, four_over_six=None, rounding=None, seed=None, step=None, rht=None):
+    """fourbit.quantize on a CUDA tensor, on the GPU: x (rows, cols) float32 or bfloat16, contiguous. Returns
+    Quantized(codes, scales, outer) as CUDA tensors (codes uint8, int8 for s2f6; scales uint8; outer float32 or None),
+    the same bytes fourbit.quantize gives for x's values, queued on the current stream."""
+    _qneed(isinstance(x, torch.Tensor) and x.is_cuda, "quantize", "x is a CUDA tensor")
+    _qneed(x.dtype in (torch.float32, torch.bfloat16), "quantize", "x is %s: float32 or bfloat16" % x.dtype)
+    _qneed(x.dim() == 2 and x.is_contiguous(), "quantize", "x has shape %s: a contiguous (rows, cols) tensor" % (tuple(x.shape),))
+    rows, cols = x.shape
+    kw = dict(outer=outer, four_over_six=four_over_six, rounding=rounding, seed=seed, step=step, rht=rht)
+    cb, sb, no = Quantizer.layout(rows, cols, format, **kw)
+    codes = torch.empty((rows, cb // rows), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((rows, sb // rows), dtype=torch.uint8, device=x.device)
+    outer_t = torch.empty(no, dtype=torch.float32, device=x.device) if no else None
+    _quantizer(x.device).quantize(x.data_ptr(), rows, cols, codes.data_ptr(), scales.data_ptr(),
+                                  outer_t.data_ptr() if no else 0, format=format,
+                                  dtype="float32" if x.dtype == torch.float32 else "bfloat16",
+                                  stream=torch.cuda.current_stream(x.device).cuda_stream, **kw)
+    return Quantized(codes.view(torch.int8) if format == "s2f6" else codes, scales, outer_t)
+
+
+def dequantize(codes, scales=None, outer_scales=None, *, format, outer=None, four_over_six=None, rounding=None, seed=None,
+               step=None, rht=None):
+    """fourbit.dequantize on CUDA tensors, on the GPU: a Quantized of fourbit.torch.quantize (or codes, scales, outer
+    scales, each contiguous on one device) -> float32 (rows, cols), queued on the current stream."""
+    if isinstance(codes, Quantized):
+        _qneed(scales is None and outer_scales is None, "dequantize", "a Quantized carries its scales: pass neither")
+        codes, scales, outer_scales = codes
+    _qneed(isinstance(codes, torch.Tensor) and isinstance(scales, torch.Tensor) and codes.is_cuda, "dequantize",
+           "codes and scales are CUDA tensors")
+    _qneed(codes.dtype in (torch.uint8, torch.int8) and scales.dtype == torch.uint8, "dequantize",
+           "codes (%s) and scales (%s) are uint8 (s2f6 codes: int8 too)" % (codes.dtype, scales.dtype))
+    ts = [codes, scales] + ([outer_scales] if outer_scales is not None else [])
+    _qneed(all(t.device == codes.device and t.is_contiguous() for t in ts), "dequantize", "every tensor contiguous on one device")
+    _qneed(codes.dim() == 2, "dequantize", "codes have shape %s: (rows, code columns)" % (tuple(codes.shape),))
+    rows, cols = codes.shape[0], codes.shape[1] * (2 if format == "nvfp4" else 1)
+    kw = dict(outer=outer, four_over_six=four_over_six, rounding=rounding, seed=seed, step=step, rht=rht)
+    cb, sb, no = Quantizer.layout(rows, cols, format, **kw)
+    _qneed(codes.numel() == cb and scales.numel() == sb, "dequantize", "%d x %d %s takes %d code bytes and %d scale bytes, got "
+           "%d and %d" % (rows, cols, format, cb, sb, codes.numel(), scales.numel()))
+    if no:
+        _qneed(outer_scales is not None and outer_scales.dtype == torch.float32 and outer_scales.numel() == no, "dequantize",
+               "nvfp4 needs its %d float32 outer scales (outer %s)" % (no, outer or "tensor"))
+    else:
+        _qneed(outer_scales is None, "dequantize", "%s has no outer scales" % format)
+    y = torch.empty((rows, cols), dtype=torch.float32, device=codes.device)
+    _quantizer(codes.device).dequantize(codes.data_ptr(), scales.data_ptr(), outer_scales.data_ptr() if no else 0, rows, cols,
+                                        y.data_ptr(), format=format, stream=torch.cuda.current_stream(codes.device).cuda_stream,
+                                        **kw)
+    return y

@@ -33,6 +33,30 @@ __attribute__((destructor)) static void mock_calls(void) {
     fprintf(stderr, "MOCK calls: %ld launches, %ld HtoD, %ld DtoH, %ld DtoD, %ld 2D copies, %ld memsets, %ld synchronizes\n", nlaunch,
             nhtod, ndtoh, ndtod, n2d, nmemset, nsync);
 }
+/* Streams: every call that names one (launches, the asynchronous copies and sets, event records and waits, stream
+ * synchronizes) counted per stream, and the synchronous copies and sets (the legacy default stream implicitly) apart,
+ * for the tests of libfourbit.so's stream plumbing (tests/python/test_layer_mock.py reads them through ctypes). */
+static struct { CUstream s; long n; } SS[64];
+static int nSS;
+static long nlegacy;
+static void on_stream(CUstream s) {
+  for (int i = 0; i < nSS; ++i)
+    if (SS[i].s == s) { SS[i].n++; return; }
+  if (nSS < 64) SS[nSS].s = s, SS[nSS++].n = 1;
+}
+void fbmock_streams_reset(void) { nSS = 0, nlegacy = 0; }
+long fbmock_stream_calls(CUstream s) {
+  for (int i = 0; i < nSS; ++i)
+    if (SS[i].s == s) return SS[i].n;
+  return 0;
+}
+int fbmock_streams_seen(void) { return nSS; }
+long fbmock_stream_total(void) {
+  long n = 0;
+  for (int i = 0; i < nSS; ++i) n += SS[i].n;
+  return n;
+}
+long fbmock_legacy_calls(void) { return nlegacy; }
 static int find(unsigned long long d, size_t n, const char *what) {
   for (int i = 0; i < nA; ++i)
     if (A[i].p && d >= (unsigned long long)A[i].p && d + n <= (unsigned long long)A[i].p + A[i].n)
@@ -363,6 +387,26 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
   }
   free(x);
 }
+/* s2f6.cuh on its own (libfourbit.so's device quantizers): the combine payload's quantizer and dequantizer */
+static void emu_s2f6(const fb_kernel_spec *k, const fb_kp_mem *p) {
+  const char *nm = k->name;
+  size_t R = p->rows, C = p->cols, n = R * C;
+  int rht = k->q.rht == 32;
+  find(p->scales, n / 32, "s2f6 sf");
+  if (k->op == FB_OP_S2F6_Q) {
+    int f32 = k->in_f32;
+    find(p->in, n * (f32 ? 4 : 2), "s2f6 in");
+    find(p->out, n, "s2f6 codes");
+    float *x = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; ++i) x[i] = f32 ? ((float *)p->in)[i] : bf(((uint16_t *)p->in)[i]);
+    CHK(fb_s2f6_quantize(x, R, C, rht, p->signs, (int8_t *)p->out, (uint8_t *)p->scales));
+    free(x);
+  } else {
+    find(p->in, n, "s2f6 codes");
+    find(p->out, n * 4, "s2f6 out");
+    CHK(fb_s2f6_dequantize((int8_t *)p->in, (uint8_t *)p->scales, R, C, rht, p->signs, (float *)p->out));
+  }
+}
 static void emu_amax(const fb_kernel_spec *k, const fb_kp_mem *p) {
   int grp = k->q.outer == FB_GRAN_EXPERT;
   size_t R = p->rows, C = p->cols, ng = grp ? p->ngroups : 1;
@@ -586,10 +630,10 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   (void)gz;
   (void)by;
   (void)bz;
-  (void)s;
   (void)a;
   (void)e;
   ++nlaunch;
+  on_stream(s);
   if (getenv("MOCK_V"))
     fprintf(stderr, "  launch %s grid %u x %u block %u smem %u\n", (char *)f, gx, gy, bx, sm);
   if (!gx || !gy || !bx || bx > 1024) {
@@ -660,6 +704,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     emu_gemm(k, (const fb_kp_gemm *)a[0]);
     return 0;
   case FB_OP_AMAX: emu_amax(k, (const fb_kp_mem *)e[1]); return 0;
+  case FB_OP_S2F6_Q: case FB_OP_S2F6_DQ: emu_s2f6(k, (const fb_kp_mem *)e[1]); return 0;
   case FB_OP_QUANT: case FB_OP_REQUANT: case FB_OP_BCOPY: case FB_OP_TCOPY: emu_mem(k, (const fb_kp_mem *)e[1]); return 0;
   case FB_OP_DENSE: emu_dense(nm, (const fb_kp_dense *)e[1]); return 0;
   case FB_OP_ROUTER: emu_router(nm, (const fb_kp_moe *)e[1]); return 0;
@@ -688,18 +733,21 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
 }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
   ++nhtod;
+  ++nlegacy;
   find(d, n, "HtoD");
   memcpy((void *)d, h, n);
   return 0;
 }
 CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
   ++ndtoh;
+  ++nlegacy;
   find(d, n, "DtoH");
   memcpy(h, (void *)d, n);
   return 0;
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr a, CUdeviceptr b, size_t n) {
   ++ndtod;
+  ++nlegacy;
   find(a, n, "DtoD dst");
   find(b, n, "DtoD src");
   memmove((void *)a, (void *)b, n);
@@ -707,8 +755,44 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr a, CUdeviceptr b, size_t n) {
 }
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char c, size_t n) {
   ++nmemset;
+  ++nlegacy;
   find(d, n, "memset");
   memset((void *)d, c, n);
+  return 0;
+}
+/* the stream forms: in order like everything here, counted on their stream */
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) {
+  ++nhtod;
+  on_stream(s);
+  find(d, n, "HtoDAsync");
+  memcpy((void *)d, h, n);
+  return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) {
+  ++ndtoh;
+  on_stream(s);
+  find(d, n, "DtoHAsync");
+  memcpy(h, (void *)d, n);
+  return 0;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr a, CUdeviceptr b, size_t n, CUstream s) {
+  ++ndtod;
+  on_stream(s);
+  find(a, n, "DtoDAsync dst");
+  find(b, n, "DtoDAsync src");
+  memmove((void *)a, (void *)b, n);
+  return 0;
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char c, size_t n, CUstream s) {
+  ++nmemset;
+  on_stream(s);
+  find(d, n, "memsetAsync");
+  memset((void *)d, c, n);
+  return 0;
+}
+CUresult cuStreamSynchronize(CUstream s) {
+  ++nsync;
+  on_stream(s);
   return 0;
 }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
@@ -721,9 +805,8 @@ CUresult cuEventCreate(CUevent *e, unsigned f) {
   return 0;
 }
 CUresult cuEventRecord(CUevent e, CUstream s) {
-  (void)e;
-  (void)s;
-  return 0;
+  on_stream(s);
+  return e ? 0 : CUDA_ERROR_INVALID_HANDLE;
 }
 CUresult cuEventSynchronize(CUevent e) {
   (void)e;
@@ -743,8 +826,8 @@ CUresult cuEventDestroy_v2(CUevent e) {
 }
 /* libfourbit.so's stream fences and context release (lib/abi.c; everything here runs in order anyway) */
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) {
-  (void)s;
   (void)f;
+  on_stream(s);
   return e ? 0 : CUDA_ERROR_INVALID_HANDLE;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {

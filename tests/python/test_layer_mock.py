@@ -1,7 +1,7 @@
 """test_layer_mock.py — fourbit.Layer (libfourbit.so's GPU expert layer, through ctypes) on the fake CUDA driver
 (build/mockcuda: device memory is host memory, every kernel its CPU reference) against build/gpu/bench_layer --dump:
-for the same inputs, y, dx, dW13, dW2 and dtopk_w byte-identical, through the legacy default stream and through the
-stream fence (a non-null stream); two runs identical; the kernel listing; the error paths of the layer calls. It
+for the same inputs, y, dx, dW13, dW2 and dtopk_w byte-identical, on the legacy default stream and on a caller's stream
+(every call of the layer that names a stream names the caller's, and none is a synchronous copy); two runs identical; the kernel listing; the error paths of the layer calls. It
 checks the ABI's host side (arguments, layouts, the saved state's life, streams' plumbing), not kernels: the GPU
 script tests/gpu/torch_layer.py makes the same comparison on an H200 through fourbit.torch.
 
@@ -30,9 +30,13 @@ cu = ctypes.CDLL("libcuda.so.1")
 for name, args in [("cuInit", [ctypes.c_uint]), ("cuMemAlloc_v2", [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
                    ("cuMemcpyHtoD_v2", [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]),
                    ("cuMemcpyDtoH_v2", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]),
-                   ("cuMemFree_v2", [ctypes.c_uint64])]:
+                   ("cuMemFree_v2", [ctypes.c_uint64]),
+                   # the fake driver's own counters (tests/gpu/mock_libcuda.c): calls per stream, synchronous copies
+                   ("fbmock_streams_reset", []), ("fbmock_stream_calls", [ctypes.c_void_p]), ("fbmock_streams_seen", []),
+                   ("fbmock_stream_total", []),
+                   ("fbmock_legacy_calls", [])]:
     getattr(cu, name).argtypes = args
-    getattr(cu, name).restype = ctypes.c_int
+    getattr(cu, name).restype = ctypes.c_long if name.startswith("fbmock_") else ctypes.c_int
 assert cu.cuInit(0) == 0
 
 
@@ -81,16 +85,25 @@ def layer(dump):
     return fourbit.Layer(r, tokens=T), dict(layer=lay, T=T, E=E, K=K, D=D, F=F, seed=int(meta[7]), step=int(meta[8]))
 
 
-def run_layer(layer, dump, stream, seed=None):
+def run_layer(layer, dump, stream, seed=None, calls=None):
     L, m = layer
     T, E, K, D, F = m["T"], m["E"], m["K"], m["D"], m["F"]
     ins = {n: dev_up(np.frombuffer(load(dump, n), np.uint8)) for n in
            ("x.bf16", "idx.i32", "topk_w.f32", "w13.f32", "w2.f32", "dy.f32")}
     y, dx, dw13, dw2, dtw = (dev_alloc(n) for n in (T * D * 2, T * D * 4, E * 2 * F * D * 4, E * D * F * 4, T * K * 4))
-    saved = L.forward(m["layer"], T, ins["x.bf16"], ins["idx.i32"], ins["topk_w.f32"], ins["w13.f32"], ins["w2.f32"], y,
-                      seed=m["seed"] if seed is None else seed, step=m["step"], stream=stream)
+    def counted(name, call):
+        cu.fbmock_streams_reset()
+        r = call()
+        if calls is not None:
+            mine = cu.fbmock_stream_calls(stream or None)
+            calls[name] = dict(mine=mine, others=cu.fbmock_stream_total() - mine, streams=cu.fbmock_streams_seen(),
+                               legacy=cu.fbmock_legacy_calls())
+        return r
+    saved = counted("forward", lambda: L.forward(m["layer"], T, ins["x.bf16"], ins["idx.i32"], ins["topk_w.f32"],
+                                                 ins["w13.f32"], ins["w2.f32"], y, seed=m["seed"] if seed is None else seed,
+                                                 step=m["step"], stream=stream))
     out = {"y.bf16": dev_down(y, T * D * 2)}
-    L.backward(saved, ins["dy.f32"], dx, dw13, dw2, dtw, stream=stream)
+    counted("backward", lambda: L.backward(saved, ins["dy.f32"], dx, dw13, dw2, dtw, stream=stream))
     out.update({"dx.f32": dev_down(dx, T * D * 4), "dw13.f32": dev_down(dw13, E * 2 * F * D * 4),
                 "dw2.f32": dev_down(dw2, E * D * F * 4), "dtopk_w.f32": dev_down(dtw, T * K * 4)})
     for p in list(ins.values()) + [y, dx, dw13, dw2, dtw]:
@@ -98,9 +111,15 @@ def run_layer(layer, dump, stream, seed=None):
     return out
 
 
-@pytest.mark.parametrize("stream", [0, 0x5EED], ids=["default-stream", "fenced-stream"])
+@pytest.mark.parametrize("stream", [0, 0x5EED], ids=["default-stream", "callers-stream"])
 def test_layer_matches_bench_layer(layer, dump, stream):
-    out = run_layer(layer, dump, stream)
+    calls = {}
+    out = run_layer(layer, dump, stream, calls=calls)
+    # every launch, copy and set of the call on the caller's stream, no synchronous copy; on another stream only the
+    # event of the stream change when the last call was on another stream (the test before this one: stream 0)
+    f, b = calls["forward"], calls["backward"]
+    assert f["mine"] > 20 and f["legacy"] == 0 and (f["streams"], f["others"]) in ((1, 0), (2, 1)), f
+    assert b["mine"] > 10 and b["legacy"] == 0 and (b["streams"], b["others"]) == (1, 0), b
     for name, got in out.items():
         want = load(dump, name)
         assert len(got) == len(want) and got == want, "%s differs from bench_layer's" % name
@@ -109,6 +128,18 @@ def test_layer_matches_bench_layer(layer, dump, stream):
 
 def test_two_runs_identical(layer, dump):
     assert run_layer(layer, dump, 0) == run_layer(layer, dump, 0)
+
+
+def test_stream_change_waits_for_the_last_stream(layer, dump):
+    """A call on another stream than the last call's: one event recorded on the last stream, which the new one waits
+    for (the pool's buffers may be in use there); then the work on the new stream alone. The outputs are the same."""
+    calls = {}
+    run_layer(layer, dump, 0x5EED)
+    out = run_layer(layer, dump, 0x7A11, calls=calls)
+    f, b = calls["forward"], calls["backward"]
+    assert (f["streams"], f["others"]) == (2, 1) and f["legacy"] == 0 and f["mine"] > 20, f  # 0x5EED: one event record
+    assert (b["streams"], b["others"]) == (1, 0) and b["legacy"] == 0, b                     # the same stream: no fence
+    assert out == run_layer(layer, dump, 0)
 
 
 def test_seed_reaches_the_layer(layer, dump):
@@ -167,3 +198,73 @@ def test_layer_with_an_empty_cache(layer, dump, tmp_path):
     assert run_layer((Lc, m), dump, 0) == run_layer(layer, dump, 0)
     Lc.close()
     c.close()
+
+
+# ---- the quantizers on device pointers (fourbit.Quantizer) on the fake driver ----------------------------------------
+# Every option of fourbit quant on the host tests' data: the device call's bytes equal fourbit.quantize's (FP32 and BF16
+# inputs: a BF16 input is its values' exact FP32), and the device dequantize's equal fourbit.dequantize's. The fake
+# driver runs each kernel's CPU reference from its name and parameters: this checks the host side (the kernel each
+# option picks, its parameters, the buffers), and that the references agree; tests/gpu/quant_device.py runs the kernels.
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from quant_cases import DATA, case_id, cases  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quantizer():
+    q = fourbit.Quantizer()
+    yield q
+    q.close()
+
+
+def to_bf16_values(x):
+    """x rounded to BF16 (RNE, NaN kept), as uint16 bits and as the float32 values they hold"""
+    u = x.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    r[nan] = ((x.view(np.uint32)[nan] >> 16) | 0x40).astype(np.uint16)
+    return r, (r.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("case", cases(), ids=case_id)
+def test_device_quantizers_match_the_host_ones(quantizer, case):
+    fmt, kw = case
+    for name, x in DATA.items():
+        rows, cols = x.shape
+        for dtype in ("float32", "bfloat16"):
+            if dtype == "float32":
+                xin, vals = x, x
+            else:
+                xin, vals = to_bf16_values(x)
+            want = fourbit.quantize(vals, fmt, **kw)
+            cb, sb, no = fourbit.Quantizer.layout(rows, cols, fmt, **kw)
+            dx, dc, ds = dev_up(xin), dev_alloc(cb), dev_alloc(sb)
+            do = dev_alloc(no * 4) if no else 0
+            cu.fbmock_streams_reset()
+            quantizer.quantize(dx, rows, cols, dc, ds, do, format=fmt, dtype=dtype, stream=0x5EED, **kw)
+            assert cu.fbmock_streams_seen() <= 2 and cu.fbmock_legacy_calls() == 0  # on the caller's stream
+            got = dev_down(dc, cb) + dev_down(ds, sb) + (dev_down(do, no * 4) if no else b"")
+            assert got == want.tobytes(), "%s on %s (%s): the device quantizer differs" % (case_id(case), name, dtype)
+            dy = dev_alloc(rows * cols * 4)
+            quantizer.dequantize(dc, ds, do, rows, cols, dy, format=fmt, stream=0x5EED, **kw)
+            y = fourbit.dequantize(want, format=fmt, **kw)
+            assert dev_down(dy, rows * cols * 4) == y.tobytes(), "%s on %s: the device dequantizer differs" % (case_id(case), name)
+            for p in (dx, dc, ds, do, dy):
+                if p:
+                    cu.cuMemFree_v2(p)
+    k = quantizer.kernels()
+    assert k["arch"] == "sm_90a" and k["compiled"] == len(k["loaded"]) > 0
+
+
+def test_device_quantizer_errors(quantizer):
+    with pytest.raises(fourbit.InputError, match="a NULL device pointer"):
+        quantizer.quantize(0, 4, 64, 1, 1, 1, format="nvfp4")
+    with pytest.raises(fourbit.InputError, match="cols 40 is not a multiple of the mxfp8 block"):
+        quantizer.quantize(1, 4, 40, 1, 1, 0, format="mxfp8")
+    with pytest.raises(fourbit.InputError, match="outer and four_over_six apply to format nvfp4 only"):
+        quantizer.dequantize(1, 1, 0, 4, 64, 1, format="s2f6", outer="row")
+    with pytest.raises(fourbit.InputError, match="dtype 'float16': float32 or bfloat16"):
+        quantizer.quantize(1, 4, 64, 1, 1, 1, format="nvfp4", dtype="float16")
+    with pytest.raises(fourbit.InputError, match="device 3: the driver sees 1 GPU"):
+        fourbit.Quantizer(device=3)
