@@ -39,6 +39,7 @@ typedef struct {
  * it: a kernel is its name (the name carries every field its source depends on). */
 static fb_status add(builder *b, fb_kernel_spec k) {
   fb_plan *p = b->p;
+  if (!strcmp(k.family, "gemm")) k.acc_exact = p->recipe->base.gemm_exact; /* gemm.accumulate: the recipe's, every layer */
   k.top_k = p->recipe->model.top_k;
   k.experts = p->recipe->model.experts;
   FB_TRY(fb_kernel_spec_name(&k, p->arch));

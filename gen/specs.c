@@ -120,12 +120,15 @@ static fb_status push(klist *l, fb_kernel_spec k, int gemm, int mode, int M, int
 /* which: 0 w13 fwd (H and A, SwiGLU epilogue), 1 w2 fwd (the combine payload), 2 dgrad (BF16), 3 wgrad (FP32) */
 fb_kernel_spec fb_spec_gpu_gemm(const fb_layer_prec *p, int which) {
   const fb_qspec *w = which < 2 ? &p->fwd_weight : &p->bwd_saved, *a = which < 2 ? &p->fwd_act : &p->bwd_grad;
+  fb_kernel_spec k;
   switch (which) {
-  case 0: return fb_spec_gemm(FB_OP_GEMM_FWD13, &p->fwd_act, w, a, "w13 fwd H = X W13^T; epilogue SwiGLU -> A (BF16)");
-  case 1: return fb_spec_gemm(FB_OP_GEMM_FWD2, &p->combine, w, a, "w2 fwd Y = A W2^T; epilogue: the combine payload");
-  case 2: return fb_spec_gemm(FB_OP_GEMM_DGRAD13, NULL, w, a, "dgrad dA = dY W2, dX = dH W13 (BF16; SwiGLU backward apart)");
-  default: return fb_spec_gemm(FB_OP_GEMM_WGRAD, NULL, w, a, "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)");
+  case 0: k = fb_spec_gemm(FB_OP_GEMM_FWD13, &p->fwd_act, w, a, "w13 fwd H = X W13^T; epilogue SwiGLU -> A (BF16)"); break;
+  case 1: k = fb_spec_gemm(FB_OP_GEMM_FWD2, &p->combine, w, a, "w2 fwd Y = A W2^T; epilogue: the combine payload"); break;
+  case 2: k = fb_spec_gemm(FB_OP_GEMM_DGRAD13, NULL, w, a, "dgrad dA = dY W2, dX = dH W13 (BF16; SwiGLU backward apart)"); break;
+  default: k = fb_spec_gemm(FB_OP_GEMM_WGRAD, NULL, w, a, "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)"); break;
   }
+  k.acc_exact = p->gemm_exact;
+  return k;
 }
 
 fb_status fb_gpu_layer_kernels(const fb_layer_prec *p, const fb_model *M, fb_layer_kernel *out, int cap, int *n) {

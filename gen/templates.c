@@ -208,16 +208,18 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   if (kind == 0 && (tk % 64 || tk < 64)) return "gemm: BF16 tile_k must be a multiple of 64 (128-byte swizzle atoms)";
   if (kind != 0 && tk != 128) return "gemm: NVFP4 and MXFP8 tiles take tile_k = 128";
   if (kind == 1 && !wb) return "gemm: NVFP4 weights dequantized inside the GEMM are not written yet: weights_bf16 = true only";
-  if (kind == 2 && !wb)
-    return "gemm: MXFP8 on FP8 wgmma misses the 1e-5 tolerance (Hopper sums a k32 product with about 14 bits: 4.6e-5 "
-           "measured on the H200): weights_bf16 = true (A decoded to exact BF16, B an exact BF16 copy) only";
-  if (kind == 2) kind = 3;
+  if (kind == 2 && !wb && k->acc_exact)
+    return "gemm: the recipe's gemm.accumulate = \"exact\" keeps BF16 products only (FP8 wgmma sums a k32 product with "
+           "about 14 bits inside the instruction): weights_bf16 = true";
+  if (kind == 2 && wb) kind = 3;
   if (pipe != 0 && pipe != 1 && pipe != 2) return "gemm: pipe takes 0 (off), 1 (whole k-blocks) or 2 (half k-blocks)";
   if (pipe && kind == 0) return "gemm: pipe is for NVFP4 / MXFP8 (A decoded in registers); the BF16 GEMM has no decode to overlap";
+  if (pipe && kind == 2) return "gemm: pipe is for A decoded in registers; FP8 wgmma (weights_bf16 = false) reads both from shared memory";
   if (st < 2) return "gemm: at least 2 stages";
   int mw = tm / co / 64;
-  /* consumer registers: accumulators (and MXFP8's temporaries), NVFP4's decoded A fragments and scales, the rest */
-  int regs = mw * tn / 2 + (kind == 1 || kind == 3 ? mw * 48 + 8 : 0) + 40;
+  /* consumer registers: accumulators (and FP8's temporary accumulators, one k32 product each), NVFP4's decoded A
+     fragments and scales, the rest */
+  int regs = mw * tn / 2 * (kind == 2 ? 2 : 1) + (kind == 1 || kind == 3 ? mw * 48 + 8 : 0) + 40;
   /* pipe 1: a second slot of 8 decoded A fragments (32) and the decode's temporaries beside both (ptxas 13.0: 128 x 128
      with two consumers fits, 128 x 192 spills) */
   if (pipe == 1) regs += mw * 48;
@@ -287,6 +289,9 @@ static const char *gemm_mma_illegal(const fb_kernel_spec *k, const fb_variant *v
   if (kind == 0 && (tk % 64 || tk < 64 || tk > 128)) return "gemm_mma: BF16 tile_k must be 64 or 128 (128-byte rows)";
   if (kind != 0 && tk != 128) return "gemm_mma: NVFP4 and MXFP8 tiles take tile_k = 128";
   if (kind == 1 && !wb) return "gemm_mma: NVFP4 weights dequantized inside the GEMM are not written: weights_bf16 = true only";
+  if (kind == 2 && k->acc_exact)
+    return "gemm_mma: the recipe's gemm.accumulate = \"exact\" keeps BF16 products only (FP8 mma.sync sums a k32 product "
+           "inside the instruction): weights_bf16 = true";
   if (st < 2) return "gemm_mma: at least 2 stages";
   /* per thread: accumulators, the fragments of one k step (kind 1 / 3: A decoded for 4 k16 steps), kind 2's temporaries
      and scales, the addresses and the rest */

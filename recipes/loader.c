@@ -1441,7 +1441,7 @@ static fb_status check_layers(const fb_recipe *r) {
 static fb_status validate(vctx *v, fb_recipe *r) {
   lua_State *L = v->L;
   static const char *const keys[] = {"name", "description", "seed", "model", "experts", "layers", "tune",
-                                     "parallel", "batch", NULL};
+                                     "parallel", "batch", "gemm", NULL};
   FB_TRY(check_keys(v, keys));
   lua_getfield(L, -1, "name");
   size_t namelen = 0;
@@ -1517,6 +1517,29 @@ static fb_status validate(vctx *v, fb_recipe *r) {
   leave(v, m);
   lua_pop(L, 1);
   FB_TRY(s);
+
+  /* gemm = { accumulate = "fp8" | "exact" }: whether MXFP8 GEMMs may sum on the FP8 tensor cores (within 1e-4 of the
+     FP64 reference, docs/numerics.md "GEMM accumulation"; the default) or keep BF16 products summed in FP32 (1e-5); it
+     applies to every layer (the rules below start from the base) */
+  FB_TRY(get_table(v, "gemm", 0, &present));
+  if (present) {
+    m = enter(v, ".gemm");
+    static const char *const gk[] = {"accumulate", NULL};
+    s = check_keys(v, gk);
+    if (s == FB_OK) {
+      lua_getfield(L, -1, "accumulate");
+      if (lua_isnil(L, -1)) s = VERR(v, "missing required key 'accumulate' (\"fp8\" or \"exact\")");
+      else if (lua_type(L, -1) != LUA_TSTRING) s = VERR(v, "accumulate: expected a string, got %s", luaL_typename(L, -1));
+      else if (!strcmp(lua_tostring(L, -1), "exact")) r->base.gemm_exact = 1;
+      else if (strcmp(lua_tostring(L, -1), "fp8"))
+        s = VERR(v, "accumulate: '%s': \"fp8\" (FP8 tensor cores, within 1e-4) or \"exact\" (BF16 products, 1e-5)",
+                 lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+    leave(v, m);
+    lua_pop(L, 1);
+    FB_TRY(s);
+  }
 
   FB_TRY(get_table(v, "layers", 0, &present));
   if (present) {

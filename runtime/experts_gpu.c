@@ -7,7 +7,8 @@
  *              payload planes (codes, scales, per-token S_dec) into expert order: the payload w13 reads and the
  *              backward reuses.
  *   weights    the FP32 masters are quantized by quant_*_f32_row (NVFP4 per-expert or per-tensor outer scales: the amax
- *              kernel first; streams W13 / W2), then bcopy makes the exact BF16 copy the Hopper GEMMs multiply by. (The GPU
+ *              kernel first; streams W13 / W2); where the GEMM picked multiplies BF16 products, bcopy makes the exact BF16
+ *              copy it takes as B (an FP8 variant of an MXFP8 GEMM, weights_bf16 0, takes the codes and scales). (The GPU
  *              AdamW kernel writes these directly once the optimizer runs on the GPU; runtime/train.c's AdamW is on the host.)
  *   w13        GEMM with the SwiGLU epilogue: H = X W13^T rounded to BF16 (R x 2F, kept for the backward) and A =
  *              bf16(silu(g) * u) of the BF16 g, u (R x F), as swiglu.cuh would make it from the stored H; then A quantized
@@ -20,7 +21,8 @@
  *   w2 dgrad   quant_mxfp8_sr_row(dY, stream DY_ROW); requant W2 (NVFP4/MXFP8 -> FP32 -> transposed MXFP8 SR, stream
  *              W2_T) as one E*D x F matrix, as the CPU does (so the SR element indices agree), then its F x (E*D) result
  *              regrouped per expert into (E*F) x D by one launch of the permute kernel's gather pass (a fixed row map;
- *              a requant that wrote the grouped layout would need none: templates/mx_col.cuh's change), bcopy, GEMM ->
+ *              a requant that wrote the grouped layout would need none: templates/mx_col.cuh's change), bcopy (BF16-product
+ *              GEMMs only: gemm_b), GEMM ->
  *              dA (BF16), swiglu_bwd(H, dA) -> dH (BF16). Unfused: the fused SwiGLU-backward epilogue measured slower
  *              (BENCHMARKS.md).
  *   w2 wgrad   quant_mxfp8_sr_col(dY, DY_COL) (D x R); requant A (A_T) (F x R) + bcopy; wgrad GEMM -> dW2 (E x D x F).
@@ -164,9 +166,6 @@ typedef struct { int gemm, mode, M, N, K; } gfit;
 
 static int fits(const fb_variant *v, const gfit *f) {
   if (!f || !f->gemm) return 1;
-  /* the layer hands the GEMMs the exact BF16 copies of B (bf16copy): a variant multiplying raw MXFP8 B (the portable
-     family's FP8 mma, weights_bf16 0) needs the operand and its scales as they are, which the layer does not pass yet */
-  if (fb_variant_has(v, "weights_bf16") && !vparam(v, "weights_bf16", 1)) return 0;
   int tm = vparam(v, "tile_m", 128), tn = vparam(v, "tile_n", 128), tk = vparam(v, "tile_k", 64);
   if (f->N % tn) return 0;
   if (f->mode == 0 && f->K % tk) return 0;
@@ -708,6 +707,20 @@ static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr 
   return run_mem(g, e, &p, (long long)m->rows, (long long)m->cols, 0);
 }
 
+/* The B operand of a GEMM as the kernel picked for spec k (fitting f) multiplies it: an MXFP8 B as it is, codes and E8M0
+ * scales, for an FP8 tensor-core variant (weights_bf16 0: wgmma / mma.sync on E4M3, each k32 block promoted by its two
+ * scales); else its exact BF16 copy (bcopy, in arena a), which the BF16-product kernels take. So a tuned or default FP8
+ * kernel needs no copy of B at all. */
+static fb_status gemm_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
+  const kent *e;
+  FB_TRY(kget(g, k, f, &e));
+  if (B->f == FB_FMT_MXFP8 && fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1)) {
+    ga->b = B->c, ga->b_sf = B->s;
+    return FB_OK;
+  }
+  return bf16copy(g, a, B, &ga->b);
+}
+
 /* tcopy.cuh on rows x cols (as stored): in (BF16, FP32 or NVFP4 codes with sf, sdec), out; sa, sb: the scaling's
  * two outer scales (device FP32, 0: 1). */
 static fb_status tcopy(fb_gpu_experts *g, const fb_kernel_spec *k, CUdeviceptr in, CUdeviceptr sf, CUdeviceptr sdec, size_t rows,
@@ -1007,7 +1020,6 @@ typedef struct {
   size_t T, D, F, E, K, N, nE;  /* tokens, d_model, d_ff, experts, top-k, ranks, experts per rank */
   uint32_t seed, step;
   int32_t *mine;                /* host: this rank's rows per expert */
-  CUdeviceptr c13, c2;          /* the weights' BF16 copies */
   CUdeviceptr yq, ye;           /* the combine payload: S2F6 codes and E8M0 scales, or BF16 rows */
   int cbf;                      /* a BF16 combine */
   size_t yrb;                   /* its bytes a row */
@@ -1144,8 +1156,6 @@ static fb_status fwd_weights(fwd_ctx *x) {
                       &s->W13));
     FB_TRY(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2));
   }
-  FB_TRY(bf16copy(g, x->tmp, &s->W13, &x->c13));
-  FB_TRY(bf16copy(g, x->tmp, &s->W2, &x->c2));
 
   return FB_OK;
 }
@@ -1170,8 +1180,9 @@ static fb_status fwd_w13(fwd_ctx *x) {
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 0);
     gfit f = {1, 0, 0, (int)(2 * F), (int)D};
-    fb_gemm_args ga = {.a = s->X.c, .b = x->c13, .out = dA, .offsets = s->d_off, .a_sf = s->X.s, .a_outer = s->X.o, .b_outer = s->W13.o,
+    fb_gemm_args ga = {.a = s->X.c, .out = dA, .offsets = s->d_off, .a_sf = s->X.s, .a_outer = s->X.o, .b_outer = s->W13.o,
                          .rows = (long long)R, .experts = (int)nE, .N = (int)(2 * F), .K = (int)D, .aux = s->H};
+    FB_TRY(gemm_b(g, x->tmp, &k, &f, &s->W13, &ga));
     FB_TRY(gemm(g, &k, &f, &ga));
   }
   if (abf) {
@@ -1209,8 +1220,9 @@ static fb_status fwd_w2(fwd_ctx *x) {
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 1);
     gfit f = {1, 0, 0, (int)D, (int)F};
-    fb_gemm_args ga = {.a = s->A.c, .b = x->c2, .out = yq, .offsets = s->d_off, .a_sf = s->A.s, .a_outer = s->A.o, .b_outer = s->W2.o,
+    fb_gemm_args ga = {.a = s->A.c, .out = yq, .offsets = s->d_off, .a_sf = s->A.s, .a_outer = s->A.o, .b_outer = s->W2.o,
                          .rows = (long long)R, .experts = (int)nE, .N = (int)D, .K = (int)F, .out_sf = ye, .signs = s->signs};
+    FB_TRY(gemm_b(g, x->tmp, &k, &f, &s->W2, &ga));
     FB_TRY(gemm(g, &k, &f, &ga));
   }
   return FB_OK;
@@ -1460,23 +1472,24 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
 }
 
 /* The MXFP8 backward's phases (the owner's rows, R > 0): every operand quantized to MXFP8 (the saved ones requantized
- * down the other axis from what the forward stored), A decoded in the GEMM times an exact BF16 copy of B. */
+ * down the other axis from what the forward stored); the GEMM multiplies both as E4M3 on the FP8 tensor cores (weights_bf16
+ * 0), or A decoded in the GEMM times an exact BF16 copy of B (weights_bf16 1, or a recipe with gemm.accumulate "exact"). */
 /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16) */
 static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY, CUdeviceptr *dH) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
   g->phase = "bwd w2 dgrad";
   dq dYq, W2t, W2g;
-  CUdeviceptr cW2t, dA;
+  CUdeviceptr dA;
   FB_TRY(quant_rows(g, tmp, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
   FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), L->step, &W2t));
   FB_TRY(regroup(g, tmp, L, &W2t, E, &W2g));
-  FB_TRY(bf16copy(g, tmp, &W2g, &cW2t));
   FB_TRY(aalloc(tmp, &dA, R * F * 2));
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)F, (int)D};
-  fb_gemm_args ga = {.a = dYq.c, .b = cW2t, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
+  fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
+  FB_TRY(gemm_b(g, tmp, &k, &f, &W2g, &ga));
   FB_TRY(gemm(g, &k, &f, &ga));
   const kent *e;
   k = sp_swiglu(g, 1);
@@ -1495,14 +1508,13 @@ static fb_status mx_wgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved
   const fb_layer_prec *p = L->prec;
   size_t E = (size_t)s->nE, R = s->R;
   dq Gt, St;
-  CUdeviceptr cSt;
   FB_TRY(quant_cols(g, tmp, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
   FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_act, S, 0, L->seed, fb_moe_stream(L->layer, op_s), L->step, &St));
-  FB_TRY(bf16copy(g, tmp, &St, &cSt));
   fb_kernel_spec k = sp_gemm(g, p, 3);
   gfit f = {1, 1, (int)M, (int)N, 0};
-  fb_gemm_args ga = {.a = Gt.c, .b = cSt, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
+  fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
+  FB_TRY(gemm_b(g, tmp, &k, &f, &St, &ga));
   return gemm(g, &k, &f, &ga);
 }
 
@@ -1512,16 +1524,15 @@ static fb_status mx_w13_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gs
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
   g->phase = "bwd w13 dgrad";
   dq dHq, W13t, W13g;
-  CUdeviceptr cW13t;
   FB_TRY(quant_rows(g, tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
   FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), L->step,
                  &W13t));
   FB_TRY(regroup(g, tmp, L, &W13t, E, &W13g));
-  FB_TRY(bf16copy(g, tmp, &W13g, &cW13t));
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
-  fb_gemm_args ga = {.a = dHq.c, .b = cW13t, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
+  fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
+  FB_TRY(gemm_b(g, tmp, &k, &f, &W13g, &ga));
   return gemm(g, &k, &f, &ga);
 }
 

@@ -136,7 +136,7 @@ static void test_config(void **state) {
   assert_int_equal(c.kind, 3), assert_int_equal(c.mode, 1), assert_int_equal(c.out_bf16, 0), assert_int_equal(c.swiglu, 0);
   v = gemm_variant(128, 128, 128, 4, 2, 0);
   assert_int_equal(fb_gemm_config(&k, &v, &c), FB_OK);
-  assert_int_equal(c.kind, 2); /* FP8 wgmma: built by hand only, the generator prunes it */
+  assert_int_equal(c.kind, 2); /* FP8 wgmma: kept by the generator unless the recipe says gemm.accumulate = "exact" */
   k.op = FB_OP_GEMM_FWD2, k.q.format = FB_FMT_S2F6, k.q.rht = 32, k.out_bf16 = 1;
   assert_int_equal(fb_gemm_config(&k, &v, &c), FB_OK);
   assert_int_equal(c.s2f6, 2), assert_int_equal(c.out_bf16, 0);
@@ -154,7 +154,7 @@ static void test_variants_fit(void **state) {
   for (int f = 0; f < r->nfamilies; ++f)
     if (!strcmp(r->families[f].family, "gemm")) fam = &r->families[f];
   assert_non_null(fam);
-  int specs = 0, kept = 0, kept_mma = 0;
+  int specs = 0, kept = 0, kept_mma = 0, kept_fp8 = 0;
   for (int i = 0; i < p->nkernels; ++i) {
     const fb_kernel_spec *k = &p->kernels[i];
     if (strncmp(k->name, "gemm_", 5)) continue;
@@ -169,10 +169,16 @@ static void test_variants_fit(void **state) {
       assert_int_equal(fb_gemm_config(k, &vs[j], &c), FB_OK);
       assert_true(fb_gemm_smem_bytes(&c) <= 232448);
       assert_true(c.kind == 0 ? c.tile_k % 64 == 0 : c.tile_k == 128);
-      if (c.family == 0) { /* wgmma: m64 sub-tiles of 1 or 2 consumer warpgroups; never the FP8 form (issue 21's) */
+      if (c.family == 0) { /* wgmma: m64 sub-tiles of 1 or 2 consumer warpgroups; the FP8 form (kind 2) only on MXFP8
+                              specs, one m64 sub-tile a consumer (its temporary accumulators), no pipe */
         assert_string_equal(vs[j].tmpl, "gemm_sm90.cuh");
         assert_true(c.tile_m % (64 * c.consumers) == 0 && c.tile_m <= 256);
-        assert_true(c.kind != 2);
+        if (c.kind == 2) {
+          assert_int_equal(k->src.format, FB_FMT_MXFP8);
+          assert_int_equal(c.tile_m, 64 * c.consumers);
+          assert_int_equal(fb_variant_param(&vs[j], "pipe", 0), 0);
+          ++kept_fp8;
+        }
         assert_int_equal(fb_gemm_threads(&c), 128 * (1 + c.consumers));
       } else { /* mma.sync: warps across N of at most 64 columns with BF16 products, m16 tiles down M */
         assert_string_equal(vs[j].tmpl, "gemm_mma.cuh");
@@ -190,6 +196,30 @@ static void test_variants_fit(void **state) {
          specs, kept, kept_mma);
   assert_int_equal(specs, 7);
   assert_true(kept_mma > 0 && kept_mma < kept);
+  assert_true(kept_fp8 > 0);
+  /* gemm.accumulate = "exact": the same recipe keeps no FP8 variant of either family, and says why */
+  {
+    fb_plan *q = NULL;
+    fb_recipe re = *r;
+    re.base.gemm_exact = 1;
+    assert_int_equal(fb_plan_resolve(&re, "sm_90a", &q), FB_OK);
+    int mx = 0;
+    for (int i = 0; i < q->nkernels; ++i) {
+      const fb_kernel_spec *k = &q->kernels[i];
+      if (strncmp(k->name, "gemm_", 5) || k->src.format != FB_FMT_MXFP8) continue;
+      assert_int_equal(k->acc_exact, 1);
+      fb_variant *vs = NULL;
+      int nv = 0, pruned = 0;
+      char why[256] = "";
+      assert_int_equal(fb_gen_variants(k, fam, &vs, &nv, &pruned, why, sizeof why), FB_OK);
+      assert_true(nv > 0 && pruned > 0);
+      for (int j = 0; j < nv; ++j) assert_int_equal(fb_variant_param(&vs[j], "weights_bf16", 1), 1);
+      free(vs);
+      ++mx;
+    }
+    assert_true(mx >= 4); /* the MXFP8 backward: w2 / w13 dgrad and wgrad (and the forward of the last sixth) */
+    fb_plan_free(q);
+  }
   /* on every other arch the portable family alone, for every GEMM of the plan */
   static const char *const other[] = {"sm_89", "sm_100a", "sm_103a", "sm_120a"};
   for (int a = 0; a < 4; ++a) {

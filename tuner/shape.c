@@ -101,10 +101,6 @@ int fb_tune_gemm_fits(const fb_kernel_spec *k, const fb_variant *v, const fb_tun
     snprintf(why, n, "%s", fb_errmsg());
     return 0;
   }
-  if (c.kind == 2) { /* runtime/experts_gpu.c's fits(): the layer hands the GEMMs BF16 copies of B, not MXFP8 */
-    snprintf(why, n, "FP8 products (weights_bf16 0): the GPU expert layer does not pass raw MXFP8 B operands yet");
-    return 0;
-  }
   if (c.mode) {
     int pm[2] = {s->gm, s->gm2}, pn[2] = {s->gn, s->gn2};
     for (int i = 0; i < 2; ++i)

@@ -42,6 +42,8 @@ typedef struct {
   int nvariants;   /* of its family after the recipe's keep() */
   int out_bf16;    /* unpermute, gemm: BF16 (round to nearest even) output instead of FP32 */
   fb_qspec act;    /* gemm: how the A operand (activations, or dY / dH in the backward) is quantized */
+  int acc_exact;   /* gemm: the recipe's gemm.accumulate = "exact": BF16 products only (the generator prunes the FP8
+                      tensor-core variants; the source and the name do not depend on it) */
 } fb_kernel_spec;
 
 typedef struct {

@@ -34,6 +34,8 @@ typedef struct {
   fb_format dispatch;           /* resolved by the plan when dispatch_fwd */
   int dispatch_fwd;             /* dispatch = "fwd": the forward's activation format */
   fb_qspec combine;
+  int gemm_exact;               /* the recipe's gemm.accumulate = "exact" (every layer): MXFP8 GEMMs multiply BF16
+                                   products only, never on the FP8 tensor cores (docs/numerics.md "GEMM accumulation") */
 } fb_layer_prec;
 
 typedef struct {

@@ -4,6 +4,8 @@
     y = experts(x, topk_idx, topk_w)     # x: (T, d_model) BF16 CUDA; topk_idx: (T, k) int32 (int64 is converted);
                                          # topk_w: (T, k) FP32 router weights. y: (T, d_model) BF16.
     y.backward(dy)                       # x.grad, experts.w13.grad, experts.w2.grad, topk_w.grad
+    q = quantize(t, "nvfp4", outer="row", four_over_six=True)   # t: (R, C) float32 / bfloat16 CUDA -> Quantized of
+    t2 = dequantize(q, format="nvfp4", outer="row", four_over_six=True)   # CUDA tensors; fourbit.quantize's bytes
 
 The forward and backward are fourbit's (the recipe's numerics for that layer: NVFP4 4/6 forward, MXFP8 SR backward,
 S2F6 + RHT combine for Inkling), bit for bit what build/gpu/bench_layer computes for the same inputs: dy is taken as

@@ -195,7 +195,14 @@ static float *deqB(int kind, const uint16_t *b, size_t rows, size_t K) {
     }
   return x;
 }
-static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p) {
+/* B as an FP8 variant (weights_bf16 0, the tag's _b0) takes it: MXFP8 codes with their E8M0 scales, rows x K */
+static float *deqB_raw(const void *b, const void *sf, size_t rows, size_t K) {
+  const char *nm = "gemm B (FP8)";
+  float *x = malloc(rows * K * 4 + 4);
+  CHK(fb_mxfp8_dequantize(b, sf, rows, K, x));
+  return x;
+}
+static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p, int fp8) {
   const char *nm = k->name;
   /* the operands by the pointers both families get (p->a, p->b; the wgmma family's maps hold the same addresses) */
   const unsigned long long ta[1] = {p->a}, tb[1] = {p->b};
@@ -212,8 +219,10 @@ static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p) {
     find(ta[0], kind == 1 ? R * K / 2 : kind == 0 ? R * K * 2 : R * K, "gemm A");
     if (kind)
       find(p->a_sf, kind == 1 ? R * K / 16 : R * K / 32, "gemm a_sf");
-    find(tb[0], (size_t)E * N * K * 2, "gemm B");
-    float *A = deqA(nm, kind, (void *)ta[0], (void *)p->a_sf, NULL, R, K), *B = deqB(kind, (uint16_t *)tb[0], (size_t)E * N, K);
+    find(tb[0], (size_t)E * N * K * (fp8 ? 1 : 2), "gemm B");
+    if (fp8) find(p->b_sf, (size_t)E * N * K / 32, "gemm b_sf");
+    float *A = deqA(nm, kind, (void *)ta[0], (void *)p->a_sf, NULL, R, K);
+    float *B = fp8 ? deqB_raw((void *)tb[0], (void *)p->b_sf, (size_t)E * N, K) : deqB(kind, (uint16_t *)tb[0], (size_t)E * N, K);
     const float *ao = (const float *)p->a_outer, *bo = (const float *)p->b_outer;
     if (kind == 1) {
       find(p->a_outer, aten ? 4 : R * 4, "a_outer");
@@ -263,9 +272,10 @@ static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p) {
     find(ta[0], M * R * (wk ? 1 : 2), "wgrad A");
     if (wk)
       find(p->a_sf, M * R / 32, "wgrad a_sf");
-    find(tb[0], N * R * 2, "wgrad B");
+    find(tb[0], N * R * (fp8 ? 1 : 2), "wgrad B");
+    if (fp8) find(p->b_sf, N * R / 32, "wgrad b_sf");
     find(p->out, (size_t)E * M * N * 4, "wgrad out");
-    float *A = deqA(nm, wk, (void *)ta[0], (void *)p->a_sf, NULL, M, R), *B = deqB(wk, (uint16_t *)tb[0], N, R);
+    float *A = deqA(nm, wk, (void *)ta[0], (void *)p->a_sf, NULL, M, R), *B = fp8 ? deqB_raw((void *)tb[0], (void *)p->b_sf, N, R) : deqB(wk, (uint16_t *)tb[0], N, R);
     float *o = (float *)p->out;
     for (int e = 0; e < E; ++e)
       for (size_t m = 0; m < M; ++m)
@@ -644,7 +654,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   /* what the kernel is: its name's fields (gen/kname.c's parser, the generator's own naming authority) */
   fb_kernel_spec ks;
   char arch[16];
-  if (fb_kernel_parse(nm, &ks, arch, sizeof arch, NULL) != FB_OK) {
+  size_t tail = 0;
+  if (fb_kernel_parse(nm, &ks, arch, sizeof arch, &tail) != FB_OK) {
     fprintf(stderr, "MOCK: launch of %s: %s\n", nm, fb_errmsg());
     abort();
   }
@@ -701,7 +712,15 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   }
   switch (k->op) {
   case FB_OP_GEMM_FWD13: case FB_OP_GEMM_FWD2: case FB_OP_GEMM_DGRAD2: case FB_OP_GEMM_WGRAD: case FB_OP_GEMM_DGRAD13:
-    emu_gemm(k, (const fb_kp_gemm *)a[0]);
+  { /* an FP8 variant of an MXFP8 GEMM (the tag's _b0): B as MXFP8 codes and scales, not the BF16 copy */
+    int fp8 = 0;
+    for (const char *t = strstr(nm + tail, "_b0"); t && !fp8; t = strstr(t + 1, "_b0")) fp8 = t[3] == '_' || !t[3];
+    if (fp8 && k->src.format != FB_FMT_MXFP8) {
+      fprintf(stderr, "MOCK: %s: an FP8 (weights_bf16 0) GEMM of a non-MXFP8 spec\n", nm);
+      abort();
+    }
+    emu_gemm(k, (const fb_kp_gemm *)a[0], fp8);
+  }
     return 0;
   case FB_OP_AMAX: emu_amax(k, (const fb_kp_mem *)e[1]); return 0;
   case FB_OP_S2F6_Q: case FB_OP_S2F6_DQ: emu_s2f6(k, (const fb_kp_mem *)e[1]); return 0;

@@ -5,7 +5,10 @@
 #   1. fourbit.info() sees the GPU;
 #   2. tests/gpu/torch_layer.py --shape both: fourbit.torch.MoEExperts against bench_layer --dump for the same inputs
 #      (y, dx, x.grad, dW13, dW2, dtopk_w byte-identical; two runs identical) at a small shape and at S1, and the S1
-#      forward + backward within 5% of bench_layer's time;
+#      forward + backward within 5% of bench_layer's time; at the small shape also on a side stream while the legacy
+#      default stream is busy (it completes first: the work is on the caller's stream);
+#   2b. tests/gpu/quant_device.py: fourbit.torch.quantize / dequantize (the device quantizers) byte-identical to the
+#      host ones on every option, float32 and bfloat16 inputs, and on a side stream while the default one is busy;
 #   3. python/examples/train_moe.py --steps $STEPS (default 200): the MoE model trains with MoEExperts on the Inkling
 #      recipe and with a BF16 expert layer; passes when fourbit's mean loss over the last tenth is below 0.8 log(vocab)
 #      and within 10% (+0.05 nats) of BF16's.
@@ -20,6 +23,7 @@ python3 -c 'import torch, numpy; assert torch.cuda.is_available()' 2>/dev/null \
 fail=0
 python3 -c 'import fourbit, json; i = fourbit.info(); print("info:", json.dumps(i)); assert i["devices"], "no GPU seen"' || fail=1
 python3 tests/gpu/torch_layer.py --shape both "$@" || fail=1
+python3 tests/gpu/quant_device.py || fail=1
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 python3 python/examples/train_moe.py --steps "$STEPS" --png build/train_moe.png | tee "$log" || fail=1
 python3 - "$log" <<'PY' || fail=1

@@ -8,7 +8,8 @@ For each shape: bench_layer --dump writes its inputs (tokens, routing, masters, 
 outputs of its first checked run; then, in this process, MoEExperts with those masters runs the forward and an
 autograd backward (y.backward(dy in BF16)) and must give, byte for byte: y; dx in FP32 (MoEExperts.last_dx) and
 x.grad = dx in BF16; w13.grad = dW13; w2.grad = dW2; topk_w.grad = dL/dtopk_w. A second run must be byte-identical to
-the first. At --shape s1 (bench_layer's defaults: 8192 tokens, top-8 of 48 experts, d_model 5120, d_ff 2048) the
+the first. At the small shape, forward + backward on a torch.cuda.Stream must complete while the legacy default
+stream is still busy (the layer queues its work on the caller's stream), with the same bytes. At --shape s1 (bench_layer's defaults: 8192 tokens, top-8 of 48 experts, d_model 5120, d_ff 2048) the
 median forward + backward of --iters runs, timed with CUDA events on the current stream (grads set to None before each
 run, as bench_layer overwrites its gradients), must be within 5% of bench_layer's RESULT ms (the same number of runs,
 the same kernels: the defaults, or --cache DIR's winners for both). Exit status 0 when every check passed, 1 otherwise,
@@ -109,14 +110,15 @@ def check_shape(a, shape, dump, np, torch, ft):
     k = mod.kernels()
     print("MoEExperts: %d kernels (%d from the cache, %d compiled with NVRTC)" % (k["kernels"], k["from_cache"], k["compiled"]))
 
-    def run():
+    def run(sync=True):
         mod.step = step
         mod.zero_grad(set_to_none=True)
         x = x0.clone().requires_grad_()
         tw = tw0.clone().requires_grad_()
         y = mod(x, idx, tw)
         y.backward(dyb)
-        torch.cuda.synchronize()
+        if sync:
+            torch.cuda.synchronize()
         return {"y.bf16": y.detach().view(torch.int16).flatten(), "dx.f32": mod.last_dx.view(torch.int32).flatten(),
                 "dw13.f32": mod.w13.grad.view(torch.int32).flatten(), "dw2.f32": mod.w2.grad.view(torch.int32).flatten(),
                 "dtopk_w.f32": tw.grad.view(torch.int32).flatten(), "x.grad": x.grad.view(torch.int16).flatten()}
@@ -136,6 +138,24 @@ def check_shape(a, shape, dump, np, torch, ft):
     same = all(torch.equal(r1[n], r2[n]) for n in r1)
     print("check two runs %s" % ("byte-identical" if same else "DIFFER"))
     bad += not same
+    if shape == "small":
+        # on a side stream while the legacy default stream is busy (torch.cuda._sleep, about 2 s): the layer's work is
+        # queued on the caller's stream itself, so forward + backward complete before the default stream is free
+        side = torch.cuda.Stream(dev)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(4_000_000_000)
+        with torch.cuda.stream(side):
+            r3 = run(sync=False)
+            done = torch.cuda.Event()
+            done.record(side)
+        done.synchronize()
+        busy = not torch.cuda.default_stream(dev).query()
+        torch.cuda.synchronize()
+        same = all(torch.equal(r1[n], r3[n]) for n in r1)
+        print("check streams: forward + backward on a side stream %s while the default stream was busy; outputs %s"
+              % ("completed" if busy else "did NOT complete", "byte-identical" if same else "DIFFER"))
+        bad += not (busy and same)
+        del r3
     del r1, r2
     if shape == "s1":
         mod.check_indices = False
