@@ -67,9 +67,9 @@ fb_kernel_spec fb_spec_combine_bwd(const fb_qspec *payload, const char *role) {
 
 fb_kernel_spec fb_spec_swiglu(int bwd, const char *role) { return spec(bwd ? FB_OP_SWIGLU_BWD : FB_OP_SWIGLU_FWD, "swiglu", role); }
 
-/* tcopy.cuh (fb_tcopy_ref): a src (BF16, or NVFP4 with a tensor or row outer scale) or FP32 (in_f32) matrix, transposed
- * (trans), RHT-16 along the out rows (rht), scaled by two outer scales and 1/scale (scale > 0; carried in act.rht), BF16
- * or FP32 out. */
+/* tcopy.cuh (fb_tcopy_ref): a src (BF16, NVFP4 with a tensor or row outer scale, or MXFP8 with E4M3 codes) or FP32
+ * (in_f32) matrix, transposed (trans), RHT-16 along the out rows (rht), scaled by two outer scales and 1/scale (scale > 0;
+ * carried in act.rht), BF16 or FP32 out. */
 fb_kernel_spec fb_spec_tcopy(fb_format src, fb_gran outer, int in_f32, int trans, int rht, int scale, int out_bf16, const char *role) {
   fb_kernel_spec k = spec(FB_OP_TCOPY, "quant", role);
   k.src.format = in_f32 ? FB_FMT_BF16 : src, k.src.outer = src == FB_FMT_NVFP4 && !in_f32 ? outer : FB_GRAN_TENSOR;

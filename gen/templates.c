@@ -335,12 +335,15 @@ static int tcopy_match(const fb_kernel_spec *k, const char *const **params, cons
   if (k->op != FB_OP_TCOPY) return FB_TMPL_NOT_MINE;
   if (k->q.rht && k->q.rht != 16) return NO("tcopy: RHT-16 only");
   if (k->src.format == FB_FMT_NVFP4 && (k->in_f32 || k->src.outer == FB_GRAN_EXPERT)) return NO("tcopy: NVFP4 sources with a tensor or row outer scale");
-  if (k->src.format != FB_FMT_NVFP4 && k->src.format != FB_FMT_BF16) return NO("tcopy: BF16, FP32 or NVFP4 sources");
+  if (k->src.format != FB_FMT_NVFP4 && k->src.format != FB_FMT_MXFP8 && k->src.format != FB_FMT_BF16)
+    return NO("tcopy: BF16, FP32, NVFP4 or MXFP8 sources");
+  /* a stored MXFP8 source's name carries no element type (gen/kname.c): E4M3 only */
+  if (k->src.format == FB_FMT_MXFP8 && (k->in_f32 || k->src.e5m2)) return NO("tcopy: MXFP8 sources of E4M3 codes only (not FP32, not E5M2)");
   if (k->act.rht && !k->in_f32) return NO("tcopy: scaling takes FP32 sources");
   return YES(P_THREADS);
 }
 static void tcopy_defines(const fb_kernel_spec *k, fb_str *d) { /* scale: act.rht (the divisor; 0 none) */
-  int src = k->in_f32 ? 1 : k->src.format == FB_FMT_NVFP4 ? 2 : 0;
+  int src = k->in_f32 ? 1 : k->src.format == FB_FMT_NVFP4 ? 2 : k->src.format == FB_FMT_MXFP8 ? 3 : 0;
   fb_str_printf(d, "FB_OUT_BF16 %d\nFB_RHT %d\nFB_SCALE %d\nFB_SRC %d\nFB_SRC_OUTER %d\nFB_TRANS %d\n", k->out_bf16 ? 1 : 0, k->q.rht,
                 k->act.rht, src, src == 2 && k->src.outer == FB_GRAN_TOKEN, k->col ? 1 : 0);
 }

@@ -295,17 +295,19 @@ fb_status fb_swiglu_bwd_ref(const uint16_t *h, const uint16_t *da, size_t rows, 
   return FB_OK;
 }
 
-/* ---- tcopy: the BF16 / FP32 copies of the GPU expert layer's BF16 and NVFP4 backward ------------------------- */
+/* ---- tcopy: the BF16 / FP32 copies of the GPU expert layer's BF16 and NVFP4 backward, and MXFP8's dequantization -- */
 fb_status fb_tcopy_ref(const void *x, const uint8_t *sf, const float *s_dec, fb_format src, int in_f32, int row_outer,
                        size_t rows, size_t cols, int trans, int rht, uint32_t signs, int scale, const float *scale_a,
                        const float *scale_b, int out_bf16, void *out) {
-  int nv = src == FB_FMT_NVFP4 && !in_f32;
-  if (!x || !out || (nv && (!sf || !s_dec))) return FB_ERR(FB_EINVAL, "tcopy: NULL argument");
-  if (!nv && !in_f32 && src != FB_FMT_BF16) return FB_ERR(FB_EINVAL, "tcopy: source format %d (BF16, FP32 or NVFP4)", (int)src);
+  int nv = src == FB_FMT_NVFP4 && !in_f32, mx = src == FB_FMT_MXFP8 && !in_f32;
+  if (!x || !out || (nv && (!sf || !s_dec)) || (mx && !sf)) return FB_ERR(FB_EINVAL, "tcopy: NULL argument");
+  if (!nv && !mx && !in_f32 && src != FB_FMT_BF16)
+    return FB_ERR(FB_EINVAL, "tcopy: source format %d (BF16, FP32, NVFP4 or MXFP8)", (int)src);
   if (rht != 0 && rht != 16) return FB_ERR(FB_EINVAL, "tcopy: RHT-%d (16 only)", rht);
   if (scale < 0 || (scale && !in_f32)) return FB_ERR(FB_EINVAL, "tcopy: scaling takes FP32 sources");
   size_t orows = trans ? cols : rows, ocols = trans ? rows : cols;
   if (ocols % 16 || (nv && cols % 16)) return FB_ERR(FB_EINVAL, "tcopy: %zu x %zu: the rows copied are not 16-aligned", rows, cols);
+  if (mx && cols % 32) return FB_ERR(FB_EINVAL, "tcopy: %zu x %zu MXFP8: the rows are not whole blocks of 32", rows, cols);
   float sc = (scale_a ? *scale_a : 1.0f) * (scale_b ? *scale_b : 1.0f), inv = scale ? 1.0f / (float)scale : 1.0f;
   for (size_t i = 0; i < orows; ++i)
     for (size_t j0 = 0; j0 < ocols; j0 += 16) {
@@ -313,6 +315,7 @@ fb_status fb_tcopy_ref(const void *x, const uint8_t *sf, const float *s_dec, fb_
       for (int j = 0; j < 16; ++j) {
         size_t r = trans ? j0 + (size_t)j : i, c = trans ? i : j0 + (size_t)j, e = r * cols + c;
         if (in_f32) v[j] = ((const float *)x)[e];
+        else if (mx) v[j] = fb_e4m3_decode(((const uint8_t *)x)[e]) * fb_e8m0_decode(sf[e / 32]);
         else if (!nv) v[j] = fb_bf16_to_f32(((const uint16_t *)x)[e]);
         else {
           uint8_t q = (uint8_t)((((const uint8_t *)x)[e / 2] >> (4 * (e & 1))) & 15u);

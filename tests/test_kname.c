@@ -1,7 +1,7 @@
 /* test_kname.c — the naming authority (gen/kname.c): for every kernel of every shipped recipe's plan, on every arch,
  * the name parses back to fields that name it again, and those fields generate the same source as the plan's spec for
- * every variant (a name determines its kernel: the cache and the runtime rely on it); variant names parse to their
- * spec; names that are not canonical are refused. The GPU paths' requests against the plan are
+ * every variant (a name determines its kernel: the cache and the runtime rely on it), and likewise the tcopy kernels,
+ * which no plan holds; variant names parse to their spec; names that are not canonical are refused. The GPU paths' requests against the plan are
  * tests/gpu/test_names.c's (on the fake driver). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,6 +112,10 @@ static void test_every_op(void **st) {
       {fb_spec_bcopy(FB_FMT_MXFP8, NULL), "bcopy_mxfp8_sm90a"},
       {fb_spec_tcopy(FB_FMT_NVFP4, FB_GRAN_TOKEN, 0, 1, 16, 0, 0, NULL), "tcopy_nvfp4_tok_f32_t_rht16_sm90a"},
       {fb_spec_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 16, 0, NULL), "tcopy_f32_f32_sc16_sm90a"},
+      {fb_spec_tcopy(FB_FMT_MXFP8, FB_GRAN_TENSOR, 0, 0, 0, 0, 0, NULL), "tcopy_mxfp8_f32_sm90a"},
+      {fb_spec_tcopy(FB_FMT_MXFP8, FB_GRAN_TOKEN, 0, 1, 0, 0, 1, NULL), "tcopy_mxfp8_bf16_t_sm90a"},
+      {fb_spec_tcopy(FB_FMT_NVFP4, FB_GRAN_TENSOR, 0, 0, 0, 0, 0, NULL), "tcopy_nvfp4_ten_f32_sm90a"},
+      {fb_spec_tcopy(FB_FMT_NVFP4, FB_GRAN_TOKEN, 0, 0, 0, 0, 0, NULL), "tcopy_nvfp4_tok_f32_sm90a"},
       {fb_spec_gemm(FB_OP_GEMM_FWD13, &nvt, &nvt, &nvt, NULL), "gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_swiglu_sm90a"},
       {fb_spec_gemm(FB_OP_GEMM_FWD2, &s2, &nve, &nv, NULL), "gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm90a"},
       {fb_spec_gemm(FB_OP_GEMM_DGRAD2, NULL, &mx, &mx, NULL), "gemm_dgrad_mxfp8xmxfp8_bf16_swiglubwd_sm90a"},
@@ -145,6 +149,57 @@ static void test_every_op(void **st) {
   assert_true(q.q.four_over_six && q.q.outer == FB_GRAN_TOKEN && !q.col);
 }
 
+/* tcopy is no plan kernel (the GPU layer and the dequantize API build it): its names parse back to fields that generate
+ * the same source as the spec for every variant of tiny.lua's quant family, with the source the name says (FB_SRC) */
+static void test_tcopy_sources(void **st) {
+  (void)st;
+  struct {
+    fb_kernel_spec k;
+    const char *src;
+  } c[] = {
+      {fb_spec_tcopy(FB_FMT_MXFP8, FB_GRAN_TENSOR, 0, 0, 0, 0, 0, NULL), "#define FB_SRC 3\n"},
+      {fb_spec_tcopy(FB_FMT_MXFP8, FB_GRAN_TOKEN, 0, 1, 16, 0, 1, NULL), "#define FB_SRC 3\n"},
+      {fb_spec_tcopy(FB_FMT_NVFP4, FB_GRAN_TOKEN, 0, 0, 0, 0, 0, NULL), "#define FB_SRC 2\n#define FB_SRC_OUTER 1\n"},
+      {fb_spec_tcopy(FB_FMT_NVFP4, FB_GRAN_TENSOR, 0, 1, 16, 0, 1, NULL), "#define FB_SRC 2\n#define FB_SRC_OUTER 0\n"},
+      {fb_spec_tcopy(FB_FMT_BF16, FB_GRAN_TENSOR, 1, 0, 0, 16, 0, NULL), "#define FB_SRC 1\n"},
+  };
+  fb_recipe *r = NULL;
+  if (fb_recipe_load("recipes/tiny.lua", &r) != FB_OK) fail_msg("%s", fb_errmsg());
+  const fb_tune_family *fam = family(r, "quant");
+  assert_non_null(fam);
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; ++i) {
+    fb_kernel_spec *k = &c[i].k, q;
+    char a[16];
+    assert_int_equal(fb_kernel_spec_name(k, "sm_90a"), FB_OK);
+    if (fb_kernel_parse(k->name, &q, a, sizeof a, NULL) != FB_OK) fail_msg("%s", fb_errmsg());
+    snprintf(q.family, sizeof q.family, "%s", k->family);
+    const char *why;
+    if (!fb_gen_template(k, &why)) fail_msg("%s: no template: %s", k->name, why);
+    fb_variant *va = NULL, *vb = NULL;
+    int na = 0, nb = 0;
+    assert_int_equal(fb_gen_variants(k, fam, &va, &na, NULL, NULL, 0), FB_OK);
+    assert_int_equal(fb_gen_variants(&q, fam, &vb, &nb, NULL, NULL, 0), FB_OK);
+    assert_true(na > 0);
+    assert_int_equal(na, nb);
+    for (int v = 0; v < na; ++v) {
+      char *sa = NULL, *sb = NULL;
+      assert_string_equal(va[v].name, vb[v].name);
+      assert_int_equal(fb_gen_source(k, &va[v], "r.lua", "-", &sa), FB_OK);
+      assert_int_equal(fb_gen_source(&q, &vb[v], "r.lua", "-", &sb), FB_OK);
+      if (strcmp(sa, sb)) fail_msg("%s: the source of the spec parsed from its name differs", va[v].name);
+      if (!strstr(sa, c[i].src)) fail_msg("%s: its source has no '%s'", va[v].name, c[i].src);
+      free(sa), free(sb);
+    }
+    free(va), free(vb);
+  }
+  /* an MXFP8 source with E5M2 elements would read as E4M3 under the same name: refused */
+  fb_kernel_spec e = fb_spec_tcopy(FB_FMT_MXFP8, FB_GRAN_TENSOR, 0, 0, 0, 0, 0, NULL);
+  e.src.e5m2 = 1;
+  const char *why = NULL;
+  assert_null(fb_gen_template(&e, &why));
+  fb_recipe_free(r);
+}
+
 static void test_refused(void **st) {
   (void)st;
   static const char *bad[] = {
@@ -170,6 +225,7 @@ static void test_refused(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_op),
+      cmocka_unit_test(test_tcopy_sources),
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_plans_round_trip),
   };

@@ -17,6 +17,9 @@
  *   adamw       a hand-computed step; random steps against double precision and bit for bit against
  *               fbo_adamw; the next step's BF16 / MXFP8 (RN, SR) / NVFP4 (tensor, expert, 16x16) weights equal
  *               fb_*_quantize of the updated masters; the per-expert amax.
+ *   tcopy       fb_tcopy_ref's dequantizing copies: MXFP8 (every code and scale, NaNs included) and NVFP4 (tensor and
+ *               row outer) to FP32 not transposed equal fb_mxfp8_dequantize / fb_nvfp4_dequantize bit for bit;
+ *               MXFP8 to BF16 transposed is fb_bf16_from_f32 of the transposed dequantization.
  *   errors      invalid arguments -> FB_EINVAL with a message.
  */
 #include <setjmp.h>
@@ -517,6 +520,39 @@ static void test_adamw(void **state) {
   END();
 }
 
+/* ---- tcopy: the dequantizing copies ---------------------------------------------------------------- */
+static void test_tcopy(void **state) {
+  (void)state;
+  BEGIN();
+  enum { R = 16, C = 512, N = R * C };
+  rng_t g = {77};
+  uint8_t *q = xmalloc(N), *sf = xmalloc(N / 16);
+  float *x = xmalloc(N * 4), *want = xmalloc(N * 4), *got = xmalloc(N * 4), sd[R];
+  uint16_t *gb = xmalloc(N * 2);
+  /* MXFP8: every code and every E8M0 scale (255 the NaN, 0 and 254 the extremes) in order, then random ones */
+  for (int i = 0; i < N; ++i) q[i] = i < 256 ? (uint8_t)i : (uint8_t)rng_next(&g);
+  for (int i = 0; i < N / 32; ++i) sf[i] = i < 256 ? (uint8_t)(255 - i) : (uint8_t)rng_next(&g);
+  assert_int_equal(fb_mxfp8_dequantize(q, sf, R, C, want), FB_OK);
+  assert_int_equal(fb_tcopy_ref(q, sf, NULL, FB_FMT_MXFP8, 0, 0, R, C, 0, 0, 0, 0, NULL, NULL, 0, got), FB_OK);
+  for (int i = 0; i < N; ++i) EXPECT(same_f(got[i], want[i]), "mxfp8 [%d]: %a, dequantize %a", i, got[i], want[i]);
+  assert_int_equal(fb_tcopy_ref(q, sf, NULL, FB_FMT_MXFP8, 0, 0, R, C, 1, 0, 0, 0, NULL, NULL, 1, gb), FB_OK);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      EXPECT(gb[c * R + r] == fb_bf16_from_f32(want[r * C + c]), "mxfp8 bf16 t [%d][%d]: %04x", c, r, gb[c * R + r]);
+  /* NVFP4 with random codes over quantized values, per tensor and per row */
+  for (int i = 0; i < N; ++i) x[i] = rng_normal(&g) * ldexpf(1.0f, rng_int(&g, -20, 20));
+  for (int row = 0; row < 2; ++row) {
+    fb_nvfp4_opts o = {.outer = row ? FB_OUTER_ROW : FB_OUTER_TENSOR};
+    assert_int_equal(fb_nvfp4_quantize(x, R, C, &o, q, sf, sd, NULL), FB_OK);
+    for (int i = 0; i < N / 2; i += 13) q[i] = (uint8_t)rng_next(&g);
+    assert_int_equal(fb_nvfp4_dequantize(q, sf, sd, R, C, &o, want), FB_OK);
+    assert_int_equal(fb_tcopy_ref(q, sf, sd, FB_FMT_NVFP4, 0, row, R, C, 0, 0, 0, 0, NULL, NULL, 0, got), FB_OK);
+    for (int i = 0; i < N; ++i) EXPECT(same_f(got[i], want[i]), "nvfp4 outer %d [%d]: %a, dequantize %a", row, i, got[i], want[i]);
+  }
+  free(q), free(sf), free(x), free(want), free(got), free(gb);
+  END();
+}
+
 /* ---- invalid arguments -------------------------------------------------------------------------- */
 static int nok;
 #define EXPECT_EINVAL(call)                                                                    \
@@ -578,6 +614,9 @@ static void test_invalid_args(void **state) {
   EXPECT_EINVAL(fb_adamw_ref(wm, mm, vm, wm, 4, 16, &hp, &n)); /* cols % 32 */
   EXPECT_EINVAL(fb_adamw_ref(wm, mm, vm, NULL, 2, 32, &hp, NULL));
   EXPECT_EINVAL(fb_adamw_ref(wm, mm, vm, wm, 2, 32, NULL, NULL));
+  EXPECT_EINVAL(fb_tcopy_ref(codes, sc, NULL, FB_FMT_MXFP8, 0, 0, 1, 48, 0, 0, 0, 0, NULL, NULL, 0, wm)); /* cols % 32 */
+  EXPECT_EINVAL(fb_tcopy_ref(codes, NULL, NULL, FB_FMT_MXFP8, 0, 0, 2, 32, 0, 0, 0, 0, NULL, NULL, 0, wm)); /* no scales */
+  EXPECT_EINVAL(fb_tcopy_ref(codes, sc, NULL, FB_FMT_S2F6, 0, 0, 2, 32, 0, 0, 0, 0, NULL, NULL, 0, wm));
   printf("    %d invalid calls rejected with FB_EINVAL and a message\n", nok);
   END();
 }
@@ -586,7 +625,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bf16),      cmocka_unit_test(test_router),  cmocka_unit_test(test_permute),
       cmocka_unit_test(test_unpermute), cmocka_unit_test(test_swiglu),  cmocka_unit_test(test_adamw),
-      cmocka_unit_test(test_invalid_args),
+      cmocka_unit_test(test_tcopy),     cmocka_unit_test(test_invalid_args),
   };
   return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

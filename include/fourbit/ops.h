@@ -67,14 +67,16 @@ fb_status fb_combine_bwd_ref(const void *y, const uint8_t *y_e8m0, size_t y_rows
 fb_status fb_swiglu_fwd_ref(const uint16_t *h, size_t rows, size_t f, uint16_t *a);
 fb_status fb_swiglu_bwd_ref(const uint16_t *h, const uint16_t *da, size_t rows, size_t f, uint16_t *dh);
 
-/* The copy templates/tcopy.cuh makes (FB_OP_TCOPY): x (rows x cols) is BF16 (src FB_FMT_BF16, in_f32 0), FP32 (in_f32 1)
- * or NVFP4 (codes, sf E4M3 per 16 along the rows, s_dec one FP32 per tensor or, row_outer, per row; an element is
- * (fb_e2m1_decode(q) * fb_e4m3_decode(sf)) * s_dec as fb_nvfp4_dequantize). trans: out is cols x rows (out[c][r] =
- * x[r][c]), else rows x cols. rht 16: each aligned 16 outputs of an out row, v, become the unnormalized RHT-16 of v
- * (v_j negated where bit j of signs is set, then the butterflies h = 1, 2, 4, 8: for j with bit h clear, (v_j, v_j+h)
- * = (v_j + v_j+h, v_j - v_j+h) in FP32). scale n > 0 (FP32 sources): every value v = (v * (sa * sb)) * (1.0f / n),
- * sa = *scale_a and sb = *scale_b (NULL: 1) — the wgrad GEMM's outer scales and RHT divisor. Output BF16 (out_bf16,
- * fb_bf16_from_f32) or FP32. The out row length must be a multiple of 16. */
+/* The copy templates/tcopy.cuh makes (FB_OP_TCOPY): x (rows x cols) is BF16 (src FB_FMT_BF16, in_f32 0), FP32 (in_f32 1),
+ * NVFP4 (codes, sf E4M3 per 16 along the rows, s_dec one FP32 per tensor or, row_outer, per row; an element is
+ * (fb_e2m1_decode(q) * fb_e4m3_decode(sf)) * s_dec as fb_nvfp4_dequantize) or MXFP8 (E4M3 codes one a byte, sf E8M0 per
+ * 32 along the rows, cols a multiple of 32; s_dec and row_outer unused; an element is fb_e4m3_decode(q) *
+ * fb_e8m0_decode(sf) as fb_mxfp8_dequantize). trans: out is cols x rows (out[c][r] = x[r][c]), else rows x cols.
+ * rht 16: each aligned 16 outputs of an out row, v, become the unnormalized RHT-16 of v (v_j negated where bit j of
+ * signs is set, then the butterflies h = 1, 2, 4, 8: for j with bit h clear, (v_j, v_j+h) = (v_j + v_j+h, v_j - v_j+h)
+ * in FP32). scale n > 0 (FP32 sources): every value v = (v * (sa * sb)) * (1.0f / n), sa = *scale_a and sb = *scale_b
+ * (NULL: 1) — the wgrad GEMM's outer scales and RHT divisor. Output BF16 (out_bf16, fb_bf16_from_f32) or FP32. The out
+ * row length must be a multiple of 16. */
 fb_status fb_tcopy_ref(const void *x, const uint8_t *sf, const float *s_dec, fb_format src, int in_f32, int row_outer,
                        size_t rows, size_t cols, int trans, int rht, uint32_t signs, int scale, const float *scale_a,
                        const float *scale_b, int out_bf16, void *out);

@@ -373,22 +373,24 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
       }
     free(v);
   } else if (k->op == FB_OP_TCOPY) { /* fb_tcopy_ref */
-    int nv = !f32 && k->src.format == FB_FMT_NVFP4, tok = nv && k->src.outer == FB_GRAN_TOKEN;
+    int nv = !f32 && k->src.format == FB_FMT_NVFP4, mx = !f32 && k->src.format == FB_FMT_MXFP8, tok = nv && k->src.outer == FB_GRAN_TOKEN;
     int obf = k->out_bf16, tr = k->col, rht = k->q.rht, scale = k->act.rht;
-    find(p->in, nv ? n / 2 : n * (f32 ? 4 : 2), "tcopy in");
+    find(p->in, nv ? n / 2 : mx ? n : n * (f32 ? 4 : 2), "tcopy in");
     if (nv) {
       find(p->src_scales, n / 16, "tcopy sf");
       find(p->src_s_dec, (tok ? R : 1) * 4, "tcopy sdec");
     }
+    if (mx)
+      find(p->src_scales, n / 32, "tcopy sf");
     if (scale && p->s_dec)
       find(p->s_dec, 4, "tcopy sa");
     if (scale && p->amax)
       find(p->amax, 4, "tcopy sb");
     find(p->out, n * (obf ? 2 : 4), "tcopy out");
     void *tmp = malloc(n * 4 + 4); /* the reference does not write in place */
-    CHK(fb_tcopy_ref((void *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, nv ? FB_FMT_NVFP4 : FB_FMT_BF16, f32, tok, R, C, tr,
-                     rht, p->signs, scale, scale && p->s_dec ? (float *)p->s_dec : NULL, scale && p->amax ? (float *)p->amax : NULL,
-                     obf, tmp));
+    CHK(fb_tcopy_ref((void *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, nv ? FB_FMT_NVFP4 : mx ? FB_FMT_MXFP8 : FB_FMT_BF16, f32,
+                     tok, R, C, tr, rht, p->signs, scale, scale && p->s_dec ? (float *)p->s_dec : NULL,
+                     scale && p->amax ? (float *)p->amax : NULL, obf, tmp));
     memcpy((void *)p->out, tmp, n * (obf ? 2 : 4));
     free(tmp);
   } else {

@@ -112,14 +112,17 @@ void build_specs(void) {
     snprintf(n, sizeof n, "s2f6_dequant%s_sm90a", rht ? "_rht32" : "");
     add(FB_OP_S2F6_DQ, FB_FMT_S2F6, 0, 0, 0, 0, 0, NULL, rht ? 32 : 0, 1, "combine", n);
   }
-  /* tcopy (the GPU expert layer's BF16 / NVFP4 backward): the copies it makes, as fb_tcopy_ref */
+  /* tcopy (the GPU expert layer's BF16 / NVFP4 backward): the copies it makes, as fb_tcopy_ref; src 0 BF16, 1 FP32,
+     2 NVFP4, 3 MXFP8. NVFP4 and MXFP8 into FP32 not transposed are GPU dequantizers (fb_*_dequantize's values). */
   static const struct { int src, outer, trans, rht, scale, obf; const char *tag; } tc[] = {
       {1, 0, 0, 0, 0, 1, "f32_bf16"},          {0, 0, 1, 0, 0, 1, "bf16_bf16_t"},     {0, 0, 1, 16, 0, 1, "bf16_bf16_t_rht16"},
       {0, 0, 1, 16, 0, 0, "bf16_f32_t_rht16"}, {2, 0, 1, 0, 0, 0, "nvfp4_ten_f32_t"}, {2, 0, 1, 16, 0, 0, "nvfp4_ten_f32_t_rht16"},
       {2, 1, 1, 16, 0, 0, "nvfp4_tok_f32_t_rht16"}, {2, 0, 1, 16, 0, 1, "nvfp4_ten_bf16_t_rht16"}, {1, 0, 0, 0, 16, 0, "f32_f32_sc16"},
-      {1, 0, 0, 0, 1, 0, "f32_f32_sc1"}};
+      {1, 0, 0, 0, 1, 0, "f32_f32_sc1"},       {3, 0, 0, 0, 0, 0, "mxfp8_f32"},       {3, 0, 1, 0, 0, 1, "mxfp8_bf16_t"},
+      {2, 0, 0, 0, 0, 0, "nvfp4_ten_f32"},     {2, 1, 0, 0, 0, 0, "nvfp4_tok_f32"}};
   for (size_t i = 0; i < sizeof tc / sizeof tc[0]; ++i) {
-    fb_qspec src = {.format = tc[i].src == 2 ? FB_FMT_NVFP4 : FB_FMT_BF16, .outer = tc[i].outer ? FB_GRAN_TOKEN : FB_GRAN_TENSOR};
+    fb_qspec src = {.format = tc[i].src == 2 ? FB_FMT_NVFP4 : tc[i].src == 3 ? FB_FMT_MXFP8 : FB_FMT_BF16,
+                    .outer = tc[i].outer ? FB_GRAN_TOKEN : FB_GRAN_TENSOR};
     snprintf(n, sizeof n, "tcopy_%s_sm90a", tc[i].tag);
     add(FB_OP_TCOPY, FB_FMT_BF16, 0, 0, 0, 0, tc[i].trans, &src, tc[i].rht, 0, "quant", n);
     specs[nspecs - 1].k.in_f32 = tc[i].src == 1, specs[nspecs - 1].k.out_bf16 = tc[i].obf, specs[nspecs - 1].k.act.rht = tc[i].scale;
@@ -374,10 +377,11 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
     TRY(fb_s2f6_dequantize(q, e, (size_t)R, (size_t)C, k->q.rht != 0, p.signs, ry));
     TRY_CU(fb_cu.MemcpyDtoH(gy_, dout, n * 4));
     wrong += count_diff32(gy_, ry, n, "values", nm, &shown);
-  } else if (k->op == FB_OP_TCOPY) { /* source BF16 / FP32 / NVFP4 (x quantized as the spec's outer says), out in place
-                                        when scaling (as the expert layer runs it) */
+  } else if (k->op == FB_OP_TCOPY) { /* source BF16 / FP32 / NVFP4 / MXFP8 (x quantized as the spec's source says), out
+                                        in place when scaling (as the expert layer runs it) */
     int nv = k->src.format == FB_FMT_NVFP4 && !k->in_f32, tok = nv && k->src.outer == FB_GRAN_TOKEN, scale = k->act.rht;
-    uint8_t *qc = hnew(&S, n / 2 + 1), *qs = hnew(&S, n / 16 + 1);
+    int mx = k->src.format == FB_FMT_MXFP8 && !k->in_f32;
+    uint8_t *qc = hnew(&S, n + 1), *qs = hnew(&S, n / 16 + 1);
     float *qd = hnew(&S, R * 4 + 4), sab[2] = {(float)unif() * 3.0f + 0.25f, (float)unif() * 0.01f + 1e-3f};
     TRY(S.rc);
     if (nv) {
@@ -387,6 +391,18 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
       TRY_CU(fb_cu.MemcpyHtoD(din, qc, n / 2));
       TRY_CU(fb_cu.MemcpyHtoD(dss, qs, n / 16));
       TRY_CU(fb_cu.MemcpyHtoD(dssd, qd, (tok ? R : 1) * 4));
+    } else if (mx) {
+      TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, FB_MX_ROWWISE, NULL, qc, qs));
+      /* random codes and scales among the quantizer's, then every code (the NaNs 0x7F and 0xFF too) and every scale
+         (255, the NaN; 0 and 254, the extremes: subnormal and overflowing products) at least once */
+      for (long long i = 0; i < n; i += 29) qc[i] = (uint8_t)(rnd() & 255);
+      for (long long i = 0; i < n / 32; i += 7) qs[i] = (uint8_t)(rnd() & 255);
+      for (int v = 0; v < 256; ++v) {
+        if (101LL * v + 3 < n) qc[101LL * v + 3] = (uint8_t)v;
+        if (5LL * v + 2 < n / 32) qs[5LL * v + 2] = (uint8_t)v;
+      }
+      TRY_CU(fb_cu.MemcpyHtoD(din, qc, n));
+      TRY_CU(fb_cu.MemcpyHtoD(dss, qs, n / 32));
     } else {
       TRY_CU(fb_cu.MemcpyHtoD(din, k->in_f32 ? (void *)x : (void *)xb, n * (k->in_f32 ? 4 : 2)));
     }
@@ -400,9 +416,9 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
     size_t ob = k->out_bf16 ? 2 : 4;
     void *ref = hnew(&S, n * ob), *got = hnew(&S, n * ob);
     TRY(S.rc);
-    TRY(fb_tcopy_ref(nv ? (const void *)qc : k->in_f32 ? (const void *)x : (const void *)xb, qs, qd, nv ? FB_FMT_NVFP4 : FB_FMT_BF16, k->in_f32,
-                     tok, (size_t)R, (size_t)C, k->col, k->q.rht, p.signs, scale, scale ? &sab[0] : NULL, scale ? &sab[1] : NULL,
-                     k->out_bf16, ref));
+    TRY(fb_tcopy_ref(nv || mx ? (const void *)qc : k->in_f32 ? (const void *)x : (const void *)xb, qs, qd,
+                     nv ? FB_FMT_NVFP4 : mx ? FB_FMT_MXFP8 : FB_FMT_BF16, k->in_f32, tok, (size_t)R, (size_t)C, k->col, k->q.rht,
+                     p.signs, scale, scale ? &sab[0] : NULL, scale ? &sab[1] : NULL, k->out_bf16, ref));
     TRY_CU(fb_cu.MemcpyDtoH(got, scale ? din : dout, n * ob));
     if (k->out_bf16) { /* as FP32 bit patterns, so that any NaN equals any NaN */
       uint32_t *a = hnew(&S, n * 4), *b = hnew(&S, n * 4);
