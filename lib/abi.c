@@ -253,7 +253,7 @@ struct fourbit_layer {
   int device;
   CUdevice dev;
   CUcontext ctx;
-  CUevent ev_in;           /* the stream change's fence (stream_enter) */
+  CUevent ev_in;           /* recorded after each call's work on its stream: the next call's fence on another stream */
   CUstream last;           /* the stream of the last call (used: there was one) */
   int used;
   fb_gpu_experts *g;
@@ -301,18 +301,22 @@ static fb_status layer_enter(fourbit_layer *l) {
 }
 /* The layer's work goes on the caller's stream itself (fb_cuda_set_stream for the length of the call: every launch,
  * copy and memset of runtime/experts_gpu.c), so it is ordered after what the caller queued before and before what it
- * queues after, with no fence. The pool's memory is reused from call to call: when a call comes on another stream than
- * the last one, it first waits for the last stream's work (an event), since its buffers may be the ones that work uses. */
-static fb_status stream_enter(fourbit_layer *l, void *stream) {
-  if (l->used && (CUstream)stream != l->last) {
-    CU_CHECK(fb_cu.EventRecord(l->ev_in, l->last));
-    CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, l->ev_in, 0));
-  }
-  l->used = 1, l->last = (CUstream)stream;
+ * queues after, with no fence. The pool's memory is reused from call to call: every call ends by recording an event
+ * after its own work on its stream, and a call on another stream first makes that stream wait for it (only for the
+ * layer's own last work: not for what the caller queued on the old stream since, which may be long). */
+static fb_status stream_enter(CUevent done, int *used, CUstream *last, void *stream) {
+  if (*used && (CUstream)stream != *last) CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, done, 0));
   fb_cuda_set_stream((CUstream)stream);
   return FB_OK;
 }
-static void stream_leave(void) { fb_cuda_set_stream(NULL); }
+/* after a call's work was queued (also when it failed part way: what it queued may still use the pool) */
+static fb_status stream_leave(CUevent done, int *used, CUstream *last, void *stream, fb_status rc) {
+  fb_cuda_set_stream(NULL);
+  CUresult r = fb_cu.EventRecord(done, (CUstream)stream);
+  if (r == CUDA_SUCCESS) *used = 1, *last = (CUstream)stream;
+  else if (rc == FB_OK) rc = FB_ERR(FB_ECUDA, "cuEventRecord after the call: %s", fb_cu_errstr((int)r));
+  return rc;
+}
 
 void fourbit_layer_free(fourbit_layer *l) {
   if (!l) return;
@@ -456,10 +460,10 @@ int fourbit_layer_forward(fourbit_layer *l, int layer, int tokens, uint64_t x, u
   fb_status rc = FB_OK;
   pthread_mutex_lock(&l->mu);
   FB_TRY_GOTO(layer_enter(l), done);
-  FB_TRY_GOTO(stream_enter(l, stream), done);
-  FB_TRY_GOTO(fb_gpu_experts_forward_dev(l->g, L, &io), done);
+  FB_TRY_GOTO(stream_enter(l->ev_in, &l->used, &l->last, stream), done);
+  rc = fb_gpu_experts_forward_dev(l->g, L, &io);
+  rc = stream_leave(l->ev_in, &l->used, &l->last, stream, rc);
 done:
-  stream_leave();
   if (rc != FB_OK && L->saved) fb_gpu_experts_ops(l->g)->release(l->g, L);
   pthread_mutex_unlock(&l->mu);
   if (rc != FB_OK) {
@@ -484,10 +488,10 @@ int fourbit_layer_backward(fourbit_layer *l, fourbit_saved *saved, uint64_t dy, 
     goto done;
   }
   FB_TRY_GOTO(layer_enter(l), done);
-  FB_TRY_GOTO(stream_enter(l, stream), done);
-  FB_TRY_GOTO(fb_gpu_experts_backward_dev(l->g, &saved->L, &io), done);
+  FB_TRY_GOTO(stream_enter(l->ev_in, &l->used, &l->last, stream), done);
+  rc = fb_gpu_experts_backward_dev(l->g, &saved->L, &io);
+  rc = stream_leave(l->ev_in, &l->used, &l->last, stream, rc);
 done:
-  stream_leave();
   if (saved->L.saved) fb_gpu_experts_ops(l->g)->release(l->g, &saved->L);
   pthread_mutex_unlock(&l->mu);
   free(saved);
@@ -521,7 +525,7 @@ struct fourbit_quantizer {
   int device, verbose;
   CUdevice dev;
   CUcontext ctx;
-  CUevent ev;             /* the stream change's fence, as the layer's */
+  CUevent ev;             /* recorded after each call's work: the stream change's fence, as the layer's */
   CUstream last;
   int used;
   const char *arch;
@@ -627,17 +631,11 @@ int fourbit_quantizer_create(const fourbit_quantizer_opts *o, fourbit_quantizer 
   return FB_OK;
 }
 
-/* the handle's context current, its calls on the caller's stream (a change of stream waits for the last one: the
- * scratch word is shared) */
+/* the handle's context current, its calls on the caller's stream (a change of stream waits for the handle's last call:
+ * the scratch word is shared) */
 static fb_status q_enter(fourbit_quantizer *q, void *stream) {
   CU_CHECK(fb_cu.CtxSetCurrent(q->ctx));
-  if (q->used && (CUstream)stream != q->last) {
-    CU_CHECK(fb_cu.EventRecord(q->ev, q->last));
-    CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, q->ev, 0));
-  }
-  q->used = 1, q->last = (CUstream)stream;
-  fb_cuda_set_stream((CUstream)stream);
-  return FB_OK;
+  return stream_enter(q->ev, &q->used, &q->last, stream);
 }
 
 static fb_status quantize_dev(fourbit_quantizer *q, const fourbit_quant_opts *o, int dtype, uint64_t x, size_t rows,
@@ -719,8 +717,7 @@ int fourbit_quantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, i
     return FB_USERERR(FB_EINVAL, "fourbit_quantize_device: dtype %d (FOURBIT_F32 0 or FOURBIT_BF16 1)", dtype);
   pthread_mutex_lock(&q->mu);
   fb_status rc = q_enter(q, stream);
-  if (rc == FB_OK) rc = quantize_dev(q, o, dtype, x, rows, cols, codes, scales, outer);
-  fb_cuda_set_stream(NULL);
+  if (rc == FB_OK) rc = stream_leave(q->ev, &q->used, &q->last, stream, quantize_dev(q, o, dtype, x, rows, cols, codes, scales, outer));
   pthread_mutex_unlock(&q->mu);
   return rc;
 }
@@ -730,8 +727,7 @@ int fourbit_dequantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o,
   FB_TRY(qcheck(q, o, rows, cols, "fourbit_dequantize_device", codes, scales, y, outer));
   pthread_mutex_lock(&q->mu);
   fb_status rc = q_enter(q, stream);
-  if (rc == FB_OK) rc = dequantize_dev(q, o, codes, scales, outer, rows, cols, y);
-  fb_cuda_set_stream(NULL);
+  if (rc == FB_OK) rc = stream_leave(q->ev, &q->used, &q->last, stream, dequantize_dev(q, o, codes, scales, outer, rows, cols, y));
   pthread_mutex_unlock(&q->mu);
   return rc;
 }

@@ -122,7 +122,8 @@ void fourbit_quantizer_free(fourbit_quantizer *q);
  * fourbit_quantize. Calls on one handle are serialized; a call on another stream than the last waits for the last. */
 int fourbit_quantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, int dtype, uint64_t x, size_t rows,
                             size_t cols, uint64_t codes, uint64_t scales, uint64_t outer, void *stream);
-/* The inverse into y (rows x cols FP32, device). */
+/* The inverse into y (rows x cols FP32, device): fourbit_dequantize's values bit for bit, except that a NaN may carry
+ * another payload (the GPU's arithmetic gives its canonical NaN; the NaNs are in the same places). */
 int fourbit_dequantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, uint64_t codes, uint64_t scales,
                               uint64_t outer, size_t rows, size_t cols, uint64_t y, void *stream);
 /* {"arch", "compiled", "compile_ms", "loaded": [variant names]} (malloc'd): the kernels this handle compiled. */

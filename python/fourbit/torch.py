@@ -223,7 +223,8 @@ def quantize(x, format, *, outer=None, four_over_six=None, rounding=None, seed=N
 def dequantize(codes, scales=None, outer_scales=None, *, format, outer=None, four_over_six=None, rounding=None, seed=None,
                step=None, rht=None):
     """fourbit.dequantize on CUDA tensors, on the GPU: a Quantized of fourbit.torch.quantize (or codes, scales, outer
-    scales, each contiguous on one device) -> float32 (rows, cols), queued on the current stream."""
+    scales, each contiguous on one device) -> float32 (rows, cols), queued on the current stream: fourbit.dequantize's
+    values bit for bit, except that a NaN may carry the GPU's canonical payload."""
     if isinstance(codes, Quantized):
         _qneed(scales is None and outer_scales is None, "dequantize", "a Quantized carries its scales: pass neither")
         codes, scales, outer_scales = codes

@@ -38,13 +38,14 @@ __attribute__((destructor)) static void mock_calls(void) {
  * for the tests of libfourbit.so's stream plumbing (tests/python/test_layer_mock.py reads them through ctypes). */
 static struct { CUstream s; long n; } SS[64];
 static int nSS;
-static long nlegacy;
+static long nlegacy, nwaits;
 static void on_stream(CUstream s) {
   for (int i = 0; i < nSS; ++i)
     if (SS[i].s == s) { SS[i].n++; return; }
   if (nSS < 64) SS[nSS].s = s, SS[nSS++].n = 1;
 }
-void fbmock_streams_reset(void) { nSS = 0, nlegacy = 0; }
+void fbmock_streams_reset(void) { nSS = 0, nlegacy = 0, nwaits = 0; }
+long fbmock_stream_waits(void) { return nwaits; } /* cuStreamWaitEvent calls */
 long fbmock_stream_calls(CUstream s) {
   for (int i = 0; i < nSS; ++i)
     if (SS[i].s == s) return SS[i].n;
@@ -849,6 +850,7 @@ CUresult cuEventDestroy_v2(CUevent e) {
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) {
   (void)f;
   on_stream(s);
+  ++nwaits;
   return e ? 0 : CUDA_ERROR_INVALID_HANDLE;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
