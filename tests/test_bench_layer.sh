@@ -27,11 +27,18 @@ rel=$(nums "$W/one" "check y (8 tokens)" | cut -d' ' -f2)
 fivesame "$W/one" && awk -v r="$rel" 'BEGIN { exit !(r != "" && r <= 0.5) }' && ok || { bad "one rank: checks"; grep '^check' "$W/one"; }
 # one rank: the direct path (no exchange) and the exchange path forced on give the same bytes; the direct path timed
 paths "$W/one" direct && ok || { bad "one rank: direct vs exchange path"; grep '^check one rank' "$W/one"; }
-# the launches of inkling2_small layer 1's step on each path (runtime/experts_gpu.c's orchestration: update with it);
-# its four MXFP8 backward GEMMs run on the FP8 tensor cores by default (weights_bf16 0): no bcopy launch before them
-[ "$(launches "$W/one")" = 32 ] && ok || { bad "one rank: launches of the direct path"; grep '^kernels of' "$W/one"; }
+# the launches of inkling2_small layer 1's step on each path (runtime/experts_gpu.c's orchestration: update with it)
+[ "$(launches "$W/one")" = 36 ] && ok || { bad "one rank: launches of the direct path"; grep '^kernels of' "$W/one"; }
 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
-paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 55 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
+paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 59 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
+# the MXFP8 backward GEMMs on the FP8 tensor cores (weights_bf16 0, picked): B goes in as MXFP8 codes and scales, so the
+# four bcopy launches before them are gone, and the outputs pass the same checks
+fp8="gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m64n128k128_s3_c1_w1_b0,gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m64n128k128_s3_c1_w1_b0"
+LD_LIBRARY_PATH=$MOCK "$BL" $args --pick "$fp8" > "$W/fp8" 2>&1 && ok || { bad "one rank, FP8 GEMMs: exit $?"; tail -5 "$W/fp8"; }
+rel8=$(nums "$W/fp8" "check y (8 tokens)" | cut -d' ' -f2)
+fivesame "$W/fp8" && awk -v r="$rel8" 'BEGIN { exit !(r != "" && r <= 0.5) }' && [ "$(launches "$W/fp8")" = 32 ] &&
+  [ "$(grep -c '^  bwd .*gemm_.*grad_mxfp8xmxfp8_.*_b0 ' "$W/fp8")" = 4 ] && ! grep -q '^  bwd .*bcopy' "$W/fp8" \
+  && ok || { bad "one rank, FP8 GEMMs: checks"; grep -E '^check|^kernels of|bcopy|_b0' "$W/fp8"; }
 # NVFP4 dispatch rows of 256 values: 128 code bytes + 16 E4M3 scales + 4 (the FP32 outer scale) = 148 B;
 # "EXCHANGE dispatch: ours T ms for 512 rows x 148 B (nvfp4 payload: 0.2891 of BF16); ..."
 [ "$(nums "$W/one" "EXCHANGE dispatch" | cut -d' ' -f2-4)" = "512 148 0.2891" ] && grep -m1 '^EXCHANGE dispatch' "$W/one" | grep -q '(nvfp4 payload' \
