@@ -130,8 +130,9 @@ static void test_tune_keep(void **state) {
         for (int d = 0; d < 4; ++d)
           for (int cl = 1; cl <= 2; ++cl)
             for (int co = 1; co <= 2; ++co)
-              for (int wb = 0; wb <= 1; ++wb)
+              for (int wi = 0; wi <= 1; ++wi)     /* weights_bf16 { true, false }: BF16 products the default */
                 for (int pp = 0; pp <= 2; pp += 2) { /* pipe {0, 2} */
+                  const int wb = 1 - wi;
                   if (tm[a] * tn[b] * st[d] > 256 * 256 * 5) continue;
                   const int *v = &g->values[(size_t)n * g->nparams];
                   assert_int_equal(v[0], tm[a]);
