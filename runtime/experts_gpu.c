@@ -1176,22 +1176,28 @@ static fb_status fwd_w13(fwd_ctx *x) {
   FB_TRY(aalloc(m, &s->H, (R ? R : 1) * 2 * F * 2));
   CUdeviceptr dA;
   int abf = p->fwd_act.format == FB_FMT_BF16; /* BF16: A as the epilogue wrote it is the saved operand */
-  FB_TRY(aalloc(abf ? m : x->tmp, &dA, (R ? R : 1) * F * 2));
+  arena da = {.g = g};                        /* else the BF16 A: dead once quantized */
+  FB_TRY(aalloc(abf ? m : &da, &dA, (R ? R : 1) * F * 2));
+  fb_status rc = FB_OK;
   if (R) {
     fb_kernel_spec k = sp_gemm(g, p, 0);
     gfit f = {1, 0, 0, (int)(2 * F), (int)D};
     fb_gemm_args ga = {.a = s->X.c, .out = dA, .offsets = s->d_off, .a_sf = s->X.s, .a_outer = s->X.o, .b_outer = s->W13.o,
                          .rows = (long long)R, .experts = (int)nE, .N = (int)(2 * F), .K = (int)D, .aux = s->H};
-    FB_TRY(gemm_b(g, x->tmp, &k, &f, &s->W13, &ga));
-    FB_TRY(gemm(g, &k, &f, &ga));
+    arena cp = {.g = g}; /* B's BF16 copy, if the GEMM takes one: dead once the GEMM ran */
+    rc = gemm_b(g, &cp, &k, &f, &s->W13, &ga);
+    if (rc == FB_OK) rc = gemm(g, &k, &f, &ga);
+    afree(&cp);
   }
-  if (abf) {
+  if (rc == FB_OK && abf) {
     memset(&s->A, 0, sizeof s->A);
     s->A.c = dA, s->A.cols = F, s->A.f = FB_FMT_BF16;
-  } else {
-    FB_TRY(quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A));
+  } else if (rc == FB_OK) {
+    rc = quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A);
     if (s->A.orow) s->A.no = R;
   }
+  afree(&da);
+  FB_TRY(rc);
   s->A.rows = R;
 
   return FB_OK;
@@ -1222,8 +1228,11 @@ static fb_status fwd_w2(fwd_ctx *x) {
     gfit f = {1, 0, 0, (int)D, (int)F};
     fb_gemm_args ga = {.a = s->A.c, .out = yq, .offsets = s->d_off, .a_sf = s->A.s, .a_outer = s->A.o, .b_outer = s->W2.o,
                          .rows = (long long)R, .experts = (int)nE, .N = (int)D, .K = (int)F, .out_sf = ye, .signs = s->signs};
-    FB_TRY(gemm_b(g, x->tmp, &k, &f, &s->W2, &ga));
-    FB_TRY(gemm(g, &k, &f, &ga));
+    arena cp = {.g = g}; /* B's BF16 copy, if the GEMM takes one: dead once the GEMM ran */
+    fb_status rc = gemm_b(g, &cp, &k, &f, &s->W2, &ga);
+    if (rc == FB_OK) rc = gemm(g, &k, &f, &ga);
+    afree(&cp);
+    FB_TRY(rc);
   }
   return FB_OK;
 }
@@ -1475,21 +1484,25 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
  * down the other axis from what the forward stored); the GEMM multiplies both as E4M3 on the FP8 tensor cores (weights_bf16
  * 0), or A decoded in the GEMM times an exact BF16 copy of B (weights_bf16 1, or a recipe with gemm.accumulate "exact"). */
 /* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16) */
-static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY, CUdeviceptr *dH) {
+/* Each phase below keeps its scratch in arenas of its own, given back to the pool when the phase ends (the transposed
+ * weights as soon as their regrouped copy exists); only what a later phase reads (dH) goes in tmp. Pool blocks are
+ * reused in stream order, so a later phase may take them at once. */
+static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY,
+                              CUdeviceptr *dH) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  g->phase = "bwd w2 dgrad";
   dq dYq, W2t, W2g;
   CUdeviceptr dA;
-  FB_TRY(quant_rows(g, tmp, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
-  FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_weight, &s->W2, D, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), L->step, &W2t));
-  FB_TRY(regroup(g, tmp, L, &W2t, E, &W2g));
-  FB_TRY(aalloc(tmp, &dA, R * F * 2));
+  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
+  FB_TRY(requant(g, wt, &p->bwd_saved, &p->fwd_weight, &s->W2, D, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), L->step, &W2t));
+  FB_TRY(regroup(g, ph, L, &W2t, E, &W2g));
+  afree(wt);
+  FB_TRY(aalloc(ph, &dA, R * F * 2));
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)F, (int)D};
   fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
-  FB_TRY(gemm_b(g, tmp, &k, &f, &W2g, &ga));
+  FB_TRY(gemm_b(g, ph, &k, &f, &W2g, &ga));
   FB_TRY(gemm(g, &k, &f, &ga));
   const kent *e;
   k = sp_swiglu(g, 1);
@@ -1500,40 +1513,62 @@ static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
   ps.in = s->H, ps.in2 = dA, ps.out = *dH, ps.rows = (long long)R, ps.cols = (long long)F;
   return run_moe(g, e, &ps, (long long)R, (long long)F);
 }
+static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY, CUdeviceptr *dH) {
+  g->phase = "bwd w2 dgrad";
+  arena ph = {.g = g}, wt = {.g = g};
+  fb_status rc = mx_w2_dgrad_(g, &ph, &wt, tmp, L, s, dY, dH);
+  afree(&wt), afree(&ph);
+  return rc;
+}
 
 /* wgrad: out (E x M x N FP32) = Q(G down the rows)^T Q(S requantized down the rows), G = dY or dH (R x M BF16), S the
  * saved A or X */
-static fb_status mx_wgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S,
-                          size_t N, int op_g, int op_s, CUdeviceptr out) {
+static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S,
+                           size_t N, int op_g, int op_s, CUdeviceptr out) {
   const fb_layer_prec *p = L->prec;
   size_t E = (size_t)s->nE, R = s->R;
   dq Gt, St;
-  FB_TRY(quant_cols(g, tmp, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
-  FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_act, S, 0, L->seed, fb_moe_stream(L->layer, op_s), L->step, &St));
+  FB_TRY(quant_cols(g, ph, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
+  FB_TRY(requant(g, ph, &p->bwd_saved, &p->fwd_act, S, 0, L->seed, fb_moe_stream(L->layer, op_s), L->step, &St));
   fb_kernel_spec k = sp_gemm(g, p, 3);
   gfit f = {1, 1, (int)M, (int)N, 0};
   fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
-  FB_TRY(gemm_b(g, tmp, &k, &f, &St, &ga));
+  FB_TRY(gemm_b(g, ph, &k, &f, &St, &ga));
   return gemm(g, &k, &f, &ga);
+}
+static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S, size_t N, int op_g,
+                          int op_s, CUdeviceptr out) {
+  arena ph = {.g = g};
+  fb_status rc = mx_wgrad_(g, &ph, L, s, G, M, S, N, op_g, op_s, out);
+  afree(&ph);
+  return rc;
 }
 
 /* w13 dgrad: dX rows (R x D BF16) = Q(dH along 2f) Q(W13 requantized along 2f)^T */
-static fb_status mx_w13_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
+static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_layer *L, gsaved *s, CUdeviceptr dH,
+                               CUdeviceptr dXr) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  g->phase = "bwd w13 dgrad";
   dq dHq, W13t, W13g;
-  FB_TRY(quant_rows(g, tmp, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
-  FB_TRY(requant(g, tmp, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), L->step,
+  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
+  FB_TRY(requant(g, wt, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), L->step,
                  &W13t));
-  FB_TRY(regroup(g, tmp, L, &W13t, E, &W13g));
+  FB_TRY(regroup(g, ph, L, &W13t, E, &W13g));
+  afree(wt);
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
   fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
-  FB_TRY(gemm_b(g, tmp, &k, &f, &W13g, &ga));
+  FB_TRY(gemm_b(g, ph, &k, &f, &W13g, &ga));
   return gemm(g, &k, &f, &ga);
+}
+static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
+  g->phase = "bwd w13 dgrad";
+  arena ph = {.g = g}, wt = {.g = g};
+  fb_status rc = mx_w13_dgrad_(g, &ph, &wt, L, s, dH, dXr);
+  afree(&wt), afree(&ph);
+  return rc;
 }
 
 /* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16) -> dXr (R x D BF16), io->dw13, io->dw2. */
@@ -1543,10 +1578,10 @@ static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *
   CUdeviceptr dH;
   FB_TRY(mx_w2_dgrad(g, tmp, L, s, dY, &dH));
   g->phase = "bwd w2 wgrad"; /* dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
-  FB_TRY(mx_wgrad(g, tmp, L, s, dY, D, &s->A, F, FB_MOE_OP_DY_COL, FB_MOE_OP_A_T, io->dw2));
-  FB_TRY(mx_w13_dgrad(g, tmp, L, s, dH, dXr));
+  FB_TRY(mx_wgrad(g, L, s, dY, D, &s->A, F, FB_MOE_OP_DY_COL, FB_MOE_OP_A_T, io->dw2));
+  FB_TRY(mx_w13_dgrad(g, L, s, dH, dXr));
   g->phase = "bwd w13 wgrad"; /* dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
-  return mx_wgrad(g, tmp, L, s, dH, 2 * F, &s->X, D, FB_MOE_OP_DH_COL, FB_MOE_OP_X_T, io->dw13);
+  return mx_wgrad(g, L, s, dH, 2 * F, &s->X, D, FB_MOE_OP_DH_COL, FB_MOE_OP_X_T, io->dw13);
 }
 
 /* dX rows (R x D BF16, the owner's) back to their sources in the order they were sent, summed there per token into

@@ -462,7 +462,7 @@ int main(int argc, char **argv) {
   printf("forward weight quantization (FP32 masters -> %s; the AdamW kernel's in a train step): %.3f ms; total without it %.3f ms\n",
          fb_format_name(prec->fwd_weight.format), wq, mt - wq);
   printf("layer TFLOP/s (GEMM FLOPs / total): %.0f\n", flop / (mt * 1e-3) / 1e12);
-  printf("device memory: the layer's pool peak %.2f GiB (held %.2f GiB) + inputs, masters and gradients %.2f GiB = %.2f GiB\n",
+  printf("device memory: the layer's pool peak %.3f GiB (held %.3f GiB) + inputs, masters and gradients %.3f GiB = %.3f GiB\n",
          peak / 1073741824.0, held / 1073741824.0, held_io / 1073741824.0, (peak + held_io) / 1073741824.0);
   printf("RESULT layer=%d routing=%s ms=%.3f fwd=%.3f bwd=%.3f wq=%.3f peak_gib=%.3f\n", layer, routing, mt, mf, mb, wq,
          (peak + held_io) / 1073741824.0);
