@@ -1571,15 +1571,18 @@ static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUd
   return rc;
 }
 
-/* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16) -> dXr (R x D BF16), io->dw13, io->dw2. */
-static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dY,
-                        CUdeviceptr dXr) {
-  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff;
+/* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16, in arena gy: given back after the w2 wgrad, its last
+ * reader) -> *dXr (R x D BF16, allocated in tmp then, so that it may take dY's block), io->dw13, io->dw2. */
+static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, arena *gy, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
+                        CUdeviceptr dY, CUdeviceptr *dXr) {
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, R = s->R;
   CUdeviceptr dH;
   FB_TRY(mx_w2_dgrad(g, tmp, L, s, dY, &dH));
   g->phase = "bwd w2 wgrad"; /* dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
   FB_TRY(mx_wgrad(g, L, s, dY, D, &s->A, F, FB_MOE_OP_DY_COL, FB_MOE_OP_A_T, io->dw2));
-  FB_TRY(mx_w13_dgrad(g, L, s, dH, dXr));
+  afree(gy);
+  FB_TRY(aalloc(tmp, dXr, R * D * 2));
+  FB_TRY(mx_w13_dgrad(g, L, s, dH, *dXr));
   g->phase = "bwd w13 wgrad"; /* dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
   return mx_wgrad(g, L, s, dH, 2 * F, &s->X, D, FB_MOE_OP_DH_COL, FB_MOE_OP_X_T, io->dw13);
 }
@@ -1622,21 +1625,23 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   if (!s) return FB_ERR(FB_EINVAL, "experts gpu: backward of layer %d without a forward", L->layer);
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
   fb_status rc = FB_OK;
-  arena tmp = {.g = g};
-  CUdeviceptr dY, dXr;
-  FB_TRY_GOTO(bwd_combine(g, &tmp, L, s, io, &dY), done);
-  FB_TRY_GOTO(aalloc(&tmp, &dXr, (R ? R : 1) * D * 2), done);
+  arena tmp = {.g = g}, gy = {.g = g}; /* gy: dY and what its making needed (the MXFP8 path gives it back early) */
+  CUdeviceptr dY, dXr = 0;
+  FB_TRY_GOTO(bwd_combine(g, &gy, L, s, io, &dY), done);
   if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
+    FB_TRY_GOTO(aalloc(&tmp, &dXr, D * 2), done);
     CU_CHECK_GOTO(s_zero(io->dw13, E * 2 * F * D * 4), done);
     CU_CHECK_GOTO(s_zero(io->dw2, E * D * F * 4), done);
   } else if (L->prec->bwd_grad.format != FB_FMT_MXFP8) { /* a BF16 or NVFP4 backward */
+    FB_TRY_GOTO(aalloc(&tmp, &dXr, R * D * 2), done);
     FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
   } else {
-    FB_TRY_GOTO(bwd_mx(g, &tmp, L, s, io, dY, dXr), done);
+    FB_TRY_GOTO(bwd_mx(g, &tmp, &gy, L, s, io, dY, &dXr), done);
   }
   FB_TRY_GOTO(bwd_dx(g, &tmp, L, s, io, dXr), done);
 done:
   g->phase = NULL;
+  afree(&gy);
   afree(&tmp);
   gpu_release(g, L);
   return rc;
