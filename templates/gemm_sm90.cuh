@@ -229,9 +229,9 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
           for (int a = 0; a < BK / 64; ++a) FBG_LOAD_B(SB(s) + a * BN * 128, kk + a * 64);
 #else
 #pragma unroll
-          for (int a = 0; a < BK / 128; ++a) {
+          for (int a = 0; a < BK / 128; ++a) { /* E4M3 rows of 128 bytes; B as FBG_LOAD_B: SwiGLU's gate and up halves */
             fbg_tma_2d(SA(s) + a * BM * 128, &p.ta, kk + a * 128, arow, FULL(s));
-            fbg_tma_2d(SB(s) + a * BN * 128, &p.tb, kk + a * 128, brow, FULL(s));
+            FBG_LOAD_B(SB(s) + a * BN * 128, kk + a * 128);
           }
 #endif
           if (++s == NST) s = 0, ph ^= 1;
@@ -247,9 +247,13 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
         long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
 #if FB_MODE == 0
-        long long arow = fbg_off(p, sc.e) + mt * BM, brow = (long long)sc.e * p.N + nt * BN, k0 = 0, alim = p.rows;
+        /* B's rows as the producer loads them: with SwiGLU, BROWS gate rows from e N + nt BROWS, then as many up rows
+           N / 2 further on */
+        long long arow = fbg_off(p, sc.e) + mt * BM, brow = (long long)sc.e * p.N + nt * BROWS, k0 = 0, alim = p.rows;
+        const long long bup = FB_SWIGLU == 1 ? p.N / 2 - BROWS : 0;
         int nk = p.K / BK;
 #else
+        const long long bup = 0;
         long long arow = mt * BM, brow = nt * BN, k0 = fbg_off(p, sc.e), alim = p.M;
         int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
 #endif
@@ -260,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
           for (int i = lane; i < BM + BN; i += 32) {
             const unsigned char *src;
             if (i < BM) src = arow + i < alim ? (const unsigned char *)p.a_sf + (arow + i) * kw + kw0 : 0;
-            else src = (const unsigned char *)p.b_sf + (brow + i - BM) * kw + kw0;
+            else src = (const unsigned char *)p.b_sf + (brow + i - BM + (i - BM >= BROWS ? bup : 0)) * kw + kw0;
 #pragma unroll
             for (int j = 0; j < BK / 32; ++j) {
               u32 e = src ? src[j] : 127u;
