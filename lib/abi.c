@@ -242,6 +242,42 @@ static void xcu_load(void) {
   *(void **)&xcu.PrimaryCtxRelease = dlsym(h, "cuDevicePrimaryCtxRelease_v2");
 }
 
+/* A handle's device: its primary context (retained, never a new one) and the stream state of its calls: an event recorded
+ * after each call's own work on its stream (the fence of a later call on another stream) */
+typedef struct {
+  CUdevice dev;
+  CUcontext ctx;
+  CUevent done;
+  CUstream last; /* the stream of the last call (used: there was one) */
+  int used;
+} hdev;
+
+static void hdev_close(hdev *h);
+/* The ordinal checked against the driver, its primary context retained and made current, the event made. */
+static fb_status hdev_open(int device, hdev *h) {
+  memset(h, 0, sizeof *h);
+  if (device < 0) return FB_USERERR(FB_EINVAL, "device %d: a CUDA ordinal is >= 0", device);
+  FB_TRY(fb_cuda_load());
+  pthread_once(&xcu_once, xcu_load);
+  int ndev = 0;
+  FB_TRY(fb_cuda_device_count(&ndev));
+  if (device >= ndev) return FB_USERERR(FB_EINVAL, "device %d: the driver sees %d GPU(s)", device, ndev);
+  int cr = fb_cu.DeviceGet(&h->dev, device);
+  if (!cr) cr = fb_cu.DevicePrimaryCtxRetain(&h->ctx, h->dev);
+  if (!cr) cr = fb_cu.CtxSetCurrent(h->ctx);
+  if (!cr) cr = fb_cu.EventCreate(&h->done, CU_EVENT_DISABLE_TIMING);
+  if (!cr) return FB_OK;
+  fb_status rc = FB_ERR(FB_ECUDA, "device %d: primary context and event: %s", device, fb_cu_errstr(cr));
+  hdev_close(h);
+  return rc;
+}
+/* after what the handle freed on the device (its context current) */
+static void hdev_close(hdev *h) {
+  if (h->done) fb_cu.EventDestroy(h->done);
+  if (h->ctx && xcu.PrimaryCtxRelease) xcu.PrimaryCtxRelease(h->dev);
+  memset(h, 0, sizeof *h);
+}
+
 typedef struct { /* a lookup answer, for fourbit_layer_kernels_json */
   char spec[128], variant[192], note[256];
   int winner, found;
@@ -251,11 +287,7 @@ struct fourbit_layer {
   pthread_mutex_t mu;
   const fourbit_recipe *r;
   int device;
-  CUdevice dev;
-  CUcontext ctx;
-  CUevent ev_in;           /* recorded after each call's work on its stream: the next call's fence on another stream */
-  CUstream last;           /* the stream of the last call (used: there was one) */
-  int used;
+  hdev hd;
   fb_gpu_experts *g;
   fb_plan *plan;           /* the layers' precisions (sm_90a) */
   fb_cache *cache;         /* borrowed */
@@ -296,7 +328,7 @@ static fb_status layer_lookup(void *user, const fb_kernel_spec *k, long long tok
 
 /* the caller's context: the device's primary one, current on this thread (PyTorch's own; never a new one) */
 static fb_status layer_enter(fourbit_layer *l) {
-  CU_CHECK(fb_cu.CtxSetCurrent(l->ctx));
+  CU_CHECK(fb_cu.CtxSetCurrent(l->hd.ctx));
   return FB_OK;
 }
 /* The layer's work goes on the caller's stream itself (fb_cuda_set_stream for the length of the call: every launch,
@@ -304,26 +336,26 @@ static fb_status layer_enter(fourbit_layer *l) {
  * queues after, with no fence. The pool's memory is reused from call to call: every call ends by recording an event
  * after its own work on its stream, and a call on another stream first makes that stream wait for it (only for the
  * layer's own last work: not for what the caller queued on the old stream since, which may be long). */
-static fb_status stream_enter(CUevent done, int *used, CUstream *last, void *stream) {
-  if (*used && (CUstream)stream != *last) CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, done, 0));
+static fb_status stream_enter(hdev *h, void *stream) {
+  CU_CHECK(fb_cu.CtxSetCurrent(h->ctx)); /* the caller's context: the device's primary one, current on this thread */
+  if (h->used && (CUstream)stream != h->last) CU_CHECK(fb_cu.StreamWaitEvent((CUstream)stream, h->done, 0));
   fb_cuda_set_stream((CUstream)stream);
   return FB_OK;
 }
 /* after a call's work was queued (also when it failed part way: what it queued may still use the pool) */
-static fb_status stream_leave(CUevent done, int *used, CUstream *last, void *stream, fb_status rc) {
+static fb_status stream_leave(hdev *h, void *stream, fb_status rc) {
   fb_cuda_set_stream(NULL);
-  CUresult r = fb_cu.EventRecord(done, (CUstream)stream);
-  if (r == CUDA_SUCCESS) *used = 1, *last = (CUstream)stream;
+  CUresult r = fb_cu.EventRecord(h->done, (CUstream)stream);
+  if (r == CUDA_SUCCESS) h->used = 1, h->last = (CUstream)stream;
   else if (rc == FB_OK) rc = FB_ERR(FB_ECUDA, "cuEventRecord after the call: %s", fb_cu_errstr((int)r));
   return rc;
 }
 
 void fourbit_layer_free(fourbit_layer *l) {
   if (!l) return;
-  if (l->ctx) fb_cu.CtxSetCurrent(l->ctx);
+  if (l->hd.ctx) fb_cu.CtxSetCurrent(l->hd.ctx);
   fb_gpu_experts_free(l->g);
-  if (l->ev_in) fb_cu.EventDestroy(l->ev_in);
-  if (l->ctx && xcu.PrimaryCtxRelease) xcu.PrimaryCtxRelease(l->dev);
+  hdev_close(&l->hd);
   fb_plan_free(l->plan);
   if (l->log) fclose(l->log);
   free(l->logbuf);
@@ -338,27 +370,18 @@ int fourbit_layer_create(const fourbit_recipe *r, const fourbit_layer_opts *o, f
   if (!r) return FB_USERERR(FB_EINVAL, "fourbit_layer_create: no recipe");
   FB_TRY(check_size(o, o ? o->size : 0, sizeof *o, "fourbit_layer_create: options"));
   const fb_recipe *rec = r->r;
-  if (o->device < 0) return FB_USERERR(FB_EINVAL, "device %d: a CUDA ordinal is >= 0", o->device);
   if (o->tokens < 0) return FB_USERERR(FB_EINVAL, "tokens %d: >= 0 (0: the recipe's)", o->tokens);
-  FB_TRY(fb_cuda_load());
-  pthread_once(&xcu_once, xcu_load);
-  int ndev = 0;
-  FB_TRY(fb_cuda_device_count(&ndev));
-  if (o->device >= ndev) return FB_USERERR(FB_EINVAL, "device %d: the driver sees %d GPU(s)", o->device, ndev);
+  hdev hd;
+  FB_TRY(hdev_open(o->device, &hd));
   fourbit_layer *l = calloc(1, sizeof *l);
-  if (!l) return FB_ERR(FB_ENOMEM, "fourbit_layer_create");
+  if (!l) {
+    hdev_close(&hd);
+    return FB_ERR(FB_ENOMEM, "fourbit_layer_create");
+  }
   pthread_mutex_init(&l->mu, NULL);
-  l->r = r, l->device = o->device, l->verbose = o->verbose;
+  l->r = r, l->device = o->device, l->verbose = o->verbose, l->hd = hd;
   l->cache = o->cache ? o->cache->c : NULL;
   fb_status rc = FB_OK;
-  int cr = fb_cu.DeviceGet(&l->dev, o->device);
-  if (!cr) cr = fb_cu.DevicePrimaryCtxRetain(&l->ctx, l->dev);
-  if (!cr) cr = fb_cu.CtxSetCurrent(l->ctx);
-  if (!cr) cr = fb_cu.EventCreate(&l->ev_in, CU_EVENT_DISABLE_TIMING);
-  if (cr) {
-    rc = FB_ERR(FB_ECUDA, "device %d: primary context and events: %s", o->device, fb_cu_errstr(cr));
-    goto fail;
-  }
   FB_TRY_GOTO(fb_plan_resolve(rec, "sm_90a", &l->plan), fail);
   if (l->cache) FB_TRY_GOTO(fb_tune_fingerprint(&l->fp), fail);
   l->log = open_memstream(&l->logbuf, &l->loglen);
@@ -369,7 +392,7 @@ int fourbit_layer_create(const fourbit_recipe *r, const fourbit_layer_opts *o, f
   fb_gpu_experts_opts go = {.recipe = rec, .tokens = o->tokens ? o->tokens : rec->tokens, .lookup = l->cache ? layer_lookup : NULL,
                             .lookup_user = l, .log = l->log, .verbose = 1, .device = o->device};
   FB_TRY_GOTO(fb_gpu_experts_create(&go, &l->g), fail);
-  cr = fb_cu.CtxSynchronize(); /* what create copied up (legacy stream) is there before a call on another stream */
+  int cr = fb_cu.CtxSynchronize(); /* what create copied up (legacy stream) is there before a call on another stream */
   if (cr) {
     rc = FB_ERR(FB_ECUDA, "device %d: after loading the layer's kernels: %s", o->device, fb_cu_errstr(cr));
     goto fail;
@@ -459,10 +482,8 @@ int fourbit_layer_forward(fourbit_layer *l, int layer, int tokens, uint64_t x, u
   io.x = x, io.topk_idx = topk_idx, io.topk_w = topk_w, io.w13 = w13, io.w2 = w2, io.y = y;
   fb_status rc = FB_OK;
   pthread_mutex_lock(&l->mu);
-  FB_TRY_GOTO(layer_enter(l), done);
-  FB_TRY_GOTO(stream_enter(l->ev_in, &l->used, &l->last, stream), done);
-  rc = fb_gpu_experts_forward_dev(l->g, L, &io);
-  rc = stream_leave(l->ev_in, &l->used, &l->last, stream, rc);
+  FB_TRY_GOTO(stream_enter(&l->hd, stream), done);
+  rc = stream_leave(&l->hd, stream, fb_gpu_experts_forward_dev(l->g, L, &io));
 done:
   if (rc != FB_OK && L->saved) fb_gpu_experts_ops(l->g)->release(l->g, L);
   pthread_mutex_unlock(&l->mu);
@@ -487,10 +508,8 @@ int fourbit_layer_backward(fourbit_layer *l, fourbit_saved *saved, uint64_t dy, 
     rc = FB_USERERR(FB_EINVAL, "fourbit_layer_backward: a NULL device pointer");
     goto done;
   }
-  FB_TRY_GOTO(layer_enter(l), done);
-  FB_TRY_GOTO(stream_enter(l->ev_in, &l->used, &l->last, stream), done);
-  rc = fb_gpu_experts_backward_dev(l->g, &saved->L, &io);
-  rc = stream_leave(l->ev_in, &l->used, &l->last, stream, rc);
+  FB_TRY_GOTO(stream_enter(&l->hd, stream), done);
+  rc = stream_leave(&l->hd, stream, fb_gpu_experts_backward_dev(l->g, &saved->L, &io));
 done:
   if (saved->L.saved) fb_gpu_experts_ops(l->g)->release(l->g, &saved->L);
   pthread_mutex_unlock(&l->mu);
@@ -523,11 +542,7 @@ typedef struct {
 struct fourbit_quantizer {
   pthread_mutex_t mu;
   int device, verbose;
-  CUdevice dev;
-  CUcontext ctx;
-  CUevent ev;             /* recorded after each call's work: the stream change's fence, as the layer's */
-  CUstream last;
-  int used;
+  hdev hd;                /* as the layer's */
   const char *arch;
   qkern *kt;
   int nk, cap;
@@ -591,12 +606,11 @@ static fb_status qlaunch(const qkern *e, fb_kp_mem *p, unsigned ng) {
 
 void fourbit_quantizer_free(fourbit_quantizer *q) {
   if (!q) return;
-  if (q->ctx) fb_cu.CtxSetCurrent(q->ctx);
+  if (q->hd.ctx) fb_cu.CtxSetCurrent(q->hd.ctx);
   for (int i = 0; i < q->nk; ++i) fb_kernel_unload(&q->kt[i].k);
   free(q->kt);
   if (q->scratch) fb_cu.MemFree(q->scratch);
-  if (q->ev) fb_cu.EventDestroy(q->ev);
-  if (q->ctx && xcu.PrimaryCtxRelease) xcu.PrimaryCtxRelease(q->dev);
+  hdev_close(&q->hd);
   pthread_mutex_destroy(&q->mu);
   free(q);
 }
@@ -605,25 +619,20 @@ int fourbit_quantizer_create(const fourbit_quantizer_opts *o, fourbit_quantizer 
   if (!out) return FB_USERERR(FB_EINVAL, "fourbit_quantizer_create: out is NULL");
   *out = NULL;
   FB_TRY(check_size(o, o ? o->size : 0, sizeof *o, "fourbit_quantizer_create: options"));
-  if (o->device < 0) return FB_USERERR(FB_EINVAL, "device %d: a CUDA ordinal is >= 0", o->device);
-  FB_TRY(fb_cuda_load());
-  pthread_once(&xcu_once, xcu_load);
-  int ndev = 0;
-  FB_TRY(fb_cuda_device_count(&ndev));
-  if (o->device >= ndev) return FB_USERERR(FB_EINVAL, "device %d: the driver sees %d GPU(s)", o->device, ndev);
+  hdev hd;
+  FB_TRY(hdev_open(o->device, &hd));
   const char *arch = NULL;
-  FB_TRY(fb_gpu_device_arch(o->device, &arch));
-  fourbit_quantizer *q = calloc(1, sizeof *q);
-  if (!q) return FB_ERR(FB_ENOMEM, "fourbit_quantizer_create");
+  fb_status as = fb_gpu_device_arch(o->device, &arch);
+  fourbit_quantizer *q = as == FB_OK ? calloc(1, sizeof *q) : NULL;
+  if (!q) {
+    hdev_close(&hd);
+    return as != FB_OK ? as : FB_ERR(FB_ENOMEM, "fourbit_quantizer_create");
+  }
   pthread_mutex_init(&q->mu, NULL);
-  q->device = o->device, q->verbose = o->verbose, q->arch = arch;
-  int cr = fb_cu.DeviceGet(&q->dev, o->device);
-  if (!cr) cr = fb_cu.DevicePrimaryCtxRetain(&q->ctx, q->dev);
-  if (!cr) cr = fb_cu.CtxSetCurrent(q->ctx);
-  if (!cr) cr = fb_cu.EventCreate(&q->ev, CU_EVENT_DISABLE_TIMING);
-  if (!cr) cr = fb_cu.MemAlloc(&q->scratch, 256);
+  q->device = o->device, q->verbose = o->verbose, q->arch = arch, q->hd = hd;
+  int cr = fb_cu.MemAlloc(&q->scratch, 256);
   if (cr) {
-    fb_status rc = FB_ERR(FB_ECUDA, "device %d: primary context, event, scratch: %s", o->device, fb_cu_errstr(cr));
+    fb_status rc = FB_ERR(FB_ECUDA, "device %d: the quantizer's scratch: %s", o->device, fb_cu_errstr(cr));
     fourbit_quantizer_free(q);
     return rc;
   }
@@ -631,12 +640,6 @@ int fourbit_quantizer_create(const fourbit_quantizer_opts *o, fourbit_quantizer 
   return FB_OK;
 }
 
-/* the handle's context current, its calls on the caller's stream (a change of stream waits for the handle's last call:
- * the scratch word is shared) */
-static fb_status q_enter(fourbit_quantizer *q, void *stream) {
-  CU_CHECK(fb_cu.CtxSetCurrent(q->ctx));
-  return stream_enter(q->ev, &q->used, &q->last, stream);
-}
 
 static fb_status quantize_dev(fourbit_quantizer *q, const fourbit_quant_opts *o, int dtype, uint64_t x, size_t rows,
                               size_t cols, uint64_t codes, uint64_t scales, uint64_t outer) {
@@ -716,8 +719,8 @@ int fourbit_quantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o, i
   if (dtype != FOURBIT_F32 && dtype != FOURBIT_BF16)
     return FB_USERERR(FB_EINVAL, "fourbit_quantize_device: dtype %d (FOURBIT_F32 0 or FOURBIT_BF16 1)", dtype);
   pthread_mutex_lock(&q->mu);
-  fb_status rc = q_enter(q, stream);
-  if (rc == FB_OK) rc = stream_leave(q->ev, &q->used, &q->last, stream, quantize_dev(q, o, dtype, x, rows, cols, codes, scales, outer));
+  fb_status rc = stream_enter(&q->hd, stream); /* a change of stream waits for the handle's last call: the scratch is shared */
+  if (rc == FB_OK) rc = stream_leave(&q->hd, stream, quantize_dev(q, o, dtype, x, rows, cols, codes, scales, outer));
   pthread_mutex_unlock(&q->mu);
   return rc;
 }
@@ -726,8 +729,8 @@ int fourbit_dequantize_device(fourbit_quantizer *q, const fourbit_quant_opts *o,
                               uint64_t outer, size_t rows, size_t cols, uint64_t y, void *stream) {
   FB_TRY(qcheck(q, o, rows, cols, "fourbit_dequantize_device", codes, scales, y, outer));
   pthread_mutex_lock(&q->mu);
-  fb_status rc = q_enter(q, stream);
-  if (rc == FB_OK) rc = stream_leave(q->ev, &q->used, &q->last, stream, dequantize_dev(q, o, codes, scales, outer, rows, cols, y));
+  fb_status rc = stream_enter(&q->hd, stream);
+  if (rc == FB_OK) rc = stream_leave(&q->hd, stream, dequantize_dev(q, o, codes, scales, outer, rows, cols, y));
   pthread_mutex_unlock(&q->mu);
   return rc;
 }

@@ -707,13 +707,11 @@ static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr 
   return run_mem(g, e, &p, (long long)m->rows, (long long)m->cols, 0);
 }
 
-/* The B operand of a GEMM as the kernel picked for spec k (fitting f) multiplies it: an MXFP8 B as it is, codes and E8M0
+/* The B operand of a GEMM as its kernel e multiplies it: an MXFP8 B as it is, codes and E8M0
  * scales, for an FP8 tensor-core variant (weights_bf16 0: wgmma / mma.sync on E4M3, each k32 block promoted by its two
  * scales); else its exact BF16 copy (bcopy, in arena a), which the BF16-product kernels take. So a tuned or default FP8
  * kernel needs no copy of B at all. */
-static fb_status gemm_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
-  const kent *e;
-  FB_TRY(kget(g, k, f, &e));
+static fb_status gemm_b(fb_gpu_experts *g, arena *a, const kent *e, const dq *B, fb_gemm_args *ga) {
   if (B->f == FB_FMT_MXFP8 && fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1)) {
     ga->b = B->c, ga->b_sf = B->s;
     return FB_OK;
@@ -762,9 +760,8 @@ static fb_status op_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, const d
   return FB_OK;
 }
 
-static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, fb_gemm_args *ga) {
-  const kent *e;
-  FB_TRY(kget(g, k, f, &e));
+/* a GEMM launch of the kernel e (kget's for the spec and fit) */
+static fb_status gemm_run(fb_gpu_experts *g, const kent *e, fb_gemm_args *ga) {
   fb_gemm_cfg cfg;
   FB_TRY(fb_gemm_config(&e->spec, &e->v, &cfg));
   fb_kp_gemm kp;
@@ -772,6 +769,18 @@ static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   FB_TRY(prof_a(g, e->v.name));
   FB_TRY(fb_gemm_launch(&e->k, &cfg, &kp, g->sms));
   return prof_b(g);
+}
+static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, fb_gemm_args *ga) {
+  const kent *e;
+  FB_TRY(kget(g, k, f, &e));
+  return gemm_run(g, e, ga);
+}
+/* with B as the kernel picked multiplies it (gemm_b); a copy goes in arena a */
+static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
+  const kent *e;
+  FB_TRY(kget(g, k, f, &e));
+  FB_TRY(gemm_b(g, a, e, B, ga));
+  return gemm_run(g, e, ga);
 }
 
 /* ---- checks ------------------------------------------------------------------------------------------------- */
@@ -1185,8 +1194,7 @@ static fb_status fwd_w13(fwd_ctx *x) {
     fb_gemm_args ga = {.a = s->X.c, .out = dA, .offsets = s->d_off, .a_sf = s->X.s, .a_outer = s->X.o, .b_outer = s->W13.o,
                          .rows = (long long)R, .experts = (int)nE, .N = (int)(2 * F), .K = (int)D, .aux = s->H};
     arena cp = {.g = g}; /* B's BF16 copy, if the GEMM takes one: dead once the GEMM ran */
-    rc = gemm_b(g, &cp, &k, &f, &s->W13, &ga);
-    if (rc == FB_OK) rc = gemm(g, &k, &f, &ga);
+    rc = gemm_with_b(g, &cp, &k, &f, &s->W13, &ga);
     afree(&cp);
   }
   if (rc == FB_OK && abf) {
@@ -1229,8 +1237,7 @@ static fb_status fwd_w2(fwd_ctx *x) {
     fb_gemm_args ga = {.a = s->A.c, .out = yq, .offsets = s->d_off, .a_sf = s->A.s, .a_outer = s->A.o, .b_outer = s->W2.o,
                          .rows = (long long)R, .experts = (int)nE, .N = (int)D, .K = (int)F, .out_sf = ye, .signs = s->signs};
     arena cp = {.g = g}; /* B's BF16 copy, if the GEMM takes one: dead once the GEMM ran */
-    fb_status rc = gemm_b(g, &cp, &k, &f, &s->W2, &ga);
-    if (rc == FB_OK) rc = gemm(g, &k, &f, &ga);
+    fb_status rc = gemm_with_b(g, &cp, &k, &f, &s->W2, &ga);
     afree(&cp);
     FB_TRY(rc);
   }
@@ -1502,8 +1509,7 @@ static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tm
   gfit f = {1, 0, 0, (int)F, (int)D};
   fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
-  FB_TRY(gemm_b(g, ph, &k, &f, &W2g, &ga));
-  FB_TRY(gemm(g, &k, &f, &ga));
+  FB_TRY(gemm_with_b(g, ph, &k, &f, &W2g, &ga));
   const kent *e;
   k = sp_swiglu(g, 1);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -1534,8 +1540,7 @@ static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved
   gfit f = {1, 1, (int)M, (int)N, 0};
   fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
-  FB_TRY(gemm_b(g, ph, &k, &f, &St, &ga));
-  return gemm(g, &k, &f, &ga);
+  return gemm_with_b(g, ph, &k, &f, &St, &ga);
 }
 static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S, size_t N, int op_g,
                           int op_s, CUdeviceptr out) {
@@ -1560,8 +1565,7 @@ static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_l
   gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
   fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
-  FB_TRY(gemm_b(g, ph, &k, &f, &W13g, &ga));
-  return gemm(g, &k, &f, &ga);
+  return gemm_with_b(g, ph, &k, &f, &W13g, &ga);
 }
 static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
   g->phase = "bwd w13 dgrad";
