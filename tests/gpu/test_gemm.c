@@ -14,6 +14,8 @@
  *   test_gemm --only SUBSTR,..  only kernels whose name contains one of them (and what their checks compare with: the FP32
  *                               companion of a SwiGLU / S2F6 variant, the pipe 0 twin of a pipelined FP32 one)
  *   test_gemm --list            the classes and the chosen variants, without compiling
+ *   test_gemm --held            also the classes the generator holds out until they have run on a GPU (FP8 wgmma beside
+ *                               the forward SwiGLU / S2F6 epilogues): a variant each built by hand, run and counted
  *   test_gemm --bench PEERFILE  also time every covering-set variant that passed (and the FP8 wgmma ones) on the
  *                               benchmark's shapes (--write-shapes FILE writes them for tests/gpu/bench_gemm_peer.py,
  *                               which writes PEERFILE); first the mma.sync ceiling (BF16 m16n8k16, E4M3 m16n8k32 on
@@ -114,7 +116,7 @@ static fb_kernel_spec hand_spec(const gcase *g) {
 }
 
 /* ---- units: one variant to compile and check ---- */
-enum { R_COVER, R_COMP, R_TWIN, R_LAYER, R_FP8, R_BCOPY };
+enum { R_COVER, R_COMP, R_TWIN, R_LAYER, R_FP8, R_BCOPY, R_HELD, NROLES };
 /* epilogue classes */
 enum { E_NONE, E_SWIGLU, E_SWIGLUBWD, E_S2F6, E_WGRAD, E_F32ROWS, E_S2F6NORHT, NEPI };
 static const char *const EPI_NAME[NEPI] = {"none (BF16 rows)", "SwiGLU", "SwiGLU bwd", "S2F6/RHT-32", "wgrad FP32", "FP32 rows", "S2F6"};
@@ -279,7 +281,8 @@ static int probe(const fb_kernel_spec *k, const int val[8], int fam, fb_variant 
   int got = 0;
   for (int i = 0; i < nv && !got; ++i)
     if (!strcmp(vs[i].tmpl, FAM_TMPL[fam])) *v = vs[i], got = 1;
-  if (!got && nv && n) snprintf(why, n, "the %s variant is pruned (only the other family's is kept)", fam ? "mma" : "wgmma");
+  /* one family kept, the other pruned: why is the pruned one's reason (fb_gen_variants gives the first pruned row's) */
+  if (!got && nv && n && !why[0]) snprintf(why, n, "the %s variant is pruned (only the other family's is kept)", fam ? "mma" : "wgmma");
   free(vs);
   return got;
 }
@@ -318,6 +321,22 @@ static int dep_unit(int ui, int role) {
     units[di].dep = t;
   }
   return di;
+}
+
+/* --held: the classes the generator holds out only until they have run on a GPU (gen/templates.c gemm_illegal: FP8
+   wgmma beside the forward SwiGLU and S2F6 epilogues), a variant each built here by hand with the probe's values, run
+   and counted as the classes are (a wrong one fails the run); the generator's reason stays in the class's line */
+static int g_held;
+#define HELD_WHY "FP8 wgmma beside the forward epilogues"
+static void held_unit(const fb_kernel_spec *k, const int val[8], int ci) {
+  unit *u = new_unit();
+  u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = 2, u->mode = 0, u->outer = 0, u->epi = spec_epi(k);
+  fb_variant *v = &u->v;
+  snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
+  v->nparams = 8;
+  for (int q = 0; q < 8; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = val[q];
+  snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d_b0", k->name, val[0], val[1], val[2], val[3], val[4], val[5]);
+  classes[ci].unit = (int)(u - units);
 }
 
 /* Every shipped recipe's GEMM specs and the covering family; the classes; one unit per class with a variant */
@@ -444,7 +463,10 @@ static void build_cover(void) {
                 char pw[256];
                 if (probe(&gspecs[s].k, val, fam, &v, pw, sizeof pw))
                   snprintf(classes[ci].why, sizeof classes[ci].why, "internal: %s is kept but was not in the covering family", v.name);
-                else snprintf(classes[ci].why, sizeof classes[ci].why, "%s", pw);
+                else {
+                  snprintf(classes[ci].why, sizeof classes[ci].why, "%s", pw);
+                  if (g_held && !fam && strstr(pw, HELD_WHY)) held_unit(&gspecs[s].k, val, ci);
+                }
               }
     }
   /* what the fused ones compare with */
@@ -682,7 +704,7 @@ static long long bcounts(const bshape *b, long long *cnt) {
 
 
 
-static const char *ROLE_NAME[] = {"class", "companion", "pipe-0 twin", "expert layer", "FP8 wgmma", "bcopy"};
+static const char *ROLE_NAME[] = {"class", "companion", "pipe-0 twin", "expert layer", "FP8 wgmma", "bcopy", "held out"};
 
 /* the classes: those with a variant (the chosen one), then those without, grouped by why */
 static void print_classes(void) {
@@ -700,7 +722,8 @@ static void print_classes(void) {
   for (int i = 0; i < nclasses; ++i) {
     if (classes[i].unit < 0) continue;
     class_label(&classes[i].key, lab, sizeof lab);
-    printf("  class %-66s %-72s (%d kept%s)\n", lab, units[classes[i].unit].v.name, classes[i].nkept, classes[i].in_recipe ? "" : "; none in a recipe's family");
+    if (units[classes[i].unit].role == R_HELD) printf("  held  %-66s %-72s (built by hand; the generator: %.80s)\n", lab, units[classes[i].unit].v.name, classes[i].why);
+    else printf("  class %-66s %-72s (%d kept%s)\n", lab, units[classes[i].unit].v.name, classes[i].nkept, classes[i].in_recipe ? "" : "; none in a recipe's family");
   }
   int without = nclasses - with;
   printf("test_gemm: %d classes of those values have no variant (not run), by reason:\n", without);
@@ -843,6 +866,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--compile-only")) compile_only = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--list")) list = 1;
+    else if (!strcmp(argv[i], "--held")) g_held = 1;
     else if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
       g_arch = argv[++i];
       if (!fb_arch_known(g_arch)) { fprintf(stderr, "test_gemm: --arch %s: not one of %s\n", g_arch, FB_ARCHS); return 2; }
@@ -852,7 +876,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--write-shapes") && i + 1 < argc) shapes_out = argv[++i];
     else if (!strcmp(argv[i], "--bench") && i + 1 < argc) peer = argv[++i];
     else if (!strcmp(argv[i], "--help")) {
-      puts("usage: test_gemm [--compile-only [--arch A]] [--list] [--only SUBSTR,...] [--write-shapes FILE] [--bench PEERFILE]");
+      puts("usage: test_gemm [--compile-only [--arch A]] [--list] [--held] [--only SUBSTR,...] [--write-shapes FILE] [--bench PEERFILE]");
       return 0;
     }
     else { fprintf(stderr, "test_gemm: unknown argument %s\n", argv[i]); return 2; }
@@ -908,12 +932,12 @@ int main(int argc, char **argv) {
       if (units[i].role != R_BCOPY && !fam_of(&units[i].v)) units[i].sel = 0;
     printf("test_gemm --compile-only --arch %s: the portable units and the BF16 copies, compiled, never run (no such GPU)\n", g_arch);
   }
-  int nby[6] = {0};
+  int nby[NROLES] = {0};
   for (int i = 0; i < nunits; ++i) nsel += units[i].sel, nby[units[i].role] += units[i].sel;
   if (compile_only && !only) printf("test_gemm --compile-only: the companions and pipe 0 twins (plain FP32 forms of the same main loops) are compiled only to run\n");
   if (!nsel) { fprintf(stderr, "test_gemm: --only %s: no kernel's name has it\n", only); return 2; }
-  printf("test_gemm: %d kernels: %d class variants, %d companions, %d pipe 0 twins, %d expert-layer, %d FP8 wgmma, %d bcopy\n", nsel, nby[R_COVER],
-         nby[R_COMP], nby[R_TWIN], nby[R_LAYER], nby[R_FP8], nby[R_BCOPY]);
+  printf("test_gemm: %d kernels: %d class variants, %d companions, %d pipe 0 twins, %d expert-layer, %d FP8 wgmma, %d bcopy, %d held out\n", nsel,
+         nby[R_COVER], nby[R_COMP], nby[R_TWIN], nby[R_LAYER], nby[R_FP8], nby[R_BCOPY], nby[R_HELD]);
   if (list) {
     for (int i = 0; i < nunits; ++i)
       if (units[i].sel) printf("  %-12s %s\n", ROLE_NAME[units[i].role], units[i].v.name);
