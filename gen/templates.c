@@ -214,12 +214,13 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   if (kind == 2 && wb) kind = 3;
   if (pipe != 0 && pipe != 1 && pipe != 2) return "gemm: pipe takes 0 (off), 1 (whole k-blocks) or 2 (half k-blocks)";
   if (pipe && kind == 0) return "gemm: pipe is for NVFP4 / MXFP8 (A decoded in registers); the BF16 GEMM has no decode to overlap";
-  if (pipe && kind == 2) return "gemm: pipe is for A decoded in registers; FP8 wgmma (weights_bf16 = false) reads both from shared memory";
+  if (pipe == 1 && kind == 2)
+    return "gemm: FP8 wgmma (weights_bf16 = false) takes pipe 0 or 2 (two k32 products in flight and in promotion); 1 is for A decoded in registers";
   if (st < 2) return "gemm: at least 2 stages";
   int mw = tm / co / 64;
-  /* consumer registers: accumulators (and FP8's temporary accumulators, one k32 product each), NVFP4's decoded A
+  /* consumer registers: accumulators (and FP8's temporary accumulators, one k32 product each, two with pipe 2), NVFP4's decoded A
      fragments and scales, the rest */
-  int regs = mw * tn / 2 * (kind == 2 ? 2 : 1) + (kind == 1 || kind == 3 ? mw * 48 + 8 : 0) + 40;
+  int regs = mw * tn / 2 * (kind == 2 ? (pipe ? 3 : 2) : 1) + (kind == 1 || kind == 3 ? mw * 48 + 8 : 0) + 40;
   /* pipe 1: a second slot of 8 decoded A fragments (32) and the decode's temporaries beside both (ptxas 13.0: 128 x 128
      with two consumers fits, 128 x 192 spills) */
   if (pipe == 1) regs += mw * 48;

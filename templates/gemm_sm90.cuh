@@ -32,7 +32,10 @@
  * FB_A_OUTER / FB_B_OUTER (FB_KIND 1): 1 per row of A / per expert of B, 2 one per tensor (index 0). The epilogue
  * writes acc * (S_dec(A) * S_dec(B)).
  * Tune parameters: FB_TILE_M, FB_TILE_N, FB_TILE_K, FB_STAGES, FB_CONSUMERS (fb_gemm_config() on the host
- * checks them; gen/templates.c prunes what does not fit), and for FB_KIND 1 and 3 FB_PIPE (0 when not defined):
+ * checks them; gen/templates.c prunes what does not fit), and FB_PIPE (0 when not defined). For FB_KIND 2, pipe 2 keeps
+ * two k32 products: the next one's wgmma is issued before this one is promoted, so the promotion's CUDA-core work runs
+ * beside the tensor cores (pipe 0 waits for each; the same wgmmas and promotions in the same order: bit-identical).
+ * For FB_KIND 1 and 3:
  *   0  per k-block: ldmatrix + decode of all 8 k16 A fragments, 8 wgmma, commit, wait 0, release the stage, so a
  *      warpgroup's decode never overlaps its own wgmmas (only the other consumer warpgroup's);
  *   N  (1 or 2) the 8 k16 steps of a k-block in N commit groups, software-pipelined over two fragment slots: the
@@ -158,6 +161,38 @@ static __device__ __forceinline__ void fbg_mma_rs(float (&acc)[MW][BN / 2], cons
   fbg_wg_commit();
 #pragma unroll
   for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(acc[mw]);
+}
+#endif
+
+#if FB_KIND == 2
+/* k32 product k (of the k-block at sa, sb) of every m64 sub-tile of consumer c into t, as one commit group */
+static __device__ __forceinline__ void fbg_e4m3_issue(float (&t)[MW][BN / 2], u32 sa, u32 sb, int k, int c) {
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(t[mw]);
+  fbg_wg_fence();
+  u64 db = fbg_desc_sw128(sb) + 2 * k;
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) WGMMA_SS_E4M3(t[mw], fbg_desc_sw128(sa + (c * WM + mw * 64) * 128) + 2 * k, db, 0);
+  fbg_wg_commit();
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(t[mw]);
+}
+/* acc += t * (sa * sb): k32 product j's promotion by the E8M0 scales of this thread's rows and columns */
+static __device__ __forceinline__ void fbg_e4m3_promote(float (&acc)[MW][BN / 2], const float (&t)[MW][BN / 2], const float *sfa,
+                                                        const float *sfb, int j, int c, int warp, int lane, int q) {
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) {
+    int r = c * WM + mw * 64 + 16 * warp + lane / 4;
+    float sa0 = sfa[j * BM + r], sa1 = sfa[j * BM + r + 8];
+#pragma unroll
+    for (int jb = 0; jb < BN / 8; ++jb) {
+      float2 sb = *(const float2 *)&sfb[j * BN + 8 * jb + 2 * q];
+      acc[mw][4 * jb + 0] = fmaf(t[mw][4 * jb + 0], sa0 * sb.x, acc[mw][4 * jb + 0]);
+      acc[mw][4 * jb + 1] = fmaf(t[mw][4 * jb + 1], sa0 * sb.y, acc[mw][4 * jb + 1]);
+      acc[mw][4 * jb + 2] = fmaf(t[mw][4 * jb + 2], sa1 * sb.x, acc[mw][4 * jb + 2]);
+      acc[mw][4 * jb + 3] = fmaf(t[mw][4 * jb + 3], sa1 * sb.y, acc[mw][4 * jb + 3]);
+    }
+  }
 }
 #endif
 
@@ -436,37 +471,38 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       fbg_mma_rs<8>(acc, af, SB(s), 0);
       fbg_wg_wait<0>();
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
+#elif FB_PIPE
+      /* FP8 pipe 2: the k-block's 4 k32 products in two temporary accumulators; product j + 1's wgmma is issued before
+         product j is promoted (wait_group 1 retires j only), so the promotion runs beside the tensor cores. The same
+         wgmmas and the same promotions in the same order as pipe 0: bit-identical. */
+      static_assert(BK == 128 && FB_PIPE == 2, "FP8 wgmma: tile_k 128, pipe 0 or 2");
+      const float *sfa = (const float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
+      float tmp[2][MW][BN / 2];
+      fbg_e4m3_issue(tmp[0], SA(s), SB(s), 0, c);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (j < 3) {
+          fbg_e4m3_issue(tmp[(j + 1) & 1], SA(s), SB(s), j + 1, c);
+          fbg_wg_wait<1>();
+        } else fbg_wg_wait<0>();
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[j & 1][mw]);
+        fbg_e4m3_promote(acc, tmp[j & 1], sfa, sfb, j, c, warp, lane, q);
+      }
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
 #else
+      /* FP8 pipe 0: each k32 product issued, waited for, then promoted */
       const float *sfa = (const float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
 #pragma unroll
-      for (int a = 0; a < BK / 128; ++a)
+      for (int j = 0; j < BK / 32; ++j) {
+        float tmp[MW][BN / 2];
+        fbg_e4m3_issue(tmp, SA(s) + (j / 4) * BM * 128, SB(s) + (j / 4) * BN * 128, j % 4, c);
+        fbg_wg_wait<0>();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          float tmp[MW][BN / 2];
-          u64 db = fbg_desc_sw128(SB(s) + a * BN * 128) + 2 * k;
-          fbg_wg_fence();
-#pragma unroll
-          for (int mw = 0; mw < MW; ++mw)
-            WGMMA_SS_E4M3(tmp[mw], fbg_desc_sw128(SA(s) + a * BM * 128 + (c * WM + mw * 64) * 128) + 2 * k, db, 0);
-          fbg_wg_commit();
-#pragma unroll
-          for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[mw]);
-          fbg_wg_wait<0>();
-          const int j = a * 4 + k; /* k32 block within the k-block */
-#pragma unroll
-          for (int mw = 0; mw < MW; ++mw) {
-            int r = c * WM + mw * 64 + 16 * warp + lane / 4;
-            float sa0 = sfa[j * BM + r], sa1 = sfa[j * BM + r + 8];
-#pragma unroll
-            for (int jb = 0; jb < BN / 8; ++jb) {
-              float2 sb = *(const float2 *)&sfb[j * BN + 8 * jb + 2 * q];
-              acc[mw][4 * jb + 0] = fmaf(tmp[mw][4 * jb + 0], sa0 * sb.x, acc[mw][4 * jb + 0]);
-              acc[mw][4 * jb + 1] = fmaf(tmp[mw][4 * jb + 1], sa0 * sb.y, acc[mw][4 * jb + 1]);
-              acc[mw][4 * jb + 2] = fmaf(tmp[mw][4 * jb + 2], sa1 * sb.x, acc[mw][4 * jb + 2]);
-              acc[mw][4 * jb + 3] = fmaf(tmp[mw][4 * jb + 3], sa1 * sb.y, acc[mw][4 * jb + 3]);
-            }
-          }
-        }
+        for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[mw]);
+        fbg_e4m3_promote(acc, tmp, sfa, sfb, j, c, warp, lane, q);
+      }
       /* every thread of the warpgroup has read its scales: then one releases the stage */
       asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));

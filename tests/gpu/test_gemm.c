@@ -335,7 +335,8 @@ static void held_unit(const fb_kernel_spec *k, const int val[8], int ci) {
   snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
   v->nparams = 8;
   for (int q = 0; q < 8; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = val[q];
-  snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d_b0", k->name, val[0], val[1], val[2], val[3], val[4], val[5]);
+  int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d_b0", k->name, val[0], val[1], val[2], val[3], val[4], val[5]);
+  if (val[7]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
   classes[ci].unit = (int)(u - units);
 }
 
@@ -569,7 +570,7 @@ static const char *find_cuobjdump(char *buf, size_t n) {
 
 /* One SASS instruction's text (after its address, up to ';'): does it touch (read or write) a register of `live`? The
    HGMMA / QGMMA themselves and the WARPGROUP ops do not count; a .64 / .128 operand covers 2 / 4 registers. */
-static int touches(const char *t, const unsigned char live[256]) {
+static int touches(const char *t, const int live[256]) {
   while (*t == ' ') ++t;
   if (*t == '@') { while (*t && *t != ' ') ++t; while (*t == ' ') ++t; } /* predicate */
   const char *op = t;
@@ -579,19 +580,27 @@ static int touches(const char *t, const unsigned char live[256]) {
     if (!strncmp(s, ".64", 3)) w = 2;
     if (!strncmp(s, ".128", 4)) w = 4;
   }
-  for (const char *s = t; *s && *s != ';'; ++s)
+  int in_addr = 0; /* inside [ ]: an address register, one wide (two where written R.64) whatever the access width */
+  for (const char *s = t; *s && *s != ';'; ++s) {
+    if (*s == '[' || *s == ']') in_addr = *s == '[';
     if (*s == 'R' && s[1] >= '0' && s[1] <= '9' && !(s[-1] >= 'A' && s[-1] <= 'Z') && !(s[-1] >= 'a' && s[-1] <= 'z') && s[-1] != '_') {
-      int r = atoi(s + 1);
-      for (int i = 0; i < w && r + i < 256; ++i)
+      int r = atoi(s + 1), rw = w;
+      if (in_addr) {
+        const char *d = s + 1;
+        while (*d >= '0' && *d <= '9') ++d;
+        rw = !strncmp(d, ".64", 3) ? 2 : 1;
+      }
+      for (int i = 0; i < rw && r + i < 256; ++i)
         if (live[r + i]) return 1;
     }
+  }
   return 0;
 }
 
 /* The GEMM's machine code (cuobjdump -sass): 1 if its products run on the tensor cores (wgmma: HGMMA, or QGMMA for the
    FP8 one) and its operands arrive by TMA (UTMALDG), 0 if not, -1 if it could not be read. *acc: the instructions that
-   touch an accumulator register of a wgmma between its issue and the WARPGROUP.DEPBAR.LE gsb0, 0x0 that retires it,
-   in code order (the kernels' loops leave with every group retired or, pipelined, with one in flight, so code order
+   touch an accumulator register of a wgmma between its issue and the WARPGROUP.DEPBAR.LE gsb0, N that retires it (all
+   but the N most recent commit groups; a group's last GMMA carries gsb0), in code order (the kernels' loops leave with every group retired or, pipelined, with one in flight, so code order
    is the order that matters); the first such in first (n bytes). */
 static int sass_check(const char *tool, const fb_cubin *cb, int fam, int *acc, char *first, size_t n) {
   *acc = 0, first[0] = 0;
@@ -605,7 +614,9 @@ static int sass_check(const char *tool, const fb_cubin *cb, int fam, int *acc, c
   snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>/dev/null", tool, path);
   FILE *p = w == cb->size ? popen(cmd, "r") : NULL;
   int hg = 0, tma = 0, lines = 0, nlive = 0, hm = 0, ldg = 0;
-  unsigned char live[256];
+  /* live[r]: the commit group (1, 2, ...) whose wgmma writes accumulator register r, 0 none in flight. A group's last
+     GMMA carries gsb0; WARPGROUP.DEPBAR.LE gsb0, N retires all but the N most recent groups (wait_group N) */
+  int live[256], grp = 1;
   memset(live, 0, sizeof live);
   char line[512];
   while (p && fgets(line, sizeof line, p)) {
@@ -619,14 +630,21 @@ static int sass_check(const char *tool, const fb_cubin *cb, int fam, int *acc, c
       int nn = atoi(g + 8), r = -1;
       const char *rr = strchr(g, 'R');
       if (rr) r = atoi(rr + 1);
-      for (int i = 0; r >= 0 && i < nn / 2 && r + i < 256; ++i) live[r + i] = 1;
+      for (int i = 0; r >= 0 && i < nn / 2 && r + i < 256; ++i) live[r + i] = grp;
       nlive = 1;
+      if (strstr(g, "gsb0")) ++grp; /* the group is committed */
       continue;
     }
     const char *e = strchr(t, ';');
     while (e > t && e[-1] == ' ') --e; /* the text ends before " ;" */
     if (strstr(t, "WARPGROUP.DEPBAR")) {
-      if (e - t >= 3 && !strncmp(e - 3, "0x0", 3)) memset(live, 0, sizeof live), nlive = 0;
+      const char *x = strstr(t, "0x");
+      int keep = x && x < e ? (int)strtol(x, NULL, 16) : 0;
+      nlive = 0;
+      for (int i = 0; i < 256; ++i) {
+        if (live[i] && live[i] <= grp - 1 - keep) live[i] = 0;
+        nlive |= live[i] != 0;
+      }
       continue;
     }
     if (strstr(t, "WARPGROUP")) continue;
