@@ -39,6 +39,14 @@ rel8=$(nums "$W/fp8" "check y (8 tokens)" | cut -d' ' -f2)
 fivesame "$W/fp8" && awk -v r="$rel8" 'BEGIN { exit !(r != "" && r <= 0.5) }' && [ "$(launches "$W/fp8")" = 32 ] &&
   [ "$(grep -c '^  bwd .*gemm_.*grad_mxfp8xmxfp8_.*_b0 ' "$W/fp8")" = 4 ] && ! grep -q '^  bwd .*bcopy' "$W/fp8" \
   && ok || { bad "one rank, FP8 GEMMs: checks"; grep -E '^check|^kernels of|bcopy|_b0' "$W/fp8"; }
+# layer 48 (the MXFP8 forward of the recipe's last sixth) with every GEMM on the FP8 tensor cores, the forward's SwiGLU
+# and S2F6 epilogues and pipe 2 included: no BF16 copy is made at all, and the checks pass as the BF16-product run's do
+fp8f="gemm_fwd_mxfp8xmxfp8_bf16_swiglu_sm90a_m64n128k128_s3_c1_w1_b0_p2,gemm_fwd_mxfp8xmxfp8_s2f6_rht32_sm90a_m128n128k128_s3_c1_w2_b0"
+fp8f="$fp8f,gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m64n128k128_s3_c1_w1_b0_p2,gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m64n128k128_s3_c1_w1_b0_p2"
+LD_LIBRARY_PATH=$MOCK "$BL" $args --layer 48 --pick "$fp8f" > "$W/fp8f" 2>&1 && ok || { bad "layer 48, FP8 GEMMs: exit $?"; tail -5 "$W/fp8f"; }
+rel8=$(nums "$W/fp8f" "check y (8 tokens)" | cut -d' ' -f2)
+fivesame "$W/fp8f" && awk -v r="$rel8" 'BEGIN { exit !(r != "" && r <= 0.5) }' && [ "$(grep -c '^  [fb]wd .*gemm_.*_mxfp8xmxfp8_.*_b0' "$W/fp8f")" = 6 ] \
+  && ! grep -q '^  [fb]wd .*bcopy' "$W/fp8f" && ok || { bad "layer 48, FP8 GEMMs: checks"; grep -E '^check|^kernels of|bcopy|_b0' "$W/fp8f"; }
 # NVFP4 dispatch rows of 256 values: 128 code bytes + 16 E4M3 scales + 4 (the FP32 outer scale) = 148 B;
 # "EXCHANGE dispatch: ours T ms for 512 rows x 148 B (nvfp4 payload: 0.2891 of BF16); ..."
 [ "$(nums "$W/one" "EXCHANGE dispatch" | cut -d' ' -f2-4)" = "512 148 0.2891" ] && grep -m1 '^EXCHANGE dispatch' "$W/one" | grep -q '(nvfp4 payload' \

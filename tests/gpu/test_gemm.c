@@ -14,8 +14,8 @@
  *   test_gemm --only SUBSTR,..  only kernels whose name contains one of them (and what their checks compare with: the FP32
  *                               companion of a SwiGLU / S2F6 variant, the pipe 0 twin of a pipelined FP32 one)
  *   test_gemm --list            the classes and the chosen variants, without compiling
- *   test_gemm --held            also the classes the generator holds out until they have run on a GPU (FP8 wgmma beside
- *                               the forward SwiGLU / S2F6 epilogues): a variant each built by hand, run and counted
+ *   test_gemm --held            also the classes the generator holds out until they have run on a GPU (its reason says
+ *                               "held out until run on a GPU"; none now): a variant each built by hand, run and counted
  *   test_gemm --bench PEERFILE  also time every covering-set variant that passed (and the FP8 wgmma ones) on the
  *                               benchmark's shapes (--write-shapes FILE writes them for tests/gpu/bench_gemm_peer.py,
  *                               which writes PEERFILE); first the mma.sync ceiling (BF16 m16n8k16, E4M3 m16n8k32 on
@@ -323,11 +323,12 @@ static int dep_unit(int ui, int role) {
   return di;
 }
 
-/* --held: the classes the generator holds out only until they have run on a GPU (gen/templates.c gemm_illegal: FP8
-   wgmma beside the forward SwiGLU and S2F6 epilogues), a variant each built here by hand with the probe's values, run
-   and counted as the classes are (a wrong one fails the run); the generator's reason stays in the class's line */
+/* --held: the classes the generator holds out only until they have run on a GPU (gen/templates.c gemm_illegal: a reason
+   with HELD_WHY in it; FP8 wgmma beside the forward SwiGLU and S2F6 epilogues were, until the H200 ran them this way),
+   a variant each built here by hand with the probe's values, run and counted as the classes are (a wrong one fails
+   the run); the generator's reason stays in the class's line */
 static int g_held;
-#define HELD_WHY "FP8 wgmma beside the forward epilogues"
+#define HELD_WHY "held out until run on a GPU"
 static void held_unit(const fb_kernel_spec *k, const int val[8], int ci) {
   unit *u = new_unit();
   u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = 2, u->mode = 0, u->outer = 0, u->epi = spec_epi(k);
