@@ -1,5 +1,5 @@
 /* gemm_sm90.cuh — grouped GEMM over experts for Hopper (sm_90a): TMA loads through an FB_STAGES-deep mbarrier
- * pipeline, one producer warpgroup and FB_CONSUMERS consumer warpgroups (setmaxnreg 40 / 232 with two), a
+ * pipeline, one producer warpgroup and FB_CONSUMERS consumer warpgroups (setmaxnreg 40 / 232 with two; 56 / 224 for FP8), a
  * persistent tile scheduler that reads the expert offsets on the device, wgmma.mma_async with FP32 accumulators.
  * The parameter block and the shapes: fb_gemm.h. Written from the PTX ISA; facts in docs/hardware.md "Hopper (sm_90a) fact sheet".
  *
@@ -14,7 +14,7 @@
  *      The permutation is the same for both operands' products, so the sum is the same sum (docs/numerics.md "GEMM accumulation").
  *   2  MXFP8 x MXFP8: E4M3 from shared memory (SS), wgmma k32 = one MX block: each k32 product goes to a
  *      temporary accumulator and is promoted, acc += tmp * (sa * sb), sa and sb the two E8M0 scales (powers of
- *      two). A warp of the producer warpgroup stages the scales of each pipeline stage into shared memory.
+ *      two). Three warps of the producer warpgroup stage the scales of each pipeline stage into shared memory.
  *   3  MXFP8 x BF16-copy (FB_KIND 2 with FB_WEIGHTS_BF16 1): A is MXFP8, read with ldmatrix and decoded in
  *      registers to e4m3 * 2^(e-127) in BF16 (exact), wgmma from registers; B is the exact BF16 copy of the other
  *      MXFP8 operand, K permuted inside every 16-group: position p holds element 4*((p & 7) >> 1) + 2*(p >> 3) + (p & 1).
@@ -97,7 +97,18 @@
 #define SF_BYTES fb_gemm_sf_bytes(FB_KIND, BM, BN, BK)
 #define ALIGN1K(x) fb_gemm_align1k(x)
 #define STAGE_BYTES fb_gemm_stage_bytes(FB_KIND, BM, BN, BK)
-#define FULL_COUNT (FB_KIND == 2 ? 33 : 1)
+#define SL 96                          /* FP8: the scale stagers' lanes (producer warps 1-3) */
+#define SNR ((BM + BN + SL - 1) / SL)  /* rows of scales a stager lane loads per k-block */
+#define FULL_COUNT (FB_KIND == 2 ? 1 + SL : 1)
+/* with two consumer warpgroups: the producer warpgroup's registers and the consumers' (launched at 168 each, 384
+   threads; 128 * P + 256 * C = 384 * 168). FP8's scale stagers need more than 40 (ptxas 13.0 spilled them). */
+#if FB_KIND == 2
+#define FBG_PRODUCER_REGS 56
+#define FBG_CONSUMER_REGS 224
+#else
+#define FBG_PRODUCER_REGS 40
+#define FBG_CONSUMER_REGS 232
+#endif
 
 static __device__ __forceinline__ void fbg_bar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -207,7 +218,13 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #define SA(s) (sbase + (s) * STAGE_BYTES)
 #define SB(s) (SA(s) + ALIGN1K(A_BYTES))
 #define SSF(s) (SB(s) + ALIGN1K(B_BYTES))
-  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int tid = threadIdx.x, wg = tid / 128;
+  /* warp and lane are read again after each branch's setmaxnreg (a volatile read of %tid.x, so not carried across it:
+     ptxas 13.0 spilled the carried ones around the FP8 consumers' register increase) */
+#define FBG_WARP_LANE                                                                                                  \
+  u32 tid_;                                                                                                            \
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid_));                                                                 \
+  const int warp = (int)(tid_ / 32) % 4, lane = (int)(tid_ % 32)
   if (FB_DEBUG && blockIdx.x == 0 && tid == 0)
     printf("kernel: experts %d M %d N %d K %d rows %lld offsets %llx out %llx raw %u\n", p.experts, p.M, p.N, p.K, p.rows, p.offsets, p.out, raw);
   if (tid == 0) {
@@ -220,8 +237,9 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 
   if (wg == 0) { /* ---------------- producer ---------------- */
 #if NC == 2
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FBG_PRODUCER_REGS));
 #endif
+    FBG_WARP_LANE;
     if (warp == 0 && lane == 0) {
       fbg_sched sc = {0, 0, -1, 0};
       int s = 0;
@@ -274,7 +292,12 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       }
     }
 #if FB_KIND == 2
-    if (warp == 1) { /* the scale stager: E8M0 bytes -> FP32 2^(e-127), laid out [k32 block][row or column] */
+    if (warp >= 1) { /* the scale stagers (warps 1-3, SL lanes): E8M0 bytes -> FP32 2^(e-127), laid out [k32 block][row
+                        or column]. A row's 4 scale bytes of a k-block are one aligned u32 (K and the experts' K offsets are
+                        multiples of 128); each lane loads those of its rows before it waits for the stage, so
+                        the loads' latency overlaps the wait (one warp loading byte by byte bounded the FP8 GEMMs:
+                        ncu, 2026-12-02) */
+      const int sl = (warp - 1) * 32 + lane;
       fbg_sched sc = {0, 0, -1, 0};
       int s = 0;
       u32 ph = 0;
@@ -292,17 +315,29 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
         long long arow = mt * BM, brow = nt * BN, k0 = fbg_off(p, sc.e), alim = p.M;
         int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
 #endif
+        /* this lane's rows' scale words (u32 index into A's or B's scales; ~0u: a row past A's end) at k-block 0 */
+        const u32 *wa = (const u32 *)p.a_sf, *wb = (const u32 *)p.b_sf;
+        u32 wi[SNR];
+#pragma unroll
+        for (int n = 0; n < SNR; ++n) {
+          const int i = sl + SL * n;
+          wi[n] = ~0u;
+          if (i < BM) wi[n] = arow + i < alim ? (u32)(((arow + i) * kw + k0 / 32) / 4) : ~0u;
+          else if (i < BM + BN) wi[n] = (u32)(((brow + i - BM + (i - BM >= BROWS ? bup : 0)) * kw + k0 / 32) / 4);
+        }
         for (int kb = 0; kb < nk; ++kb) {
+          u32 cur[SNR]; /* loaded before the wait for the stage, so their latency overlaps it */
+#pragma unroll
+          for (int n = 0; n < SNR; ++n) cur[n] = wi[n] != ~0u ? (sl + SL * n < BM ? wa : wb)[wi[n] + kb] : 0x7F7F7F7Fu;
           fbg_bar_wait(EMPTY(s), ph ^ 1);
-          long long kw0 = (k0 + (long long)kb * BK) / 32;
           float *sfa = (float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
-          for (int i = lane; i < BM + BN; i += 32) {
-            const unsigned char *src;
-            if (i < BM) src = arow + i < alim ? (const unsigned char *)p.a_sf + (arow + i) * kw + kw0 : 0;
-            else src = (const unsigned char *)p.b_sf + (brow + i - BM + (i - BM >= BROWS ? bup : 0)) * kw + kw0;
+#pragma unroll
+          for (int n = 0; n < SNR; ++n) {
+            const int i = sl + SL * n;
+            if (i >= BM + BN) continue;
 #pragma unroll
             for (int j = 0; j < BK / 32; ++j) {
-              u32 e = src ? src[j] : 127u;
+              u32 e = (cur[n] >> (8 * j)) & 0xFFu;
               u32 bits = e == 255u ? 0x7FC00000u : e == 0u ? 0x00400000u : e << 23;
               if (i < BM) sfa[j * BM + i] = __uint_as_float(bits);
               else sfb[j * BN + i - BM] = __uint_as_float(bits);
@@ -319,8 +354,9 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 
   /* ---------------- consumers ---------------- */
 #if NC == 2
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FBG_CONSUMER_REGS));
 #endif
+  FBG_WARP_LANE;
   const int c = wg - 1, q = lane % 4;
   fbg_sched sc = {0, 0, -1, 0};
   int s = 0;
