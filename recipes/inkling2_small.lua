@@ -35,8 +35,8 @@ return recipe {
     gemm = {
       tile_m = { 64, 128, 256 }, tile_n = { 128, 192, 256 }, tile_k = { 64, 128 },
       -- weights_bf16: true first, so the untuned default multiplies BF16 products; false (FP8 wgmma for MXFP8 x MXFP8,
-      -- each k32 block promoted on the CUDA cores) is tried by the tuner: on the H200 it lost to BF16 products on every
-      -- MXFP8 backward GEMM at S1 (the default FP8 variant 4-5x slower than the tuned BF16 one; BENCHMARKS.md)
+      -- each k32 block promoted on the CUDA cores) is tried by the tuner: on the H200 it loses to BF16 products on every
+      -- MXFP8 GEMM at S1 (the best FP8 variant about 0.6x their rate since its scale stagers were mended; BENCHMARKS.md)
       stages = { 3, 4, 5, 6 }, cluster = { 1, 2 }, consumers = { 1, 2 }, weights_bf16 = { true, false },
       -- pipe 2: the next half k-block's A decoded while the previous one's wgmmas run (NVFP4 / MXFP8 x BF16 copy);
       -- on the H200 it gains with NVFP4 BF16 outputs and epilogues (+1..9%) and loses elsewhere (up to -14%): the tuner picks

@@ -154,7 +154,7 @@ static void test_variants_fit(void **state) {
   for (int f = 0; f < r->nfamilies; ++f)
     if (!strcmp(r->families[f].family, "gemm")) fam = &r->families[f];
   assert_non_null(fam);
-  int specs = 0, kept = 0, kept_mma = 0, kept_fp8 = 0;
+  int specs = 0, kept = 0, kept_mma = 0, kept_fp8 = 0, kept_fp8_p2 = 0;
   for (int i = 0; i < p->nkernels; ++i) {
     const fb_kernel_spec *k = &p->kernels[i];
     if (strncmp(k->name, "gemm_", 5)) continue;
@@ -170,13 +170,16 @@ static void test_variants_fit(void **state) {
       assert_true(fb_gemm_smem_bytes(&c) <= 232448);
       assert_true(c.kind == 0 ? c.tile_k % 64 == 0 : c.tile_k == 128);
       if (c.family == 0) { /* wgmma: m64 sub-tiles of 1 or 2 consumer warpgroups; the FP8 form (kind 2) only on MXFP8
-                              specs, one m64 sub-tile a consumer (its temporary accumulators), no pipe */
+                              specs, one m64 sub-tile a consumer (its temporary accumulators), pipe 0 or 2 (two k32
+                              products in flight), pipe 2 at tile_n 128 with one consumer only (registers) */
         assert_string_equal(vs[j].tmpl, "gemm_sm90.cuh");
         assert_true(c.tile_m % (64 * c.consumers) == 0 && c.tile_m <= 256);
         if (c.kind == 2) {
           assert_int_equal(k->src.format, FB_FMT_MXFP8);
           assert_int_equal(c.tile_m, 64 * c.consumers);
-          assert_int_equal(fb_variant_param(&vs[j], "pipe", 0), 0);
+          const int pipe = fb_variant_param(&vs[j], "pipe", 0);
+          assert_true(pipe == 0 || (pipe == 2 && c.consumers == 1 && c.tile_n <= 128));
+          kept_fp8_p2 += pipe == 2;
           ++kept_fp8;
         }
         assert_int_equal(fb_gemm_threads(&c), 128 * (1 + c.consumers));
@@ -197,6 +200,7 @@ static void test_variants_fit(void **state) {
   assert_int_equal(specs, 7);
   assert_true(kept_mma > 0 && kept_mma < kept);
   assert_true(kept_fp8 > 0);
+  assert_true(kept_fp8_p2 > 0);
   /* gemm.accumulate = "exact": the same recipe keeps no FP8 variant of either family, and says why */
   {
     fb_plan *q = NULL;
