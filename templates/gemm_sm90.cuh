@@ -507,12 +507,13 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       fbg_mma_rs<8>(acc, af, SB(s), 0);
       fbg_wg_wait<0>();
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
-#elif FB_PIPE
+#else
+      const float *sfa = (const float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
+#if FB_PIPE
       /* FP8 pipe 2: the k-block's 4 k32 products in two temporary accumulators; product j + 1's wgmma is issued before
          product j is promoted (wait_group 1 retires j only), so the promotion runs beside the tensor cores. The same
          wgmmas and the same promotions in the same order as pipe 0: bit-identical. */
       static_assert(BK == 128 && FB_PIPE == 2, "FP8 wgmma: tile_k 128, pipe 0 or 2");
-      const float *sfa = (const float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
       float tmp[2][MW][BN / 2];
       fbg_e4m3_issue(tmp[0], SA(s), SB(s), 0, c);
 #pragma unroll
@@ -525,11 +526,8 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
         for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[j & 1][mw]);
         fbg_e4m3_promote(acc, tmp[j & 1], sfa, sfb, j, c, warp, lane, q);
       }
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-      if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
 #else
       /* FP8 pipe 0: each k32 product issued, waited for, then promoted */
-      const float *sfa = (const float *)(gbase + (SSF(s) - sbase)), *sfb = sfa + (BK / 32) * BM;
 #pragma unroll
       for (int j = 0; j < BK / 32; ++j) {
         float tmp[MW][BN / 2];
@@ -539,6 +537,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
         for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[mw]);
         fbg_e4m3_promote(acc, tmp, sfa, sfb, j, c, warp, lane, q);
       }
+#endif
       /* every thread of the warpgroup has read its scales: then one releases the stage */
       asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));

@@ -329,15 +329,20 @@ static int dep_unit(int ui, int role) {
    the run); the generator's reason stays in the class's line */
 static int g_held;
 #define HELD_WHY "held out until run on a GPU"
+/* A wgmma variant built here, past the generator: the first np of PN's parameters (6: the tile, stages, cluster and
+   consumers; 8: also weights_bf16 and pipe), named as the generator names them (_b for weights_bf16, _p for a pipe) */
+static void hand_variant(const char *kname, const int *val, int np, fb_variant *v) {
+  snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
+  v->nparams = np;
+  for (int q = 0; q < np; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = val[q];
+  int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", kname, val[0], val[1], val[2], val[3], val[4], val[5]);
+  if (np > 6) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_b%d", val[6]);
+  if (np > 7 && val[7]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
+}
 static void held_unit(const fb_kernel_spec *k, const int val[8], int ci) {
   unit *u = new_unit();
   u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = 2, u->mode = 0, u->outer = 0, u->epi = spec_epi(k);
-  fb_variant *v = &u->v;
-  snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
-  v->nparams = 8;
-  for (int q = 0; q < 8; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = val[q];
-  int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d_b0", k->name, val[0], val[1], val[2], val[3], val[4], val[5]);
-  if (val[7]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
+  hand_variant(k->name, val, 8, &u->v);
   classes[ci].unit = (int)(u - units);
 }
 
@@ -491,13 +496,8 @@ static void add_hand(void) {
       unit *u = new_unit();
       u->k = k, u->role = g->kind == 2 ? R_FP8 : R_LAYER, u->kind = g->kind, u->mode = g->mode, u->outer = g->tensor_outer;
       u->epi = spec_epi(&k);
-      if (g->kind == 2) { /* by hand: the generator prunes it */
-        fb_variant *v = &u->v;
-        snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
-        v->nparams = 6;
-        for (int q = 0; q < 6; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = g->v[j][q];
-        snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", k.name, g->v[j][0], g->v[j][1], g->v[j][2], g->v[j][3], g->v[j][4], g->v[j][5]);
-      } else {
+      if (g->kind == 2) hand_variant(k.name, g->v[j], 6, &u->v); /* by hand: the generator prunes it */
+      else {
         char why[256];
         if (!probe(&k, g->v[j], 0, &u->v, why, sizeof why)) DIE("test_gemm: %s: variant %d pruned: %s", k.name, j, why);
         for (int i = 0; i < nunits - 1; ++i) /* the same kernel as a class variant (bf16.lua's specs are the layer's) */
