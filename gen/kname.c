@@ -121,7 +121,7 @@ fb_status fb_kernel_name(const fb_kernel_spec *k, const char *arch, char *buf, s
     srcpart(&s, &k->src);
     put(&s, "%s_", k->in_f32 ? "_f32" : "");
     qpart(&s, q);
-    put(&s, "_t");
+    put(&s, "_t%s", k->out_bf16 ? "_kbf16" : "");
     break;
   case FB_OP_PERMUTE:
     put(&s, "permute_");
@@ -291,7 +291,9 @@ static int body(cur *c, fb_kernel_spec *k) {
     k->op = FB_OP_REQUANT, k->col = 1;
     if (!srcread(c, &k->src)) return 0;
     k->in_f32 = eat(c, "_f32");
-    return eat(c, "_") && qread(c, q) && eat(c, "_t");
+    if (!(eat(c, "_") && qread(c, q) && eat(c, "_t"))) return 0;
+    k->out_bf16 = eat(c, "_kbf16");
+    return 1;
   }
   if (eat(c, "permute_")) return (k->op = FB_OP_PERMUTE, srcread(c, q));
   if (eat(c, "unpermute_")) {

@@ -106,11 +106,15 @@ static fb_status layer_kernels(builder *b, const fb_layer_prec *L) {
     if (F == FB_FMT_BF16) memset(&srcw, 0, sizeof srcw), memset(&srca, 0, sizeof srca);
     FB_TRY(add(b, fb_spec_requant(&sw, &srcw, "weights: dequantize, transpose, requantize for dgrad")));
     FB_TRY(add(b, fb_spec_requant(&sa, &srca, "saved X and A: dequantize, transpose, requantize for wgrad")));
+    if (B == FB_FMT_MXFP8 && F != FB_FMT_BF16) { /* the BF16-product GEMMs' copy of them, made in the same pass */
+      FB_TRY(add(b, fb_spec_requant_kbf16(&sw, &srcw, "weights: requantized for dgrad as the GEMM's exact BF16 copy")));
+      FB_TRY(add(b, fb_spec_requant_kbf16(&sa, &srca, "saved X and A: requantized for wgrad as the GEMM's exact BF16 copy")));
+    }
   } else if (F != FB_FMT_BF16) {
     FB_TRY(add(b, fb_spec_requant(&bf, &L->fwd_weight, "weights: dequantize and transpose to BF16")));
     FB_TRY(add(b, fb_spec_requant(&bf, &L->fwd_act, "saved X and A: dequantize and transpose to BF16")));
   }
-  if (B == FB_FMT_MXFP8)
+  if (B == FB_FMT_MXFP8 && F == FB_FMT_BF16)
     FB_TRY(add(b, fb_spec_bcopy(B, "requantized W, X, A: exact BF16 copy for the GEMM")));
   FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_DGRAD2, NULL, &L->bwd_grad, &L->bwd_grad, "w2 dgrad dA = dY W2; epilogue SwiGLU backward -> dH")));
   FB_TRY(add(b, fb_spec_gemm(FB_OP_GEMM_WGRAD, NULL, &L->bwd_grad, &L->bwd_grad, "wgrad dW2 = dY^T A, dW13 = dH^T X (K = rows per expert)")));

@@ -40,6 +40,12 @@ fb_kernel_spec fb_spec_requant(const fb_qspec *dst, const fb_qspec *src, const c
   return k;
 }
 
+fb_kernel_spec fb_spec_requant_kbf16(const fb_qspec *dst, const fb_qspec *src, const char *role) {
+  fb_kernel_spec k = fb_spec_requant(dst, src, role);
+  k.out_bf16 = 1;
+  return k;
+}
+
 fb_kernel_spec fb_spec_bcopy(fb_format f, const char *role) {
   fb_kernel_spec k = spec(FB_OP_BCOPY, "quant", role);
   k.q.format = f;
@@ -169,11 +175,15 @@ fb_status fb_gpu_layer_kernels(const fb_layer_prec *p, const fb_model *M, fb_lay
   FB_TRY(push(l, fb_spec_gpu_gemm(p, 2), 1, 0, 0, F, D));
   FB_TRY(push(l, fb_spec_gpu_gemm(p, 2), 1, 0, 0, D, 2 * F));
   if (B == FB_FMT_MXFP8) {
-    PUSH(fb_spec_bcopy(FB_FMT_MXFP8, "requantized W, X, A: exact BF16 copy for the Hopper GEMM"));
     PUSH(fb_spec_quant(&grad, 0, 0, "quantize dY and dH along K of dgrad"));
     PUSH(fb_spec_quant(&grad, 1, 0, "quantize dY and dH down the rows for wgrad (transposed)"));
-    PUSH(fb_spec_requant(&p->bwd_saved, &p->fwd_weight, "weights: dequantize, transpose, requantize for dgrad"));
-    PUSH(fb_spec_requant(&p->bwd_saved, &p->fwd_act, "saved X and A: dequantize, transpose, requantize for wgrad"));
+    PUSH(fb_spec_requant(&p->bwd_saved, &p->fwd_weight, "weights: dequantize, transpose, requantize for dgrad (FP8 GEMMs)"));
+    PUSH(fb_spec_requant(&p->bwd_saved, &p->fwd_act, "saved X and A: dequantize, transpose, requantize for wgrad (FP8 GEMMs)"));
+    if (FF != FB_FMT_BF16) {
+      PUSH(fb_spec_requant_kbf16(&p->bwd_saved, &p->fwd_weight, "weights: requantized for dgrad as the BF16-product GEMMs' copy"));
+      PUSH(fb_spec_requant_kbf16(&p->bwd_saved, &p->fwd_act, "saved X and A: requantized for wgrad as the BF16-product GEMMs' copy"));
+    } else
+      PUSH(fb_spec_bcopy(FB_FMT_MXFP8, "requantized W, X, A: exact BF16 copy for the Hopper GEMM"));
     FB_TRY(push(l, fb_spec_gpu_gemm(p, 3), 1, 1, D, F, 0));
     FB_TRY(push(l, fb_spec_gpu_gemm(p, 3), 1, 1, 2 * F, D, 0));
     *n = l->n;

@@ -105,6 +105,8 @@ static int mx_col_match(const fb_kernel_spec *k, const char *const **params, con
   if (k->op != FB_OP_REQUANT) return FB_TMPL_NOT_MINE;
   if (q->format != FB_FMT_MXFP8 || q->e5m2 || q->rht) return NO("requantization to anything but plain E4M3 MXFP8: no template yet");
   if (k->src.format == FB_FMT_NVFP4 && k->src.two_d) return NO("requantization of 16x16 NVFP4: no template yet");
+  if (k->out_bf16 && k->src.format != FB_FMT_NVFP4 && k->src.format != FB_FMT_MXFP8)
+    return NO("the requantization's BF16 copy (kbf16) of a BF16 source: no template (the source is its own copy)");
   return YES(P_MXCOL_REQUANT);
 }
 static const char *mx_col_illegal(const fb_kernel_spec *k, const fb_variant *v) {
@@ -141,6 +143,7 @@ static void mx_col_defines(const fb_kernel_spec *k, fb_str *d) {
   int src = k->op == FB_OP_QUANT || k->src.format == FB_FMT_BF16 ? 0 : k->src.format == FB_FMT_NVFP4 ? 1 : 2;
   fb_str_printf(d, "FB_IN_F32 %d\nFB_SR %d\nFB_SRC %d\nFB_SRC_OUTER %d\n", k->in_f32, k->q.rounding == FB_ROUND_SR, src,
                 src == 1 ? gran(k->src.outer) : 0);
+  if (k->op == FB_OP_REQUANT && k->out_bf16) fb_str_printf(d, "FB_KBF16 1\n"); /* only then: the other kernels' text is unchanged */
 }
 static int mx_col_param_define(const char *p, int value, fb_str *d) { /* the tile's rows as 32-row MX blocks */
   if (strcmp(p, "rows")) return 0;

@@ -156,6 +156,7 @@ struct fb_gpu_experts {
   int xchg1;       /* one rank through the exchange path all the same (FOURBIT_GPU_EXCHANGE=1; tests, benchmarks) */
   int prof, nprof, nevents, sync_check;
   const char *phase, *last;
+  const char *peak_phase; /* the phase that set the pool's peak (NULL: outside any) */
   prec pr[PROF_MAX];
 };
 
@@ -312,6 +313,9 @@ static fb_kernel_spec sp_requant(fb_gpu_experts *g, const fb_qspec *dst, const f
   return from_plan(g, fb_spec_requant(dst, src, NULL));
 }
 
+static fb_kernel_spec sp_requant_kbf16(fb_gpu_experts *g, const fb_qspec *dst, const fb_qspec *src) {
+  return from_plan(g, fb_spec_requant_kbf16(dst, src, NULL));
+}
 static fb_kernel_spec sp_bcopy(fb_gpu_experts *g, fb_format f) { return from_plan(g, fb_spec_bcopy(f, NULL)); }
 
 static fb_kernel_spec sp_permute(fb_gpu_experts *g, const fb_qspec *q, int top_k, int experts) {
@@ -395,7 +399,7 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   }
   a->p[a->k] = *out, a->n[a->k++] = c;
   g->live += c;
-  if (g->live > g->peak) g->peak = g->live;
+  if (g->live > g->peak) g->peak = g->live, g->peak_phase = g->phase;
   return FB_OK;
 }
 static fb_status aalloc_z(arena *a, CUdeviceptr *out, size_t n) {
@@ -594,20 +598,26 @@ static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUde
 }
 
 /* A saved src (rows x cols, quantized as sq says; group_rows: per-expert outer groups) dequantized, transposed and
- * requantized as q (MXFP8 SR) along the new rows: cols x rows. */
-static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
-                         uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+ * requantized as q (MXFP8 SR) along the new rows: cols x rows. kbf16: written as the GEMMs' exact BF16 copy of that
+ * (requant_kbf16, one pass: no MXFP8 codes kept, no bcopy); with regroup too, per expert as regroup() lays out transposed
+ * weights, (rows / group_rows) cols x group_rows. */
+static fb_status requant_(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
+                          uint32_t seed, uint32_t stream, uint32_t step, int kbf16, int regroup, dq *d) {
   const kent *e;
-  fb_kernel_spec k = sp_requant(g, q, sq);
+  fb_kernel_spec k = kbf16 ? sp_requant_kbf16(g, q, sq) : sp_requant(g, q, sq);
   FB_TRY(kget(g, &k, NULL, &e));
   memset(d, 0, sizeof *d);
   size_t rows = src->rows, cols = src->cols;
-  d->rows = cols, d->cols = rows, d->f = FB_FMT_MXFP8;
-  FB_TRY(aalloc(a, &d->c, rows * cols));
-  FB_TRY(aalloc(a, &d->s, rows * cols / 32));
+  d->rows = cols, d->cols = rows, d->f = kbf16 ? FB_FMT_BF16 : FB_FMT_MXFP8;
+  if (regroup && (!group_rows || rows % group_rows || group_rows % 32))
+    return FB_ERR(FB_EINVAL, "experts gpu: a regrouped requantization of %zu rows in groups of %zu", rows, group_rows);
+  if (regroup) d->rows = rows / group_rows * cols, d->cols = group_rows;
+  FB_TRY(aalloc(a, &d->c, rows * cols * (kbf16 ? 2 : 1)));
+  if (!kbf16) FB_TRY(aalloc(a, &d->s, rows * cols / 32));
   fb_kp_mem p;
   memset(&p, 0, sizeof p);
   p.in = src->c, p.src_scales = src->s, p.src_s_dec = src->o, p.out = d->c, p.scales = d->s;
+  p.out_group = regroup ? (unsigned)group_rows : 0u;
   p.rows = (long long)rows, p.cols = (long long)cols, p.seed = seed, p.stream = stream, p.step = step;
   unsigned ng = 0;
   if (sq->format == FB_FMT_NVFP4 && sq->outer == FB_GRAN_EXPERT) {
@@ -617,6 +627,10 @@ static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const f
     p.group_offsets = dgo, p.ngroups = ng;
   }
   return run_mem(g, e, &p, (long long)rows, (long long)cols, ng);
+}
+static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
+                         uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+  return requant_(g, a, q, sq, src, group_rows, seed, stream, step, 0, 0, d);
 }
 
 /* The row map of a regroup of E groups by C rows (made once per (E, C) and kept, like group_offsets): the row count E C
@@ -711,12 +725,31 @@ static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr 
  * scales, for an FP8 tensor-core variant (weights_bf16 0: wgmma / mma.sync on E4M3, each k32 block promoted by its two
  * scales); else its exact BF16 copy (bcopy, in arena a), which the BF16-product kernels take. So a tuned or default FP8
  * kernel needs no copy of B at all. */
+/* whether the GEMM kernel e multiplies an MXFP8 B as E4M3 codes and scales (an FP8 tensor-core variant) */
+static int takes_mx_b(const kent *e) { return fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1); }
 static fb_status gemm_b(fb_gpu_experts *g, arena *a, const kent *e, const dq *B, fb_gemm_args *ga) {
-  if (B->f == FB_FMT_MXFP8 && fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1)) {
+  if (takes_mx_b(e)) {
+    if (B->f != FB_FMT_MXFP8) return FB_ERR(FB_EINVAL, "experts gpu: %s multiplies MXFP8 codes, given a %s B", e->v.name, fb_format_name(B->f));
     ga->b = B->c, ga->b_sf = B->s;
     return FB_OK;
   }
   return bf16copy(g, a, B, &ga->b);
+}
+/* The B operand of a backward GEMM (kernel e) from a saved src, requantized down its other axis (requant_: q, sq,
+ * group_rows; regroup: per expert, the weights' dgrad layout) as e multiplies it: MXFP8 codes and scales for an FP8
+ * variant (requant in arena wt, then the regroup's gather into a; wt is given back once the gather ran), else the exact
+ * BF16 copy in one pass (requant_kbf16, into a): the requant, gather and bcopy passes of before in one. A BF16 source
+ * takes the passes apart (MXFP8 codes; gemm_b makes the copy). */
+static fb_status b_requant(fb_gpu_experts *g, arena *a, arena *wt, const kent *e, const fb_moe_layer *L, const fb_qspec *q,
+                           const fb_qspec *sq, const dq *src, size_t group_rows, int regroup_, uint32_t stream, dq *d) {
+  if (!takes_mx_b(e) && (sq->format == FB_FMT_NVFP4 || sq->format == FB_FMT_MXFP8))
+    return requant_(g, a, q, sq, src, group_rows, L->seed, stream, L->step, 1, regroup_, d);
+  if (!regroup_) return requant(g, a, q, sq, src, group_rows, L->seed, stream, L->step, d);
+  dq t;
+  FB_TRY(requant(g, wt, q, sq, src, group_rows, L->seed, stream, L->step, &t));
+  FB_TRY(regroup(g, a, L, &t, src->rows / group_rows, d));
+  afree(wt);
+  return FB_OK;
 }
 
 /* tcopy.cuh on rows x cols (as stored): in (BF16, FP32 or NVFP4 codes with sf, sdec), out; sa, sb: the scaling's
@@ -1498,18 +1531,19 @@ static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tm
                               CUdeviceptr *dH) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  dq dYq, W2t, W2g;
+  dq dYq, W2g;
   CUdeviceptr dA;
-  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
-  FB_TRY(requant(g, wt, &p->bwd_saved, &p->fwd_weight, &s->W2, D, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), L->step, &W2t));
-  FB_TRY(regroup(g, ph, L, &W2t, E, &W2g));
-  afree(wt);
-  FB_TRY(aalloc(ph, &dA, R * F * 2));
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)F, (int)D};
+  const kent *ge;
+  FB_TRY(kget(g, &k, &f, &ge));
+  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
+  FB_TRY(b_requant(g, ph, wt, ge, L, &p->bwd_saved, &p->fwd_weight, &s->W2, D, 1, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), &W2g));
+  FB_TRY(aalloc(ph, &dA, R * F * 2));
   fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
-  FB_TRY(gemm_with_b(g, ph, &k, &f, &W2g, &ga));
+  FB_TRY(gemm_b(g, ph, ge, &W2g, &ga));
+  FB_TRY(gemm_run(g, ge, &ga));
   const kent *e;
   k = sp_swiglu(g, 1);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -1534,13 +1568,16 @@ static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved
   const fb_layer_prec *p = L->prec;
   size_t E = (size_t)s->nE, R = s->R;
   dq Gt, St;
-  FB_TRY(quant_cols(g, ph, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
-  FB_TRY(requant(g, ph, &p->bwd_saved, &p->fwd_act, S, 0, L->seed, fb_moe_stream(L->layer, op_s), L->step, &St));
   fb_kernel_spec k = sp_gemm(g, p, 3);
   gfit f = {1, 1, (int)M, (int)N, 0};
+  const kent *ge;
+  FB_TRY(kget(g, &k, &f, &ge));
+  FB_TRY(quant_cols(g, ph, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
+  FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s), &St));
   fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
-  return gemm_with_b(g, ph, &k, &f, &St, &ga);
+  FB_TRY(gemm_b(g, ph, ge, &St, &ga));
+  return gemm_run(g, ge, &ga);
 }
 static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S, size_t N, int op_g,
                           int op_s, CUdeviceptr out) {
@@ -1555,17 +1592,18 @@ static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_l
                                CUdeviceptr dXr) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  dq dHq, W13t, W13g;
-  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
-  FB_TRY(requant(g, wt, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), L->step,
-                 &W13t));
-  FB_TRY(regroup(g, ph, L, &W13t, E, &W13g));
-  afree(wt);
+  dq dHq, W13g;
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
+  const kent *ge;
+  FB_TRY(kget(g, &k, &f, &ge));
+  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
+  FB_TRY(b_requant(g, ph, wt, ge, L, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, 1, fb_moe_stream(L->layer, FB_MOE_OP_W13_T),
+                   &W13g));
   fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
-  return gemm_with_b(g, ph, &k, &f, &W13g, &ga);
+  FB_TRY(gemm_b(g, ph, ge, &W13g, &ga));
+  return gemm_run(g, ge, &ga);
 }
 static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
   g->phase = "bwd w13 dgrad";
@@ -1702,6 +1740,7 @@ fb_status fb_gpu_experts_profile_end(fb_gpu_experts *g, fb_gpu_prof *out, int ma
 void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, size_t *held) {
   *live = g->live, *peak = g->peak, *held = g->held;
 }
+const char *fb_gpu_experts_peak_phase(const fb_gpu_experts *g) { return g->peak_phase ? g->peak_phase : "outside a phase"; }
 
 /* ---- create, probe ------------------------------------------------------------------------------------------ */
 fb_status fb_gpu_device_arch(int device, const char **arch) {

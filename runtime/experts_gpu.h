@@ -82,6 +82,8 @@ void fb_gpu_experts_profile_begin(fb_gpu_experts *g);
 fb_status fb_gpu_experts_profile_end(fb_gpu_experts *g, fb_gpu_prof *out, int max, int *n);
 /* Device memory of the pool: handed out now, the most handed out at once, held from the driver (bytes). */
 void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, size_t *held);
+/* the phase (bench_layer's profile names: "bwd w13 dgrad", ...) in which the pool reached its peak */
+const char *fb_gpu_experts_peak_phase(const fb_gpu_experts *g);
 
 /* A saved tensor of L (after forward, before backward), copied to the host (malloc'd *out, *bytes). Names:
  * x_codes x_scales x_sdec (the dispatched payload, R rows), w13_codes w13_scales w13_sdec, w2_codes w2_scales

@@ -343,6 +343,38 @@ FBF_FN float fbf_e8m0_dec(unsigned c) {
   return c == 255u ? fbf_u2f(0x7FC00000u) : (c == 0u ? fbf_u2f(0x00400000u) : fbf_u2f(c << 23));
 }
 
+/* BF16 of x by round-to-nearest-even, a NaN kept quiet (its payload's top bits, the quiet bit set) */
+FBF_FN unsigned fbf_bf16_rne(float x) {
+  unsigned u = fbf_f2u(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+/* The exact BF16 copy of one MXFP8 block as the Hopper GEMMs multiply it (gemm_bcopy.cuh, FB_SRC 2): w, its 32 E4M3
+ * codes (code j in byte j % 4 of w[j / 4]), e its E8M0 scale; o[m], BF16 positions 2m and 2m + 1, K permuted inside
+ * each 16 (position P holds element (P & 16) + 4 ((P & 7) >> 1) + 2 ((P & 15) >> 3) + (P & 1): fb_gemm_kperm16), each
+ * value bf16(e4m3(code) * 2^(e - 127)). Positions 2m, 2m + 1 hold two consecutive elements, so a word is one E4M3 pair.
+ * For 10 <= e <= 254 every product is an FP32 normal (or Inf) of at most 4 significant bits (the smallest non-zero
+ * E4M3, 2^-9, times 2^-117), so BF16 holds it exactly: its top 16 bits, from one f16-pair unpack, two widenings and
+ * two products a pair. Other scales (subnormal products, the NaN scale) take the rounding of fbf_bf16_rne. A NaN code
+ * may give another NaN payload than the slow form (the copies' checks equate NaNs). */
+FBF_FN void fbf_mx_block_kbf16(const unsigned w[8], unsigned e, unsigned o[16]) {
+  const float sc = fbf_e8m0_dec(e);
+  const int fast = e - 10u <= 244u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int m = 0; m < 16; ++m) {
+    const int P = 2 * m, p16 = P & 15, el = (P & 16) + 4 * ((p16 & 7) >> 1) + 2 * (p16 >> 3); /* even: a pair */
+    const unsigned c2 = (w[el >> 2] >> (8 * (el & 3))) & 0xFFFFu;
+    if (fast) {
+      const unsigned h = fbf_e4m3x2_to_h2(c2);
+      o[m] = fbf_prmt(fbf_f2u(fbf_h2_lo(h) * sc), fbf_f2u(fbf_h2_hi(h) * sc), 0x7632u);
+    } else {
+      o[m] = fbf_bf16_rne(fbf_e4m3_dec(c2 & 255u) * sc) | fbf_bf16_rne(fbf_e4m3_dec(c2 >> 8) * sc) << 16;
+    }
+  }
+}
+
 /* 16 S2F6 codes (four words, code j in byte j) times their block's decoded E8M0 scale sc: y = (q / 64) * sc */
 FBF_FN void fbf_s2f6_dec16(const unsigned w[4], float sc, float y[16]) {
 #if defined(__CUDA_ARCH__)

@@ -21,7 +21,7 @@ typedef struct {
   unsigned ngroups;
   unsigned seed, stream, step; /* SR: Philox key (seed, stream), counter step */
   unsigned signs;        /* RHT-32 sign mask */
-  unsigned pad_;
+  unsigned out_group;    /* requant to the BF16 copy (mx_col.cuh FB_KBF16): source rows a regrouped output row (0: none) */
 } fb_kp_mem;
 
 /* ---- the MoE and optimizer kernels: router.cuh, permute.cuh, unpermute.cuh, swiglu.cuh, adamw.cuh ---- */

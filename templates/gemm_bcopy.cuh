@@ -9,40 +9,28 @@
 #include "fb_formats.h"
 #include "fb_kparams.h"
 
-static __device__ __forceinline__ unsigned fbb_bf16(float x) { /* RNE, NaN kept quiet */
-  unsigned u = fbf_f2u(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-
 extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_mem p) {
   const long long ng = p.rows * p.cols / 32;
   for (long long g = (long long)blockIdx.x * FB_THREADS + threadIdx.x; g < ng; g += (long long)gridDim.x * FB_THREADS) {
-    float v[32];
+    unsigned o[16];
 #if FB_SRC == 1
+    float v[32];
     const uint4 c = reinterpret_cast<const uint4 *>(p.in)[g];
     const unsigned short s2 = reinterpret_cast<const unsigned short *>(p.scales)[g];
     const float sf[2] = {fbf_e4m3_dec(s2 & 0xFFu), fbf_e4m3_dec(s2 >> 8)};
     const unsigned w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
     for (int i = 0; i < 32; ++i) v[i] = fbf_e2m1_dec((w[i >> 3] >> (4 * (i & 7))) & 15u) * sf[i >> 4];
-#else
-    const uint4 c0 = reinterpret_cast<const uint4 *>(p.in)[2 * g], c1 = reinterpret_cast<const uint4 *>(p.in)[2 * g + 1];
-    const float sc = fbf_e8m0_dec(reinterpret_cast<const unsigned char *>(p.scales)[g]);
-    const unsigned w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-#pragma unroll
-    for (int i = 0; i < 32; ++i) v[i] = fbf_e4m3_dec((w[i >> 2] >> (8 * (i & 3))) & 255u) * sc;
-#endif
-    unsigned o[16];
 #pragma unroll
     for (int P = 0; P < 32; P += 2) {
-#if FB_SRC == 1
       const int e0 = 8 * (((P & 15) & 7) >> 1) + 4 * (P >> 4) + 2 * ((P & 15) >> 3) + (P & 1), e1 = e0 + 1;
-#else
-      const int p16 = P & 15, e0 = (P & 16) + 4 * ((p16 & 7) >> 1) + 2 * (p16 >> 3) + (p16 & 1), e1 = e0 + 1;
-#endif
-      o[P / 2] = fbb_bf16(v[e0]) | (fbb_bf16(v[e1]) << 16);
+      o[P / 2] = fbf_bf16_rne(v[e0]) | (fbf_bf16_rne(v[e1]) << 16);
     }
+#else /* the block's copy as the fused requantizer writes it too (mx_col.cuh FB_KBF16) */
+    const uint4 c0 = reinterpret_cast<const uint4 *>(p.in)[2 * g], c1 = reinterpret_cast<const uint4 *>(p.in)[2 * g + 1];
+    const unsigned w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    fbf_mx_block_kbf16(w, reinterpret_cast<const unsigned char *>(p.scales)[g], o);
+#endif
     uint4 *d = reinterpret_cast<uint4 *>(p.out) + 4 * g;
 #pragma unroll
     for (int k = 0; k < 4; ++k) d[k] = make_uint4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);

@@ -4,9 +4,15 @@
  * transpose, as fb_requant_nvfp4_to_mxfp8t); 2 = an MXFP8 row-wise matrix (fb_requant_mxfp8_to_mxfp8t).
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
  * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group),
- * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path), FB_HALF (NVFP4 sources: 1 the f16 tile).
+ * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path), FB_HALF (NVFP4 sources: 1 the f16 tile),
+ * FB_KBF16 (requantizers of NVFP4 / MXFP8 sources: 1 writes the requantized values' exact BF16 copy instead, below).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
+ * FB_KBF16 1: the same codes and scales are made (the same SR draws: by their element of the cols x rows layout), and
+ * then each block is written as the Hopper GEMMs' BF16 copy of B (gemm_bcopy.cuh's, fbf_mx_block_kbf16: K permuted in
+ * each 16), 2 bytes an element, no scales; p.out_group G (0: none) regroups the output as the GEMMs read transposed
+ * weights: source rows [g G, (g + 1) G) of column c go to output row g cols + c (rows of G values), which the layer's
+ * separate gather pass and BF16 copy made before. G % 32 == 0.
  * A CTA dequantizes a (32*FB_RB) x FB_COLS tile into shared memory, then a thread per (column, 32-row block)
  * quantizes down the column and writes its 32 contiguous output bytes. The tiles of a band are software-pipelined: the
  * next tile's raw source chunks are loaded into registers before this tile's column phase and dequantized into the
@@ -35,6 +41,28 @@
 /* the f16 tile of NVFP4 sources (see FB_HALF below); 0, the default: the FP32 tile */
 #ifndef FB_HALF
 #define FB_HALF 0
+#endif
+#ifndef FB_KBF16
+#define FB_KBF16 0
+#endif
+#if FB_KBF16 && FB_SRC == 0
+#error "mx_col FB_KBF16: requantizers of NVFP4 / MXFP8 sources only"
+#endif
+#if FB_KBF16
+/* FB_KBF16's store of one block: column col (the output row before regrouping), source rows row .. row + 31 (codes w,
+ * scale e), as 64 contiguous bytes (two whole sectors a thread) */
+static __device__ __forceinline__ void kbf16_store(const fb_kp_mem &p, long long col, long long row, const unsigned w[8], unsigned e) {
+  unsigned o[16];
+  fbf_mx_block_kbf16(w, e, o);
+  long long ob = col * p.rows + row;
+  if (p.out_group) {
+    const long long G = p.out_group, g = row / G;
+    ob = (g * p.cols + col) * G + (row - g * G);
+  }
+  uint4 *d = reinterpret_cast<uint4 *>(p.out) + (ob >> 3);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) d[k] = make_uint4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);
+}
 #endif
 
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
@@ -545,7 +573,7 @@ static __device__ __forceinline__ void rq2_columns(const fb_kp_mem &p, const rq2
                                                    const int ic_rb[NIC2], const unsigned ic_t[NIC2],
                                                    const unsigned long long ic_o[NIC2], unsigned char *const ic_st[NIC2],
                                                    const bool ic_in[NIC2], unsigned char (*scj)[FB_COLS], long long r0, int i,
-                                                   bool whole, bool odd) {
+                                                   bool whole, bool odd, long long c0) {
 #pragma unroll
   for (int n = 0; n < NIC2; ++n) {
     if (!whole && r0 + 32 * ic_rb[n] >= p.rows) continue; /* the whole warp */
@@ -556,6 +584,11 @@ static __device__ __forceinline__ void rq2_columns(const fb_kp_mem &p, const rq2
     unsigned w[8];
     const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
     const unsigned e = col_block2(p, q, v, o, w);
+#if FB_KBF16
+    (void)ic_st, (void)scj, (void)odd;
+    if (whole || ic_in[n]) kbf16_store(p, c0 + ic_cc[n], r0 + 32 * ic_rb[n], w, e);
+    continue;
+#endif
     unsigned x[4], sa[4], sb[4];
 #pragma unroll
     for (int qq = 0; qq < 4; ++qq) {
@@ -912,6 +945,10 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
           unsigned w[8];
           if (c == 0) rh_col<0>(p, q, h, e0, o, sdu, sdr, xmin, w);
           else rh_col<1>(p, q, h, e1, o + 2ull * (unsigned long long)p.rows, sdu, sdr, xmin, w);
+#if FB_KBF16
+          if (whole || ic_in[n]) kbf16_store(p, c0 + ic_cc[n] + 2 * c, r0 + 32 * ic_rb[n], w, c ? e1 : e0);
+          continue;
+#endif
           unsigned y[4], sa[4], sb[4];
 #pragma unroll
           for (int qq = 0; qq < 4; ++qq) {
@@ -930,8 +967,10 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         }
       }
     }
+#if !FB_KBF16
     __syncthreads();
     mx_flush_scales(p, scj, b0, b1, c0);
+#endif
   }
 }
 #elif FB_SLOTS
@@ -1127,10 +1166,12 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
       }
       __syncthreads(); /* the tile is written; slot s has been read */
       issue(i + FB_SLOTS, s);
-      rq2_columns(p, q, tile, ic_cc, ic_rb, ic_t, ic_o, ic_st, ic_in, scj, r0, i, whole, odd);
+      rq2_columns(p, q, tile, ic_cc, ic_rb, ic_t, ic_o, ic_st, ic_in, scj, r0, i, whole, odd, c0);
     }
+#if !FB_KBF16
     __syncthreads();
     mx_flush_scales(p, scj, b0, b1, c0);
+#endif
   }
   rr_wait<0>();
 }
@@ -1223,10 +1264,12 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         }
       }
       /* column phase: item = (column, 32-row block); lane pairs trade half their codes (whole-sector stores) */
-      rq2_columns(p, q, tile, ic_cc, ic_rb, ic_t, ic_o, ic_st, ic_in, scj, r0, i, whole, odd);
+      rq2_columns(p, q, tile, ic_cc, ic_rb, ic_t, ic_o, ic_st, ic_in, scj, r0, i, whole, odd, c0);
     }
+#if !FB_KBF16
     __syncthreads();
     mx_flush_scales(p, scj, b0, b1, c0);
+#endif
   }
 }
 #endif /* FB_SLOTS */

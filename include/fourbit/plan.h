@@ -98,6 +98,9 @@ fb_status fb_arch_tag(const char *arch, char *buf, size_t n);
 fb_kernel_spec fb_spec_amax(fb_gran outer, int in_f32, const char *role);
 fb_kernel_spec fb_spec_quant(const fb_qspec *q, int col, int in_f32, const char *role);
 fb_kernel_spec fb_spec_requant(const fb_qspec *dst, const fb_qspec *src, const char *role);
+/* fb_spec_requant's MXFP8 requantization written as the GEMMs' exact BF16 copy of it (K-permuted, optionally regrouped
+ * per expert): the requantize-transpose, regroup and bcopy of a B operand in one pass (templates/mx_col.cuh FB_KBF16) */
+fb_kernel_spec fb_spec_requant_kbf16(const fb_qspec *dst, const fb_qspec *src, const char *role);
 fb_kernel_spec fb_spec_bcopy(fb_format f, const char *role);
 fb_kernel_spec fb_spec_permute(const fb_qspec *payload, const char *role);
 fb_kernel_spec fb_spec_unpermute(const fb_qspec *payload, int out_bf16, const char *role);

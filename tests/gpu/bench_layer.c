@@ -464,6 +464,7 @@ int main(int argc, char **argv) {
   printf("layer TFLOP/s (GEMM FLOPs / total): %.0f\n", flop / (mt * 1e-3) / 1e12);
   printf("device memory: the layer's pool peak %.3f GiB (held %.3f GiB) + inputs, masters and gradients %.3f GiB = %.3f GiB\n",
          peak / 1073741824.0, held / 1073741824.0, held_io / 1073741824.0, (peak + held_io) / 1073741824.0);
+  printf("the pool's peak was reached in: %s\n", fb_gpu_experts_peak_phase(g));
   printf("RESULT layer=%d routing=%s ms=%.3f fwd=%.3f bwd=%.3f wq=%.3f peak_gib=%.3f\n", layer, routing, mt, mf, mb, wq,
          (peak + held_io) / 1073741824.0);
   if (nr > 1) { /* the step is as slow as its slowest rank */

@@ -303,6 +303,26 @@ static fb_nvfp4_opts nv_opts(fb_gran outer, const fb_kp_mem *p, size_t **go) {
   fb_nvfp4_opts o = {.outer = tok ? FB_OUTER_ROW : exp_ ? FB_OUTER_GROUP : FB_OUTER_TENSOR, .group_offsets = *go, .ngroups = ng};
   return o;
 }
+/* bcopy (gemm_bcopy.cuh): the exact BF16 copy, K permuted, of R x C NVFP4 (no outer scale) or MXFP8 codes */
+static void bcopy_ref(const char *nm, int nv, const uint8_t *codes, const uint8_t *scales, size_t R, size_t C, uint16_t *o) {
+  size_t n = R * C;
+  float *v = malloc(n * 4 + 4);
+  if (nv) {
+    fb_nvfp4_opts no = {.outer = FB_OUTER_ROW};
+    float *one = malloc(R * 4 + 4);
+    for (size_t i = 0; i < R; ++i)
+      one[i] = 1;
+    CHK(fb_nvfp4_dequantize(codes, scales, one, R, C, &no, v));
+    free(one);
+  } else
+    CHK(fb_mxfp8_dequantize(codes, scales, R, C, v));
+  for (size_t r = 0; r < R; ++r)
+    for (size_t k = 0; k < C; ++k) {
+      size_t nat = nv ? (k / 32) * 32 + kp32((int)(k % 32)) : (k / 16) * 16 + kp16((int)(k % 16));
+      o[r * C + k] = fb_bf16_from_f32(v[r * C + nat]);
+    }
+  free(v);
+}
 static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
   const char *nm = k->name;
   size_t R = p->rows, C = p->cols, n = R * C;
@@ -334,45 +354,43 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
     CHK(fb_mxfp8_quantize(x, R, C, col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, (uint8_t *)p->out, (uint8_t *)p->scales));
   } else if (k->op == FB_OP_REQUANT) {
     fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
-    find(p->out, n, "rq out");
-    find(p->scales, n / 32, "rq sf");
+    /* kbf16 (mx_col.cuh FB_KBF16): the codes and scales made apart, then their BF16 copy, regrouped by out_group */
+    int kb = k->out_bf16;
+    uint8_t *rq_c = kb ? malloc(n + 1) : (uint8_t *)p->out, *rq_s = kb ? malloc(n / 32 + 1) : (uint8_t *)p->scales;
+    find(p->out, kb ? 2 * n : n, "rq out");
+    if (!kb) find(p->scales, n / 32, "rq sf");
     if (k->src.format == FB_FMT_NVFP4) {
       size_t *go;
       fb_nvfp4_opts o = nv_opts(k->src.outer, p, &go);
       find(p->in, n / 2, "rq in");
       find(p->src_scales, n / 16, "rq src sf");
       find(p->src_s_dec, fb_nvfp4_nouter(&o, R) * 4, "rq src sdec");
-      CHK(fb_requant_nvfp4_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, R, C, &o, &so,
-                                     (uint8_t *)p->out, (uint8_t *)p->scales));
+      CHK(fb_requant_nvfp4_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, R, C, &o, &so, rq_c, rq_s));
       free(go);
     } else {
       find(p->in, n, "rq in");
       find(p->src_scales, n / 32, "rq src sf");
-      CHK(fb_requant_mxfp8_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, &so, (uint8_t *)p->out,
-                                     (uint8_t *)p->scales));
+      CHK(fb_requant_mxfp8_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, &so, rq_c, rq_s));
+    }
+    if (kb) { /* the copy of the C x R codes; output row g C + c: source rows [g G, (g + 1) G) of column c */
+      size_t G = p->out_group ? p->out_group : R;
+      if (R % G || G % 32) {
+        fprintf(stderr, "MOCK: %s: out_group %zu of %zu rows\n", nm, G, R);
+        abort();
+      }
+      uint16_t *t = malloc(2 * n + 2), *o = (uint16_t *)p->out;
+      bcopy_ref(nm, 0, rq_c, rq_s, C, R, t);
+      for (size_t c = 0; c < C; ++c)
+        for (size_t g = 0; g < R / G; ++g)
+          memcpy(o + (g * C + c) * G, t + c * R + g * G, G * 2);
+      free(t), free(rq_c), free(rq_s);
     }
   } else if (k->op == FB_OP_BCOPY) {
     int nv = k->q.format == FB_FMT_NVFP4;
     find(p->in, nv ? n / 2 : n, "bc in");
     find(p->scales, nv ? n / 16 : n / 32, "bc sf");
     find(p->out, n * 2, "bc out");
-    float *v = malloc(n * 4 + 4);
-    if (nv) {
-      fb_nvfp4_opts o = {.outer = FB_OUTER_ROW};
-      float *one = malloc(R * 4 + 4);
-      for (size_t i = 0; i < R; ++i)
-        one[i] = 1;
-      CHK(fb_nvfp4_dequantize((uint8_t *)p->in, (uint8_t *)p->scales, one, R, C, &o, v));
-      free(one);
-    } else
-      CHK(fb_mxfp8_dequantize((uint8_t *)p->in, (uint8_t *)p->scales, R, C, v));
-    uint16_t *o = (uint16_t *)p->out;
-    for (size_t r = 0; r < R; ++r)
-      for (size_t k = 0; k < C; ++k) {
-        size_t nat = nv ? (k / 32) * 32 + kp32((int)(k % 32)) : (k / 16) * 16 + kp16((int)(k % 16));
-        o[r * C + k] = fb_bf16_from_f32(v[r * C + nat]);
-      }
-    free(v);
+    bcopy_ref(nm, nv, (uint8_t *)p->in, (uint8_t *)p->scales, R, C, (uint16_t *)p->out);
   } else if (k->op == FB_OP_TCOPY) { /* fb_tcopy_ref */
     int nv = !f32 && k->src.format == FB_FMT_NVFP4, mx = !f32 && k->src.format == FB_FMT_MXFP8, tok = nv && k->src.outer == FB_GRAN_TOKEN;
     int obf = k->out_bf16, tr = k->col, rht = k->q.rht, scale = k->act.rht;
