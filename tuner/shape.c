@@ -84,6 +84,9 @@ fb_status fb_tune_shape(const fb_kernel_spec *k, const fb_model *m, int ep, long
     if (k->op == FB_OP_REQUANT && k->src.outer == FB_GRAN_EXPERT) s->ngroups = (unsigned)Er;
     if (k->op == FB_OP_REQUANT && k->src.outer != FB_GRAN_EXPERT) s->ngroups = 1;
     s->bytes = (k->in_f32 ? 4.0 : 2.0) * s->rows * s->cols + 1.1 * s->rows * s->cols;
+    if (k->op == FB_OP_REQUANT && k->out_bf16) /* the source's codes and scales in, the BF16 copy out */
+      s->bytes = (k->src.format == FB_FMT_NVFP4 ? 0.5 + 1.0 / 16 : k->src.format == FB_FMT_MXFP8 ? 1.0 + 1.0 / 32 : 2.0) * s->rows * s->cols +
+                 2.0 * s->rows * s->cols;
     break;
   }
   if (s->rows % 32) s->rows += 32 - s->rows % 32; /* whole MX blocks down a column */

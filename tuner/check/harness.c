@@ -105,6 +105,10 @@ void build_specs(void) {
       fb_qspec src = {.format = s < 3 ? FB_FMT_NVFP4 : FB_FMT_MXFP8, .outer = s < 3 ? outers[s] : 0, .four_over_six = s == 1};
       snprintf(n, sizeof n, "requant_%s%s_mxfp8%s_t_sm90a", s < 3 ? "nvfp4_" : "mxfp8", s < 3 ? on[s] : "", sr ? "_sr" : "");
       add(FB_OP_REQUANT, FB_FMT_MXFP8, 0, 0, 0, sr, 1, &src, 0, 0, "requant", n);
+      if (!sr) continue; /* the same, written as the GEMMs' BF16 copy (mx_col.cuh FB_KBF16): the recipe's SR forms */
+      snprintf(n, sizeof n, "requant_%s%s_mxfp8_sr_t_kbf16_sm90a", s < 3 ? "nvfp4_" : "mxfp8", s < 3 ? on[s] : "");
+      add(FB_OP_REQUANT, FB_FMT_MXFP8, 0, 0, 0, sr, 1, &src, 0, 0, "requant", n);
+      specs[nspecs - 1].k.out_bf16 = 1;
     }
   for (int rht = 0; rht < 2; ++rht) {
     snprintf(n, sizeof n, "s2f6_quant%s_sm90a", rht ? "_rht32" : "");
@@ -224,6 +228,8 @@ static long count_diff32(const void *a, const void *b, size_t n, const char *wha
   return w;
 }
 
+static long count_diff16(const uint16_t *a, const uint16_t *b, size_t n, const char *what, const char *name, int *shown);
+
 fb_kernel amax_kernel[3]; /* by mode, compiled from the first variant of each amax spec */
 
 /* Run one unit on one input case; *wrong = the elements that differ. */
@@ -340,6 +346,10 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
       TRY_CU(fb_cu.MemcpyHtoD(din, srcq, n));
       TRY_CU(fb_cu.MemcpyHtoD(dss, srcs, n / 32));
     }
+    /* kbf16: regrouped in two halves on odd seeds where whole 32-row blocks allow it (out_group, as the layer's weights) */
+    const int kb = k->op == FB_OP_REQUANT && k->out_bf16;
+    const long long G = kb && (seed & 1) && R % 64 == 0 ? R / 2 : R;
+    p.out_group = G < R ? (unsigned)G : 0u;
     TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
     TRY_CU(fb_cu.CtxSynchronize());
     uint8_t *rc_ = hnew(&S, n), *rsc = hnew(&S, n / 32), *gc = hnew(&S, n), *gsc = hnew(&S, n / 32);
@@ -347,9 +357,23 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
     if (k->op == FB_OP_QUANT) TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, k->col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, rc_, rsc));
     else if (k->src.format == FB_FMT_NVFP4) TRY(fb_requant_nvfp4_to_mxfp8t(srcq, srcs, srcd, (size_t)R, (size_t)C, &no, &so, rc_, rsc));
     else TRY(fb_requant_mxfp8_to_mxfp8t(srcq, srcs, (size_t)R, (size_t)C, &so, rc_, rsc));
-    TRY_CU(fb_cu.MemcpyDtoH(gc, dout, n));
-    TRY_CU(fb_cu.MemcpyDtoH(gsc, dsc, n / 32));
-    wrong += count_diff8(gc, rc_, n, "codes", nm, &shown) + count_diff8(gsc, rsc, n / 32, "scales", nm, &shown);
+    if (kb) { /* the reference's codes as their BF16 copy (C x R, K permuted), regrouped: row g C + c holds rows [g G, g G + G) */
+      uint16_t *t = hnew(&S, n * 2), *ref = hnew(&S, n * 2), *got = hnew(&S, n * 2);
+      TRY(S.rc);
+      /* gemm_host.c fb_gemm_mxfp8_bf16_ref's copy (not linked here: the emulator's build has its own driver) */
+      for (long long i = 0; i < n; ++i) {
+        long long P = i % 16, src = i - P + 4 * ((P & 7) >> 1) + 2 * (P >> 3) + (P & 1);
+        t[i] = fb_bf16_from_f32(fb_e4m3_decode(rc_[src]) * fb_e8m0_decode(rsc[src / 32]));
+      }
+      for (long long c = 0; c < C; ++c)
+        for (long long g = 0; g < R / G; ++g) memcpy(ref + (g * C + c) * G, t + c * R + g * G, (size_t)G * 2);
+      TRY_CU(fb_cu.MemcpyDtoH(got, dout, n * 2));
+      wrong += count_diff16(got, ref, n, "bf16 copy", nm, &shown);
+    } else {
+      TRY_CU(fb_cu.MemcpyDtoH(gc, dout, n));
+      TRY_CU(fb_cu.MemcpyDtoH(gsc, dsc, n / 32));
+      wrong += count_diff8(gc, rc_, n, "codes", nm, &shown) + count_diff8(gsc, rsc, n / 32, "scales", nm, &shown);
+    }
   } else if (k->op == FB_OP_S2F6_Q) {
     TRY_CU(fb_cu.MemcpyHtoD(din, xb, n * 2));
     TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));

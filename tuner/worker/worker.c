@@ -441,7 +441,7 @@ static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem
     long long *off = malloc(sizeof *off * (ng + 1));
     for (unsigned g = 0; g <= ng; ++g) off[g] = R * g / ng;
     q->in = dev(n * (k->in_f32 ? 4 : (k->op == FB_OP_S2F6_DQ || k->op == FB_OP_REQUANT ? 1 : 2)), k->in_f32 ? 2 : 1, 0.02);
-    q->out = dev(n * (k->op == FB_OP_S2F6_DQ ? 4 : 1), 0, 0);
+    q->out = dev(n * (k->op == FB_OP_S2F6_DQ ? 4 : k->op == FB_OP_REQUANT && k->out_bf16 ? 2 : 1), 0, 0);
     q->scales = dev(n / 16 + 64, 3, 0);
     q->s_dec = dev((size_t)R * 4 + 64, 4, 1.0 / 2688.0);
     q->amax = dev((size_t)(R > (long long)ng ? R : ng) * 4 + 64, 4, 0.1);
@@ -449,6 +449,8 @@ static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem
     q->flags = dev(4, 0, 0);
     if (k->op == FB_OP_REQUANT) q->src_scales = dev(n / 16 + 64, 3, 0), q->src_s_dec = dev((size_t)R * 4 + 64, 5, 1.0 / 2688.0);
     q->rows = R, q->cols = C, q->ngroups = ng, q->seed = 1, q->stream = 2, q->step = 3, q->signs = 0x9E3779B9u;
+    /* the BF16 copy of requantized weights is regrouped per expert as the layer writes it */
+    if (k->op == FB_OP_REQUANT && k->out_bf16 && ng > 1 && R % ng == 0 && (R / ng) % 32 == 0) q->out_group = (unsigned)(R / ng);
     free(off);
     return;
   }
