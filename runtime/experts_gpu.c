@@ -157,6 +157,7 @@ struct fb_gpu_experts {
   int prof, nprof, nevents, sync_check;
   const char *phase, *last;
   const char *peak_phase; /* the phase that set the pool's peak (NULL: outside any) */
+  int trace;              /* FOURBIT_POOL_TRACE set: every pool allocation and release on stderr */
   prec pr[PROF_MAX];
 };
 
@@ -399,6 +400,7 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   }
   a->p[a->k] = *out, a->n[a->k++] = c;
   g->live += c;
+  if (g->trace) fprintf(stderr, "pool + %zu (%s) arena %p live %zu\n", c, g->phase ? g->phase : "-", (void *)a, g->live);
   if (g->live > g->peak) g->peak = g->live, g->peak_phase = g->phase;
   return FB_OK;
 }
@@ -411,10 +413,24 @@ static void afree(arena *a) {
   fb_gpu_experts *g = a->g;
   for (int i = 0; i < a->k; ++i) {
     g->live -= a->n[i];
+    if (g->trace) fprintf(stderr, "pool - %zu (%s) arena %p live %zu\n", a->n[i], g->phase ? g->phase : "-", (void *)a, g->live);
     if (g->nfree < POOL_FREE) g->fr[g->nfree++] = (blk){a->p[i], a->n[i]};
     else fb_cu.MemFree(a->p[i]), g->held -= a->n[i];
   }
   a->k = 0;
+}
+/* Give block p of arena a back to the pool now (before the arena ends); a pointer a does not hold (0, or another
+ * arena's) is left alone. Reuse is in stream order, so the launches already queued that read p are unaffected. */
+static void arelease(arena *a, CUdeviceptr p) {
+  if (!p) return;
+  for (int i = 0; i < a->k; ++i)
+    if (a->p[i] == p) {
+      arena one = {.g = a->g, .k = 1};
+      one.p[0] = p, one.n[0] = a->n[i];
+      a->p[i] = a->p[a->k - 1], a->n[i] = a->n[a->k - 1], --a->k;
+      afree(&one);
+      return;
+    }
 }
 static fb_status up(arena *a, CUdeviceptr *out, const void *h, size_t n) {
   FB_TRY(aalloc(a, out, n));
@@ -479,6 +495,11 @@ typedef struct {
   dq X, W13, W2, A;
 } gsaved;
 
+/* a saved tensor's blocks back to the pool once its last reader is queued (the backward's phases call this) */
+static void saved_drop(gsaved *s, dq *t) {
+  arelease(&s->mem, t->c), arelease(&s->mem, t->s), arelease(&s->mem, t->o);
+  t->c = t->s = t->o = 0;
+}
 static void saved_free(gsaved *s) {
   if (!s) return;
   afree(&s->mem);
@@ -1487,8 +1508,8 @@ static fb_status bwd_lowp(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved
 /* At the source, the combine's backward: dY = w * dy by source row, dtopk_w = <dy, Y^>; dY rows to their owners, grouped
  * there per expert and padded (zero rows) into *dY (R x D BF16). One rank (direct): row_of names the owner's rows, the
  * kernel writes them in place and the padding rows are zeroed apart. */
-static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
-                             CUdeviceptr *dY) {
+static fb_status bwd_combine_(fb_gpu_experts *g, arena *tmp, arena *xa, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
+                              CUdeviceptr *dY) {
   const fb_layer_prec *p = L->prec;
   size_t T = (size_t)L->tokens, D = (size_t)L->d_model, E = (size_t)s->nE, K = (size_t)L->top_k, R = s->R, Rs = s->Rs,
          Rr = s->Rr;
@@ -1500,7 +1521,7 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
     FB_TRY(zero_padding(s, (size_t)L->experts, *dY, D * 2));
     dYs = *dY;
   } else {
-    FB_TRY(aalloc(tmp, &dYs, (Rs ? Rs : 1) * D * 2));
+    FB_TRY(aalloc(xa, &dYs, (Rs ? Rs : 1) * D * 2));
   }
   const kent *e;
   fb_kernel_spec k = sp_combine_bwd(g, &p->combine);
@@ -1510,14 +1531,24 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
   pc.in = s->ycq, pc.in_scales = s->yce, pc.in2 = io->dy, pc.out = dYs, pc.grad_w = io->dtopk_w, pc.row_of = s->d_rowof;
   pc.topk_w = s->d_w, pc.rows = (long long)T, pc.cols = (long long)D, pc.top_k = (int)K, pc.signs = s->signs;
   FB_TRY(run_moe(g, e, &pc, (long long)T, (long long)D));
+  arelease(&s->mem, s->ycq), arelease(&s->mem, s->yce); /* the combine payload's last reader */
+  s->ycq = s->yce = 0;
   if (s->direct) {
     xcount(L, s, 0, b2, 1, L->traffic ? &L->traffic->dy : NULL);
     return FB_OK;
   }
-  FB_TRY(aalloc(tmp, &dYr, (Rr ? Rr : 1) * D * 2));
+  FB_TRY(aalloc(xa, &dYr, (Rr ? Rr : 1) * D * 2));
   FB_TRY(xchg(g, L, s, 0, &dYs, &dYr, b2, 1, L->traffic ? &L->traffic->dy : NULL));
   FB_TRY(aalloc(tmp, dY, (R ? R : 1) * D * 2));
   return regather(g, tmp, L, FB_FMT_BF16, D, s->d_ridx, Rr, (int)E, PAD, &dYr, dY, 0, 0);
+}
+/* the exchange's send and receive rows (xa) go back to the pool as soon as the regather that reads them is queued */
+static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
+                             CUdeviceptr *dY) {
+  arena xa = {.g = g};
+  fb_status rc = bwd_combine_(g, tmp, &xa, L, s, io, dY);
+  afree(&xa);
+  return rc;
 }
 
 /* The MXFP8 backward's phases (the owner's rows, R > 0): every operand quantized to MXFP8 (the saved ones requantized
@@ -1539,6 +1570,7 @@ static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tm
   FB_TRY(kget(g, &k, &f, &ge));
   FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
   FB_TRY(b_requant(g, ph, wt, ge, L, &p->bwd_saved, &p->fwd_weight, &s->W2, D, 1, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), &W2g));
+  saved_drop(s, &s->W2); /* its last reader */
   FB_TRY(aalloc(ph, &dA, R * F * 2));
   fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
@@ -1551,7 +1583,10 @@ static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tm
   fb_kp_moe ps;
   memset(&ps, 0, sizeof ps);
   ps.in = s->H, ps.in2 = dA, ps.out = *dH, ps.rows = (long long)R, ps.cols = (long long)F;
-  return run_moe(g, e, &ps, (long long)R, (long long)F);
+  FB_TRY(run_moe(g, e, &ps, (long long)R, (long long)F));
+  arelease(&s->mem, s->H); /* H's last reader */
+  s->H = 0;
+  return FB_OK;
 }
 static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY, CUdeviceptr *dH) {
   g->phase = "bwd w2 dgrad";
@@ -1563,7 +1598,7 @@ static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
 
 /* wgrad: out (E x M x N FP32) = Q(G down the rows)^T Q(S requantized down the rows), G = dY or dH (R x M BF16), S the
  * saved A or X */
-static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S,
+static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, dq *S,
                            size_t N, int op_g, int op_s, CUdeviceptr out) {
   const fb_layer_prec *p = L->prec;
   size_t E = (size_t)s->nE, R = s->R;
@@ -1574,12 +1609,13 @@ static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved
   FB_TRY(kget(g, &k, &f, &ge));
   FB_TRY(quant_cols(g, ph, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
   FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s), &St));
+  saved_drop(s, S); /* the saved A or X: its last reader */
   fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
   FB_TRY(gemm_b(g, ph, ge, &St, &ga));
   return gemm_run(g, ge, &ga);
 }
-static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, const dq *S, size_t N, int op_g,
+static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, dq *S, size_t N, int op_g,
                           int op_s, CUdeviceptr out) {
   arena ph = {.g = g};
   fb_status rc = mx_wgrad_(g, &ph, L, s, G, M, S, N, op_g, op_s, out);
@@ -1600,6 +1636,7 @@ static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_l
   FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
   FB_TRY(b_requant(g, ph, wt, ge, L, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, 1, fb_moe_stream(L->layer, FB_MOE_OP_W13_T),
                    &W13g));
+  saved_drop(s, &s->W13); /* its last reader */
   fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
   FB_TRY(gemm_b(g, ph, ge, &W13g, &ga));
@@ -1771,6 +1808,7 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   const char *arch = "sm_90a";
   if (!o->compile_only) FB_TRY(fb_gpu_device_arch(dev, &arch));
   fb_gpu_experts *g = calloc(1, sizeof *g);
+  if (g) g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
   if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
   g->o = *o, g->sms = info.sm_count, g->arch = arch;
   const char *sc = getenv("FOURBIT_GPU_SYNC");
