@@ -77,6 +77,8 @@ FBT_MMA_BS(fbt_mma_mxf8, FBEMU_MMA_MXF8, 1)
 FBT_MMA_BS(fbt_mma_mxf8_cg2, FBEMU_MMA_MXF8, 2)
 FBT_MMA_BS(fbt_mma_nvf4, FBEMU_MMA_NVF4, 1)
 FBT_MMA_BS(fbt_mma_nvf4_cg2, FBEMU_MMA_NVF4, 2)
+FBT_MMA_BS(fbt_mma_mxf4, FBEMU_MMA_MXF4, 1)
+FBT_MMA_BS(fbt_mma_mxf4_cg2, FBEMU_MMA_MXF4, 2)
 #undef FBT_MMA
 #undef FBT_MMA_BS
 FBT_FN void fbt_commit(uint32_t mbar) { FBT_M->commit(1, mbar, 0); }
