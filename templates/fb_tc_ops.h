@@ -77,6 +77,8 @@ FBT_MMA_BS(fbt_mma_mxf8, FBEMU_MMA_MXF8, 1)
 FBT_MMA_BS(fbt_mma_mxf8_cg2, FBEMU_MMA_MXF8, 2)
 FBT_MMA_BS(fbt_mma_nvf4, FBEMU_MMA_NVF4, 1)
 FBT_MMA_BS(fbt_mma_nvf4_cg2, FBEMU_MMA_NVF4, 2)
+FBT_MMA_BS(fbt_mma_mxf4, FBEMU_MMA_MXF4, 1)
+FBT_MMA_BS(fbt_mma_mxf4_cg2, FBEMU_MMA_MXF4, 2)
 #undef FBT_MMA
 #undef FBT_MMA_BS
 FBT_FN void fbt_commit(uint32_t mbar) { FBT_M->commit(1, mbar, 0); }
@@ -197,6 +199,9 @@ FBT_MMA_BS(fbt_mma_mxf8, "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.bl
 FBT_MMA_BS(fbt_mma_mxf8_cg2, "tcgen05.mma.cta_group::2.kind::mxf8f6f4.block_scale.block32")
 FBT_MMA_BS(fbt_mma_nvf4, "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16")   /* NVFP4, K = 64 (96: idesc) */
 FBT_MMA_BS(fbt_mma_nvf4_cg2, "tcgen05.mma.cta_group::2.kind::mxf4nvf4.block_scale.block16")
+/* MXFP4 (E2M1, UE8M0 scales of 32 elements), K = 64 (96: idesc bit 31, sm_103a, cta_group::2) */
+FBT_MMA_BS(fbt_mma_mxf4, "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block32")
+FBT_MMA_BS(fbt_mma_mxf4_cg2, "tcgen05.mma.cta_group::2.kind::mxf4nvf4.block_scale.block32")
 #undef FBT_MMA
 #undef FBT_MMA_BS
 

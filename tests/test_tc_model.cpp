@@ -8,8 +8,11 @@
  *    shared memory, tcgen05.cp of the scale factors, MMAs from one elected thread, commit, epilogue tcgen05.ld)
  *    against a reference computed here from the logical matrices (its own decode; the same documented order: each
  *    MMA's K products exact and summed in double, rounded once to FP32, added to D in FP32), bit for bit;
+ *  - a CTA pair (cta_group::2, M = 256): BF16, and the block-scaled kinds with tcgen05.cp.cta_group::2 (MXFP8, NVFP4,
+ *    MXFP4 .block32), K = 64 and, as sm_103a (tc::set_arch), K = 96 (NVFP4 6 scales a row, MXFP4 3), bit for bit;
  *  - a deliberately wrong swizzle, SBO, LBO, scale-factor id, format code or majorness is caught (the result
- *    differs or the model reports it), and each protocol error is reported;
+ *    differs or the model reports it), and each protocol error is reported; so are K = 96 on sm_100a, an MMA from
+ *    the pair's odd CTA and B's scales held by one CTA of the pair;
  *  - the kernel compiles with NVRTC for sm_100a and sm_103a.
  * Everything runs under the functional model, never on a Blackwell GPU. */
 #define FBEMU_KERNEL
@@ -618,6 +621,204 @@ void test_mma_cta_pair(void **state) {
   printf("  cta_group::2 BF16 M256 x N 64/128/256 on a CTA pair: bit-exact\n");
 }
 
+
+/* ---- 3c. block-scaled MMAs on a CTA pair (cta_group::2, M = 256), MXFP4 (.block32), and K = 96 (sm_103a) ------- */
+/* One tile of A (M x KT) and B (N x KT), K-major, 128-byte swizzle rows loaded by TMA (each CTA of a pair its 128 rows
+   of A and N/2 of B), the scales in CUTLASS's 128x4 atoms copied by each CTA into its shared memory and moved into
+   TMEM by tcgen05.cp (the pair: the leader's cta_group::2 copy fills both CTAs; each CTA holds its own A rows' scales
+   and all N of B's). MMA s reads scales t0 = s * nsf .. of each row (nsf a MMA): scale word t0 / 4 at column
+   base + g (t0 / 4), the id t0 % 4, the layout tc_model.h's sf_run_byte documents. The reference: the logical
+   matrices, the model's documented order (each MMA's products exact, summed in double in k order, rounded once to
+   FP32, added in FP32). */
+enum { BS_MXF8 = 1, BS_NVF4 = 2, BS_MXF4 = 3 }; /* the tile kernel's kind codes */
+struct BsCase {
+  int kind, cg;
+  unsigned n;
+  int k96, ue8m0; /* ue8m0: NVFP4 (.block16) with UE8M0 scales; .block32 and MXFP8 always */
+};
+enum { BSM_NONE, BSM_SF_ID, BSM_SFB_LEADER_ONLY, BSM_ISSUE_ODD, BSM_CROSS_ROW, BSM_UE4M3, BSM_SF_ID2, BSM_SFB_GROUP4 };
+struct BsProblem {
+  BsCase c;
+  unsigned M, N, kmma, steps, kt, blk, nsf, ntot;
+  std::vector<unsigned> a, b;          /* codes, R x kt */
+  std::vector<unsigned char> asf, bsf; /* scale codes, R x ntot */
+  std::vector<unsigned char> ga, gb, img;
+  std::vector<float> out, ref;
+  fbt_tile_params p;
+  unsigned smem;
+};
+const char *bs_name(const BsCase &c) {
+  static char b[96];
+  snprintf(b, sizeof b, "%s M%u N%u K%u", c.kind == BS_MXF8 ? "MXFP8" : c.kind == BS_MXF4 ? "MXFP4 (.block32)" : c.ue8m0 ? "NVFP4 (.block16, UE8M0)" : "NVFP4 (.block16)",
+           c.cg == 2 ? 256u : 128u, c.n, c.kind == BS_MXF8 ? 32u : c.k96 ? 96u : 64u);
+  return b;
+}
+void build_bs(BsProblem &P, const BsCase &c, int mut) {
+  P.c = c;
+  memset(&P.p, 0, sizeof P.p);
+  const unsigned cg = (unsigned)c.cg, M = cg == 2 ? 256 : 128, N = c.n, eb = c.kind == BS_MXF8 ? 8 : 4;
+  P.M = M, P.N = N;
+  P.kmma = c.kind == BS_MXF8 ? 32 : c.k96 ? 96 : 64;
+  P.blk = c.kind == BS_NVF4 ? 16 : 32, P.nsf = P.kmma / P.blk;
+  const unsigned krow = 128 * 8 / eb; /* K in one 128-byte swizzle row */
+  P.steps = c.k96 ? 2 : krow / P.kmma; /* K = 96: two 48-byte chunks in a row (a third would cross it) */
+  P.kt = P.steps * P.kmma, P.ntot = P.steps * P.nsf;
+  const int fmt = c.kind == BS_MXF8 ? FB_TC_E4M3 : FB_TC_MXF4_E2M1;
+  const bool e8 = c.kind != BS_NVF4 || c.ue8m0;
+  P.a.resize((size_t)M * P.kt), P.b.resize((size_t)N * P.kt);
+  for (auto &x : P.a) x = rand_code(c.kind == BS_MXF8 ? K_MXF8 : K_NVF4, FB_TC_E4M3);
+  for (auto &x : P.b) x = rand_code(c.kind == BS_MXF8 ? K_MXF8 : K_NVF4, FB_TC_E4M3);
+  P.asf.resize((size_t)M * P.ntot), P.bsf.resize((size_t)N * P.ntot);
+  for (auto &x : P.asf) x = (unsigned char)(e8 ? 120 + rnd() % 15 : 0x20 + rnd() % 0x30);
+  for (auto &x : P.bsf) x = (unsigned char)(e8 ? 120 + rnd() % 15 : 0x20 + rnd() % 0x30);
+  /* global: rows of 128 bytes (the K past kt zero) */
+  P.ga.assign((size_t)M * 128, 0), P.gb.assign((size_t)N * 128, 0);
+  for (unsigned r = 0; r < M; ++r)
+    for (unsigned k = 0; k < P.kt; ++k) put_elem(P.ga, (size_t)r * 128 + k * eb / 8, eb, P.a[(size_t)r * P.kt + k], k);
+  for (unsigned r = 0; r < N; ++r)
+    for (unsigned k = 0; k < P.kt; ++k) put_elem(P.gb, (size_t)r * 128 + k * eb / 8, eb, P.b[(size_t)r * P.kt + k], k);
+  const unsigned ra = 128, rb = N / cg; /* rows of A and of B in each CTA */
+  uint64_t da[2] = {128, M}, db[2] = {128, N}, str[1] = {128};
+  uint32_t ba[2] = {128, ra}, bb[2] = {128, rb};
+  assert_null(tc::encode_tmap(&P.p.ta, 1, 2, P.ga.data(), da, str, ba, NULL, 0, 128, 0));
+  assert_null(tc::encode_tmap(&P.p.tb, 1, 2, P.gb.data(), db, str, bb, NULL, 0, 128, 0));
+  const unsigned offA = 1024, offB = offA + ra * 128, offS = align1k(offB + rb * 128);
+  P.p.tma[0] = fbt_tile_tma{0, offA, 0, 0}, P.p.tma[1] = fbt_tile_tma{1, offB, 0, 0}, P.p.ntma = 2;
+  P.p.cta_y[0] = ra, P.p.cta_y[1] = rb, P.p.tx_bytes = (ra + rb) * 128;
+  /* the scale image of each CTA: A's atoms (its 128 rows) w = 0 .. W-1, then B's (row atom r, word w) at r W + w */
+  const unsigned W = (P.ntot + 3) / 4, brows = (N + 127) / 128, gb = N > 128 ? 8 : 4;
+  const unsigned ibytes = (W + brows * W) * 512;
+  P.img.assign((size_t)cg * ibytes, 0);
+  for (unsigned cta = 0; cta < cg; ++cta) {
+    unsigned char *im = P.img.data() + (size_t)cta * ibytes;
+    for (unsigned r = 0; r < 128; ++r)
+      for (unsigned t = 0; t < P.ntot; ++t) im[fb_tc_sf_offset(r, t, W * 4)] = P.asf[(size_t)(cta * 128 + r) * P.ntot + t];
+    if (cta == 1 && mut == BSM_SFB_LEADER_ONLY) continue; /* the peer's copy of B's scales left out */
+    for (unsigned r = 0; r < N; ++r)
+      for (unsigned t = 0; t < P.ntot; ++t) im[W * 512 + fb_tc_sf_offset(r, t, W * 4)] = P.bsf[(size_t)r * P.ntot + t];
+  }
+  P.p.sf = (unsigned long long)(uintptr_t)P.img.data(), P.p.sf_off = offS, P.p.sf_bytes = ibytes;
+  const unsigned SFA = 256, SFB = SFA + 4 * W;
+  for (unsigned w = 0; w < W; ++w) P.p.cp[P.p.ncp++] = fbt_tile_cp{offS + w * 512, SFA + 4 * w};
+  for (unsigned r = 0; r < brows; ++r)
+    for (unsigned w = 0; w < W; ++w) P.p.cp[P.p.ncp++] = fbt_tile_cp{offS + (W + r * W + w) * 512, SFB + gb * w + 4 * r};
+  for (unsigned s = 0; s < P.steps; ++s) {
+    fbt_tile_mma &q = P.p.mma[P.p.nmma++];
+    unsigned t0 = s * P.nsf, id = t0 % 4, kb = s * P.kmma * eb / 8;
+    if (mut == BSM_CROSS_ROW && s == 1) kb = 96; /* 48 bytes from byte 96 of a 128-byte row */
+    q.adesc = fb_tc_sdesc(offA + kb, 16, 1024, FB_TC_SW128, 0, 0), q.bdesc = fb_tc_sdesc(offB + kb, 16, 1024, FB_TC_SW128, 0, 0);
+    q.sfa_col = SFA + 4 * (t0 / 4), q.sfb_col = SFB + gb * (t0 / 4), q.acc = s > 0;
+    unsigned aid = mut == BSM_SF_ID && s == 0 ? 1 : mut == BSM_SF_ID2 && s == 0 ? 2 : id;
+    if (mut == BSM_SFB_GROUP4) q.sfb_col = SFB + 4 * (t0 / 4); /* B's second scale word 4 columns on, not 8 */
+    q.idesc = fb_tc_idesc_bs(fmt, fmt, e8 && mut != BSM_UE4M3 ? 1 : 0, (int)M, (int)N, 0, 0, (int)aid, (int)id, c.k96);
+  }
+  P.p.kind = (unsigned)c.kind, P.p.m = M, P.p.n = N, P.p.tmem_cols = 512;
+  P.p.flags = mut == BSM_ISSUE_ODD ? FBT_TILE_ISSUE_ODD : 0;
+  P.out.assign((size_t)M * N, NAN);
+  P.p.out = (unsigned long long)(uintptr_t)P.out.data();
+  P.smem = offS + ibytes + 1024;
+  auto scale = [e8](unsigned char v) { return e8 ? (double)fb_e8m0_decode(v) : (double)fb_e4m3_decode(v); };
+  auto val = [&c](unsigned code) {
+    return c.kind == BS_MXF8 ? (double)fb_e4m3_decode((uint8_t)code) : (double)fb_e2m1_decode((uint8_t)code);
+  };
+  P.ref.assign((size_t)M * N, 0);
+  for (unsigned i = 0; i < M; ++i)
+    for (unsigned j = 0; j < N; ++j) {
+      float acc = 0;
+      for (unsigned s = 0; s < P.steps; ++s) {
+        double sum = 0;
+        for (unsigned k = s * P.kmma; k < (s + 1) * P.kmma; ++k)
+          sum += val(P.a[(size_t)i * P.kt + k]) * scale(P.asf[(size_t)i * P.ntot + k / P.blk]) *
+                 (val(P.b[(size_t)j * P.kt + k]) * scale(P.bsf[(size_t)j * P.ntot + k / P.blk]));
+        acc = s ? acc + (float)sum : (float)sum;
+      }
+      P.ref[(size_t)i * N + j] = acc;
+    }
+}
+Launch run_bs(BsProblem &P) {
+  fbemu_table = &fbemu::api;
+  Launch l;
+  if (P.c.cg == 2)
+    l.err = tc::launch(2, 1, 128, 2, P.smem, [&P] { fbt_tile_mma_cg2_kernel(P.p); });
+  else
+    l.err = tc::launch(1, 1, 128, 1, P.smem, [&P] { fbt_tile_mma_kernel(P.p); });
+  l.detail = tc::deadlock_detail();
+  return l;
+}
+int bs_mismatches(const BsProblem &P) {
+  int bad = 0;
+  for (size_t i = 0; i < P.ref.size(); ++i) bad += memcmp(&P.out[i], &P.ref[i], 4) != 0;
+  return bad;
+}
+void bs_exact(const BsCase &c, unsigned arch) {
+  BsProblem P;
+  build_bs(P, c, BSM_NONE);
+  tc::set_arch(arch);
+  Launch l = run_bs(P);
+  tc::set_arch(100);
+  if (l.err) fail_msg("%s on sm_%ua: %s", bs_name(c), arch, l.err);
+  int bad = bs_mismatches(P);
+  if (bad) fail_msg("%s on sm_%ua: %d of %zu outputs differ from the reference", bs_name(c), arch, bad, P.ref.size());
+}
+void test_mma_block_scaled_pair(void **state) {
+  (void)state;
+  int runs = 0;
+  for (int kind : {BS_MXF8, BS_NVF4, BS_MXF4})
+    for (int ue8m0 = 0; ue8m0 < (kind == BS_NVF4 ? 2 : 1); ++ue8m0)
+      for (unsigned n : {64u, 128u, 256u}) {
+        bs_exact(BsCase{kind, 2, n, 0, ue8m0}, 100);
+        ++runs;
+      }
+  printf("  cta_group::2 block-scaled (MXFP8, NVFP4 UE4M3 / UE8M0, MXFP4) M256 x N 64/128/256: %d runs bit-exact\n", runs);
+  for (unsigned n : {64u, 256u}) bs_exact(BsCase{BS_MXF4, 1, n, 0, 1}, 100);
+  printf("  cta_group::1 MXFP4 (.block32, 2 scales a row, ids 0 / 2) M128 x N 64/256: bit-exact\n");
+  for (int kind : {BS_NVF4, BS_MXF4})
+    for (int ue8m0 = 0; ue8m0 < (kind == BS_NVF4 ? 2 : 1); ++ue8m0)
+      for (unsigned n : {128u, 256u}) bs_exact(BsCase{kind, 2, n, 1, kind == BS_MXF4 ? 1 : ue8m0}, 103);
+  printf("  K = 96 on sm_103a, cta_group::2 M256 x N 128/256: NVFP4 (6 scales a row, ids 0 / 2) and MXFP4 (3, ids 0 / 3): bit-exact\n");
+}
+void bs_reported(const BsCase &c, int mut, unsigned arch, const char *want, const char *what) {
+  BsProblem P;
+  build_bs(P, c, mut);
+  tc::set_arch(arch);
+  Launch l = run_bs(P);
+  tc::set_arch(100);
+  printf("  %-52s %s\n", what, l.err ? l.err : "(not reported)");
+  if (!l.err) fail_msg("%s: not reported (%d outputs differ)", what, bs_mismatches(P));
+  if (!strstr(l.err, want)) fail_msg("%s: reported as \"%s\", expected \"%s\"", what, l.err, want);
+}
+void test_block_scaled_reported(void **state) {
+  (void)state;
+  BsCase k96 = {BS_NVF4, 2, 128, 1, 0}, k96b32 = {BS_MXF4, 2, 256, 1, 1}, k64b32 = {BS_MXF4, 2, 128, 0, 1};
+  bs_reported(k96, BSM_SF_ID, 103, "scale-factor ids A 1", "K = 96 NVFP4 A scale-factor id 1 (0 or 2)");
+  bs_reported(k64b32, BSM_SF_ID, 100, "scale-factor ids A 1", "MXFP4 K = 64 A scale-factor id 1 (0 or 2)");
+  bs_reported(k96, BSM_NONE, 100, "sm_103a only", "K = 96 idesc on sm_100a");
+  bs_reported(k96b32, BSM_NONE, 100, "sm_103a only", "K = 96 (.block32) idesc on sm_100a");
+  BsCase k96cg1 = {BS_NVF4, 1, 128, 1, 0};
+  bs_reported(k96cg1, BSM_NONE, 103, "K = 96 with cta_group::1", "K = 96 with cta_group::1 (M = 128)");
+  bs_reported(k64b32, BSM_ISSUE_ODD, 100, "outside the even CTA", "2-CTA MXFP4 MMA issued from the odd CTA");
+  BsCase f8 = {BS_MXF8, 2, 128, 0, 0};
+  bs_reported(f8, BSM_ISSUE_ODD, 100, "outside the even CTA", "2-CTA MXFP8 MMA issued from the odd CTA");
+  bs_reported(k96, BSM_SFB_LEADER_ONLY, 103, "differs between the CTAs of the pair", "2-CTA: B's scales only in the leader's TMEM");
+  bs_reported(k96, BSM_CROSS_ROW, 103, "cross the row's end", "K = 96 chunk across a 128-byte swizzle row");
+  bs_reported(k64b32, BSM_UE4M3, 100, "UE4M3", ".block32 with UE4M3 scales");
+  /* legal ids / columns that name the wrong scales: the result differs */
+  struct { BsCase c; int mut; const char *what; } wrong[] = {
+      {k96, BSM_SF_ID2, "K = 96 NVFP4 A scale-factor id 2 where 0"},
+      {k96b32, BSM_SF_ID2, "K = 96 MXFP4 A scale-factor id 2 where 0"},
+      {BsCase{BS_NVF4, 2, 256, 1, 0}, BSM_SFB_GROUP4, "K = 96 N = 256: B's next scale word 4 columns on"}};
+  for (auto &x : wrong) {
+    BsProblem P;
+    build_bs(P, x.c, x.mut);
+    tc::set_arch(103);
+    Launch l = run_bs(P);
+    tc::set_arch(100);
+    int bad = l.err ? -1 : bs_mismatches(P);
+    printf("  %-52s %s\n", x.what, l.err ? l.err : (std::to_string(bad) + " outputs differ").c_str());
+    if (!l.err && !bad) fail_msg("%s: not caught (the result equals the reference)", x.what);
+  }
+}
+
 /* ---- 4. wrong descriptors are caught ---------------------------------------------------------------------------- */
 void caught(const Cfg &c, int mut, const char *what) {
   Problem P;
@@ -763,6 +964,7 @@ void test_nvrtc(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma), cmocka_unit_test(test_runtime_tmap),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
+      cmocka_unit_test(test_mma_block_scaled_pair), cmocka_unit_test(test_block_scaled_reported),
       cmocka_unit_test(test_wrong_descriptors), cmocka_unit_test(test_protocol_errors),
       cmocka_unit_test(test_elect_alloc_cg), cmocka_unit_test(test_nvrtc),
   };

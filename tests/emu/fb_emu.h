@@ -14,7 +14,8 @@ typedef struct { unsigned x, y, z; } fbemu_dim3;
  * emulated shared::cta / shared::cluster window (rank << 24 | offset) and TMEM addresses (lane << 16 | column).
  * Run under the functional model, never on a Blackwell GPU. */
 enum { FBEMU_FENCE_BEFORE = 1, FBEMU_FENCE_AFTER, FBEMU_FENCE_PROXY_ASYNC, FBEMU_FENCE_MBAR_INIT };
-enum { FBEMU_MMA_F16 = 1, FBEMU_MMA_MXF8, FBEMU_MMA_NVF4 };  /* kind::f16, mxf8f6f4.block32, mxf4nvf4.block16 */
+enum { FBEMU_MMA_F16 = 1, FBEMU_MMA_MXF8, FBEMU_MMA_NVF4, FBEMU_MMA_MXF4 }; /* kind::f16, mxf8f6f4.block32, mxf4nvf4.block16,
+                                                                   mxf4nvf4.block32 */
 enum { FBEMU_CP_32X128B_WARPX4 = 1 };
 enum { FBEMU_LDST_32X32B = 1 };
 typedef struct fbemu_tc_api {

@@ -21,7 +21,8 @@
  * outside its lane quarter (32 * (warp % 4) ..); an async read (MMA, cp) of shared memory that generic writes
  * changed after the last fence.proxy.async (a shadow copy of shared memory is the async proxy's view: refreshed
  * at every fence.proxy.async and by TMA writes, compared at every async read); an MMA or cp issued on shared
- * memory a TMA load still writes; descriptors or forms the model does not know (unmodelled, never guessed). */
+ * memory a TMA load still writes; descriptors or forms the model does not know (unmodelled, never guessed), and
+ * sm_103a-only forms (K = 96) when the kernel runs as sm_100a (set_arch: the arch the emulated kernel stands for). */
 #ifndef FB_TC_MODEL_H
 #define FB_TC_MODEL_H
 #include <math.h>
@@ -224,6 +225,10 @@ struct Model {
   std::mt19937 rng{777};
   unsigned cl_arrived = 0, cl_gen = 0;
   int cg = 0; /* the kernel's .cta_group, from its first tcgen05 instruction */
+  /* The arch the emulated kernel stands for (100: sm_100a, 103: sm_103a), set by the test with set_arch(): the
+     kernel is host C++ here, compiled once, so nothing in it says which target the GPU build would have. sm_103a-only
+     forms (K = 96) are reported under 100. Kept across launches. */
+  unsigned arch = 100;
   std::string fault_msg, deadlock;
   unsigned long long stats_mma = 0, stats_tma = 0;
 } M;
@@ -239,6 +244,8 @@ inline void fault(const char *fmt, ...) {
   g_fault = M.fault_msg.c_str();
 }
 inline Th &me() { return M.th[cur]; }
+/* The target the kernels launched from now on stand for: 100 (sm_100a, the default) or 103 (sm_103a). */
+inline void set_arch(unsigned sm) { M.arch = sm; }
 inline unsigned my_cta() { return threads[cur].cta; }
 inline unsigned my_tid() { return threads[cur].tid; }
 
@@ -390,13 +397,32 @@ inline unsigned sf_byte(Cta &C, unsigned col, unsigned row, unsigned byte, const
   return v;
 }
 
+/* Scale factor j (0-based) of an MMA for `row` (of A: < 128, the CTA's own rows; of B: < N), sf_id its scale-factor
+ * id: byte t = sf_id + j of the row's run of scale bytes, i.e. byte t % 4 of scale word t / 4. Word w of the row sits
+ * g columns after word 0 (g = 4 for up to 128 rows, the four columns one 32x128b.warpx4 copy writes, 8 for B with
+ * N > 128), at column sf + w g + row / 32. Words beyond 0 are used only at K = 96 (3 or 6 scales from byte sf_id on:
+ * "4-byte aligned sub-columns", the id a byte offset, PTX ISA 9.7.16.10.7.2.4/5). That the run continues g columns on
+ * is the model's reading [unverified]: the ISA shows the K = 96 sub-columns only in figures, which the text does not
+ * carry; it is what CUTLASS's 128x4 scale atoms give, copied K atom after K atom, and fits the ISA's separate figures
+ * for N <= 128 and N > 128. */
+inline unsigned sf_run_byte(Cta &C, unsigned sf, unsigned g, unsigned row, unsigned t, const char *what) {
+  return sf_byte(C, sf + (t / 4) * g, row, t % 4, what);
+}
+
 inline unsigned d_lane(unsigned m_total, unsigned row) { /* the data-path layouts D (M = 128) and F (M = 64) */
   return m_total == 64 ? 32 * (row / 16) + row % 16 : row;
 }
 
+inline const char *mma_name(int kind) {
+  return kind == FBEMU_MMA_F16    ? "tcgen05.mma kind::f16"
+         : kind == FBEMU_MMA_MXF8 ? "tcgen05.mma kind::mxf8f6f4.block32"
+         : kind == FBEMU_MMA_NVF4 ? "tcgen05.mma kind::mxf4nvf4.block16"
+                                  : "tcgen05.mma kind::mxf4nvf4.block32";
+}
+
 inline void exec_mma(Op &op) {
   Cta &C = M.ctas[op.cta];
-  const char *what = op.kind == FBEMU_MMA_F16 ? "tcgen05.mma kind::f16" : op.kind == FBEMU_MMA_MXF8 ? "tcgen05.mma kind::mxf8f6f4" : "tcgen05.mma kind::mxf4nvf4";
+  const char *what = mma_name(op.kind);
   async_read_check(op.aaddr, what);
   async_read_check(op.baddr, what);
   unsigned K = op.k, dcol = op.d & 0xFFFF;
@@ -418,17 +444,30 @@ inline void exec_mma(Op &op) {
   if (op.id.neg_a) for (double &x : av) x = -x;
   if (op.id.neg_b) for (double &x : bv) x = -x;
   if (op.kind != FBEMU_MMA_F16) { /* the block scales, from TMEM */
-    unsigned blk = op.kind == FBEMU_MMA_MXF8 ? 32 : 16, nb = K / blk;
-    unsigned bsf = op.id.d_fmt_or_bsf, asf = op.id.asf;
+    unsigned blk = op.kind == FBEMU_MMA_NVF4 ? 16 : 32, nb = K / blk;
+    unsigned bsf = op.id.d_fmt_or_bsf, asf = op.id.asf, gb = op.n > 128 ? 8 : 4;
+    /* cta_group::2 (M = 256): A's rows 128.. are scaled from the peer's TMEM (its own rows, at the same address), as
+       its D rows land there. B: every column's scales from each CTA's own TMEM, which must agree (see e_mma). */
+    const bool pair = op.m == 256;
     for (unsigned r = 0; r < op.m; ++r)
       for (unsigned j = 0; j < nb; ++j) {
-        unsigned s = sf_byte(C, op.sfa & 0xFFFF, r, asf + j, what);
+        unsigned s = sf_run_byte(pair ? M.ctas[op.cta + r / 128] : C, op.sfa & 0xFFFF, 4, pair ? r % 128 : r, asf + j, what);
         double sc = op.id.bit23 ? dec_ue8m0(s) : dec_ue4m3(s);
         for (unsigned k = j * blk; k < (j + 1) * blk; ++k) av[(size_t)r * K + k] *= sc;
       }
     for (unsigned r = 0; r < op.n; ++r)
       for (unsigned j = 0; j < nb; ++j) {
-        unsigned s = sf_byte(C, op.sfb & 0xFFFF, r, bsf + j, what);
+        unsigned s = sf_run_byte(C, op.sfb & 0xFFFF, gb, r, bsf + j, what);
+        if (pair) {
+          unsigned s2 = sf_run_byte(M.ctas[op.cta + 1], op.sfb & 0xFFFF, gb, r, bsf + j, what);
+          if (s2 != s) {
+            fault("%s: the scale factor of B column %u, k-block %u differs between the CTAs of the pair (0x%02x in CTA %u, "
+                  "0x%02x in CTA %u): with cta_group::2 the model reads B's scales for all N columns from each CTA's own "
+                  "TMEM and requires both copies to agree [unverified: the PTX ISA does not say how SFB is shared by the pair]",
+                  what, r, j, s, op.cta, s2, op.cta + 1);
+            return;
+          }
+        }
         double sc = op.id.bit23 ? dec_ue8m0(s) : dec_ue4m3(s);
         for (unsigned k = j * blk; k < (j + 1) * blk; ++k) bv[(size_t)r * K + k] *= sc;
       }
@@ -450,15 +489,17 @@ inline void exec_mma(Op &op) {
 }
 
 inline void exec_cp(Op &op) {
-  Cta &C = M.ctas[op.cta];
   async_read_check(op.aaddr, "tcgen05.cp");
   unsigned col = op.d & 0xFFFF;
-  for (unsigned r = 0; r < 32; ++r)
-    for (unsigned w = 0; w < 4; ++w) {
-      uint32_t v;
-      memcpy(&v, C.smem + (op.aaddr[r * 16 + w * 4] & 0xFFFFFF), 4);
-      for (unsigned q = 0; q < 4; ++q) C.tmem[(r + 32 * q) * kTmemCols + col + w] = v;
-    }
+  for (size_t c0 = 0; c0 < op.aaddr.size(); c0 += 512) { /* cta_group::2: each CTA of the pair from its own memory */
+    Cta &C = M.ctas[op.aaddr[c0] >> 24];
+    for (unsigned r = 0; r < 32; ++r)
+      for (unsigned w = 0; w < 4; ++w) {
+        uint32_t v;
+        memcpy(&v, C.smem + (op.aaddr[c0 + r * 16 + w * 4] & 0xFFFFFF), 4);
+        for (unsigned q = 0; q < 4; ++q) C.tmem[(r + 32 * q) * kTmemCols + col + w] = v;
+      }
+  }
 }
 
 inline void complete(size_t i) {
@@ -743,10 +784,14 @@ inline bool war_ok(Cta &C, size_t cell, const char *what) {
 }
 inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsigned long long bdesc, unsigned idesc,
                   unsigned sfa, unsigned sfb, int acc) {
-  const char *what = kind == FBEMU_MMA_F16 ? "tcgen05.mma kind::f16" : kind == FBEMU_MMA_MXF8 ? "tcgen05.mma kind::mxf8f6f4.block32" : "tcgen05.mma kind::mxf4nvf4.block16";
+  const char *what = mma_name(kind);
   if (!cg_check(cg, what)) return;
-  if (cg == 2 && kind != FBEMU_MMA_F16) { fault("%s: .cta_group::2 block-scaled MMAs are not modelled yet", what); return; }
-  if (cg == 2 && (M.csize < 2 || my_cta() % 2)) { fault("%s: .cta_group::2 issued outside the even CTA of a pair", what); return; }
+  /* The PTX ISA lets any one thread of the pair issue; the model takes the even CTA's only (its rows are 0..127, as in
+     CUTLASS's 2-SM kernels: what an odd CTA's issue makes of the row halves is not stated) */
+  if (cg == 2 && (M.csize < 2 || my_cta() % 2)) {
+    fault("%s: .cta_group::2 issued outside the even CTA of a pair (CTA %u; the model takes the even CTA's issue only)", what, my_cta());
+    return;
+  }
   Idesc id = decode_idesc(idesc);
   Sdesc sa = decode_sdesc(adesc), sb = decode_sdesc(bdesc);
   Op op;
@@ -761,7 +806,6 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
     if (id.a_fmt > 1 || id.b_fmt > 1) { fault("%s: A/B format codes %u/%u (F16 = 0, BF16 = 1)", what, id.a_fmt, id.b_fmt); return; }
     if (cg == 1 && id.m != 64 && id.m != 128) { fault("%s: M = %u (cta_group::1: 64 or 128)", what, id.m); return; }
     if (cg == 2 && id.m != 256) { fault("%s: M = %u with cta_group::2 (the model has M = 256 only)", what, id.m); return; }
-    if (cg == 2 && id.n % 16) { fault("%s: N = %u with cta_group::2 (a multiple of 16)", what, id.n); return; }
     op.k = 16, ebits = 16;
   } else if (kind == FBEMU_MMA_MXF8) {
     if (id.sat || id.k96) { fault("%s: idesc reserved bits set", what); return; }
@@ -771,18 +815,45 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
       return;
     }
     if (!id.bit23) { fault("%s: scale type UE4M3 (mxf8f6f4 takes UE8M0 scales only)", what); return; }
-    if (id.m != 128) { fault("%s: M = %u (cta_group::1: 128)", what, id.m); return; }
-    op.k = 32, ebits = 8;
+    op.k = 32, ebits = 8; /* 1X: one scale a row, the id its byte (0-3) */
   } else {
-    if (id.k96) { fault("%s: K = 96 (sm_103a) is not modelled yet", what); return; }
+    /* mxf4nvf4: .block16 (UE4M3 or UE8M0) 4 scales a row at K = 64, the id 0 (4X: the whole word); 6 at K = 96, the
+       id a byte offset, 0 or 2 (the ISA shows only those two). .block32 (UE8M0 only) 2 at K = 64, the id a half-word
+       offset, 0 or 2; 3 at K = 96, the id a byte offset, 0-3 (PTX ISA 9.7.16.10.7, Tables 54 / 55) */
+    const bool b16 = kind == FBEMU_MMA_NVF4;
     if (id.sat || (idesc >> 12 & 1)) { fault("%s: idesc reserved bits set", what); return; }
     if (id.a_fmt != 1 || id.b_fmt != 1) { fault("%s: A/B format codes %u/%u (mxf4nvf4: E2M1 = 1)", what, id.a_fmt, id.b_fmt); return; }
     if (id.a_mn || id.b_mn) { fault("%s: FP4 operands must be K-major", what); return; }
-    if (id.asf || id.d_fmt_or_bsf) { fault("%s: scale-factor ids %u/%u with .block16 (4X: the whole word, id 0)", what, id.asf, id.d_fmt_or_bsf); return; }
-    if (id.m != 128) { fault("%s: M = %u (cta_group::1: 128)", what, id.m); return; }
-    op.k = 64, ebits = 4;
+    if (!b16 && !id.bit23) { fault("%s: scale type UE4M3 (.block32 takes UE8M0 scales only)", what); return; }
+    if (id.k96) {
+      if (M.arch != 103) {
+        fault("%s: K = 96 (idesc bit 31) is sm_103a only, and the kernel runs as sm_%ua (tc::set_arch; ptxas accepts the "
+              "idesc for sm_100a too)", what, M.arch);
+        return;
+      }
+      if (cg != 2) {
+        fault("%s: K = 96 with cta_group::1 (the PTX ISA's shape table has K = 96 for cta_group::2, M = 256 only; CUTLASS "
+              "has a 1-SM K = 96 atom: which is right is [unverified], so the model reports it)", what);
+        return;
+      }
+    }
+    bool ids_ok = true;
+    for (unsigned v : {id.asf, id.d_fmt_or_bsf})
+      ids_ok &= id.k96 ? (b16 ? v % 2 == 0 : true) : (b16 ? v == 0 : v % 2 == 0);
+    if (!ids_ok) {
+      fault("%s: scale-factor ids A %u / B %u at K = %u (%s)", what, id.asf, id.d_fmt_or_bsf, id.k96 ? 96 : 64,
+            id.k96 ? (b16 ? "6 scales from a byte offset: 0 or 2" : "3 scales from a byte offset: 0-3")
+                   : (b16 ? "4X: the whole word, id 0" : "2X: a half-word offset, 0 or 2"));
+      return;
+    }
+    op.k = id.k96 ? 96 : 64, ebits = 4;
+  }
+  if (kind != FBEMU_MMA_F16 && id.m != (cg == 2 ? 256u : 128u)) {
+    fault("%s: M = %u (block-scaled: 128 with cta_group::1; the model has M = 256 only with cta_group::2)", what, id.m);
+    return;
   }
   if (id.n < 8 || id.n > 256 || id.n % 8) { fault("%s: N = %u", what, id.n); return; }
+  if (cg == 2 && id.n % 16) { fault("%s: N = %u with cta_group::2 (a multiple of 16)", what, id.n); return; }
   for (const Sdesc *s : {&sa, &sb}) {
     if (s->version != 1) { fault("%s: smem descriptor version %u (sm100's is 1: bits 46-48 = 0b001)", what, s->version); return; }
     if (s->rsv) { fault("%s: smem descriptor reserved bits set", what); return; }
@@ -792,6 +863,17 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
     }
     if (s->base_off || s->lbo_abs) { fault("%s: smem descriptor base offset / absolute LBO mode: not modelled", what); return; }
   }
+  /* a K-major swizzled operand's K bytes must stay inside the swizzle row they start in: K = 96 FP4 (48 bytes) packed
+     contiguously would cross the 128-byte boundary, which the ISA's absolute-LBO mode (not modelled) splits instead */
+  for (int w = 0; w < 2; ++w) {
+    const Sdesc &s = w ? sb : sa;
+    unsigned S = swizzle_span(s.layout), kb = op.k * ebits / 8;
+    if (S && !(w ? id.b_mn : id.a_mn) && s.start % S + kb > S) {
+      fault("%s: %c's K bytes %u..%u of its %u-byte swizzle row cross the row's end (48-byte K chunks need the absolute-LBO "
+            "mode: not modelled)", what, w ? 'B' : 'A', s.start % S, s.start % S + kb - 1, S);
+      return;
+    }
+  }
   Cta &C = M.ctas[my_cta()];
   unsigned dcol = d & 0xFFFF;
   if (d >> 16) { fault("%s: D's TMEM address 0x%x has a lane (cta_group::1 writes lanes from 0)", what, d); return; }
@@ -800,12 +882,17 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
     return;
   }
   if (kind != FBEMU_MMA_F16) {
-    unsigned a_cols = (id.m + 31) / 32, b_cols = (id.n + 31) / 32;
+    /* the columns the scales span: words 0 .. (id + count - 1) / 4, g columns apart (sf_run_byte); with cta_group::2
+       in both CTAs (A: each CTA its rows; B: a copy in each) */
+    unsigned blk = kind == FBEMU_MMA_NVF4 ? 16 : 32, nsf = op.k / blk;
+    unsigned wa = (id.asf + nsf - 1) / 4, wb = (id.d_fmt_or_bsf + nsf - 1) / 4, gb = id.n > 128 ? 8 : 4;
+    unsigned a_cols = wa * 4 + (std::min(id.m, 128u) + 31) / 32, b_cols = wb * gb + (id.n + 31) / 32;
     if ((sfa >> 16 & 0x3FFF) || (sfb >> 16 & 0x3FFF)) { fault("%s: a scale-factor TMEM address with a lane", what); return; }
-    if (!cols_allocated(C, sfa & 0xFFFF, a_cols) || !cols_allocated(C, sfb & 0xFFFF, b_cols)) {
-      fault("%s: scale-factor columns not allocated", what);
-      return;
-    }
+    for (unsigned c = my_cta(); c < my_cta() + (unsigned)cg; ++c)
+      if (!cols_allocated(M.ctas[c], sfa & 0xFFFF, a_cols) || !cols_allocated(M.ctas[c], sfb & 0xFFFF, b_cols)) {
+        fault("%s: scale-factor columns not allocated%s", what, cg == 2 ? " in both CTAs of the pair" : "");
+        return;
+      }
   }
   op.ebits_a = op.ebits_b = ebits;
   op.aaddr.resize((size_t)op.m * op.k), op.baddr.resize((size_t)op.n * op.k);
@@ -838,33 +925,48 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
 
 inline void e_cp(int shape, int cg, unsigned taddr, unsigned long long sdesc) {
   if (!cg_check(cg, "tcgen05.cp")) return;
-  if (shape != FBEMU_CP_32X128B_WARPX4 || cg != 1) { fault("tcgen05.cp: only .cta_group::1.32x128b.warpx4 is modelled"); return; }
+  if (shape != FBEMU_CP_32X128B_WARPX4) { fault("tcgen05.cp: only the shape .32x128b.warpx4 is modelled"); return; }
+  /* .cta_group::2: "copied into the Tensor Memory of both the current and the peer CTAs" (PTX ISA, tcgen05.cp). Whose
+     shared memory the peer's copy reads is not stated; the model reads each CTA's own, at the descriptor's offset
+     [unverified], as the pair's MMA reads A's rows 128.. (so each CTA brings the scales of its own rows). Issued by the
+     even CTA (the model's rule, as for the MMA; the ISA lets any one thread of the pair issue). */
+  if (cg == 2 && (M.csize < 2 || my_cta() % 2)) {
+    fault("tcgen05.cp.cta_group::2 issued outside the even CTA of a pair (CTA %u; the model takes the even CTA's issue only)", my_cta());
+    return;
+  }
   Sdesc s = decode_sdesc(sdesc);
   if (s.version != 1 || s.rsv || s.layout != 0 || s.base_off || s.lbo_abs) {
     fault("tcgen05.cp: source descriptor 0x%016llx (the model takes version 1, no swizzle)", sdesc);
     return;
   }
-  Cta &C = M.ctas[my_cta()];
   unsigned col = taddr & 0xFFFF;
   if (taddr >> 16) { fault("tcgen05.cp: .warpx4 writes lanes from 0 (TMEM address 0x%x)", taddr); return; }
-  if (!cols_allocated(C, col, 4)) { fault("tcgen05.cp: TMEM columns %u..%u are not allocated", col, col + 3); return; }
+  for (unsigned c = my_cta(); c < my_cta() + (unsigned)cg; ++c)
+    if (!cols_allocated(M.ctas[c], col, 4)) {
+      fault("tcgen05.cp: TMEM columns %u..%u are not allocated%s", col, col + 3, cg == 2 ? " in both CTAs of the pair" : "");
+      return;
+    }
   Op op;
   op.type = OP_CP, op.seq = ++M.seq, op.cta = my_cta(), op.d = taddr, op.sdesc = sdesc;
-  op.aaddr.resize(32 * 16);
-  for (unsigned r = 0; r < 32; ++r) /* row r: the 16 bytes of core-matrix row r % 8 of the r / 8-th group (SBO apart) */
-    for (unsigned b = 0; b < 16; ++b) op.aaddr[r * 16 + b] = s.start + (r / 8) * s.sbo + (r % 8) * 16 + b;
-  for (unsigned &a : op.aaddr) {
-    if (a >= M.smem_bytes) { fault("tcgen05.cp: source 0x%x outside shared memory", a); return; }
-    a |= op.cta << 24;
-  }
+  op.aaddr.resize(32 * 16 * (unsigned)cg); /* per CTA (cta_group::2: the pair's, in order) 32 rows x 16 bytes */
+  for (unsigned c = 0; c < (unsigned)cg; ++c)
+    for (unsigned r = 0; r < 32; ++r) /* row r: the 16 bytes of core-matrix row r % 8 of the r / 8-th group (SBO apart) */
+      for (unsigned b = 0; b < 16; ++b) {
+        unsigned a = s.start + (r / 8) * s.sbo + (r % 8) * 16 + b;
+        if (a >= M.smem_bytes) { fault("tcgen05.cp: source 0x%x outside shared memory", a); return; }
+        op.aaddr[c * 512 + r * 16 + b] = (op.cta + c) << 24 | a;
+      }
   issue_check(op.aaddr, "tcgen05.cp");
-  for (unsigned l = 0; l < 128; ++l)
-    for (unsigned w = 0; w < 4; ++w) {
-      size_t cell = l * kTmemCols + col + w;
-      if (!war_ok(C, cell, "tcgen05.cp")) return;
-      C.tseq[cell] = op.seq, C.treader[cell] = -1, C.twritten[cell] = 1;
-    }
-  for (unsigned a : op.aaddr) C.aread[a & 0xFFFFFF] = op.seq;
+  for (unsigned c = my_cta(); c < my_cta() + (unsigned)cg; ++c) {
+    Cta &C = M.ctas[c];
+    for (unsigned l = 0; l < 128; ++l)
+      for (unsigned w = 0; w < 4; ++w) {
+        size_t cell = l * kTmemCols + col + w;
+        if (!war_ok(C, cell, "tcgen05.cp")) return;
+        C.tseq[cell] = op.seq, C.treader[cell] = -1, C.twritten[cell] = 1;
+      }
+  }
+  for (unsigned a : op.aaddr) M.ctas[a >> 24].aread[a & 0xFFFFFF] = op.seq;
   M.ops.push_back(op);
   ++progress;
 }

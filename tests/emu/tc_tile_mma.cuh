@@ -6,7 +6,8 @@
  * MMAs in fbt_tile_params, so that one kernel serves every (kind, M, N, majorness, swizzle) of the test grid and
  * a deliberately wrong descriptor is the host's change, not the kernel's. flags turn off one step of the protocol
  * each (the model must report it). 128 threads, cta_group::1; fbt_tile_mma_cg2_kernel below is the same for a CTA
- * pair (cta_group::2, M = 256, kind::f16).
+ * pair (cta_group::2, M = 256, every kind; each CTA copies its own scale factors, the leader's tcgen05.cp.cta_group::2
+ * moves both CTAs' into their TMEM).
  *
  * tests/test_tc_model.cpp runs it under the functional model (tests/emu/tc_model.h) and compiles it with NVRTC for
  * sm_100a and sm_103a; it has never run on a Blackwell GPU. */
@@ -30,12 +31,14 @@ enum {
   FBT_TILE_NO_FENCE_AFTER = 8, /* no tcgen05.fence::after_thread_sync after the wait */
   FBT_TILE_NO_DEALLOC = 16,    /* TMEM left allocated at exit */
   FBT_TILE_NO_TMA_WAIT = 32,   /* the MMAs issued before the TMA loads' mbarrier completed */
-  FBT_TILE_RELOAD_EARLY = 64   /* after the commit, A's first box loaded again without waiting for the MMAs */
+  FBT_TILE_RELOAD_EARLY = 64,  /* after the commit, A's first box loaded again without waiting for the MMAs */
+  FBT_TILE_ISSUE_ODD = 128     /* the pair kernel: the odd CTA issues the MMAs (the even one still the copies) */
 };
 struct fbt_tile_params {
   fbt_tmap ta, tb;
-  unsigned long long out, sf; /* out: FP32, m x n row-major; sf: sf_bytes copied to shared offset sf_off */
-  unsigned kind;              /* 0 kind::f16, 1 kind::mxf8f6f4.block32, 2 kind::mxf4nvf4.block16 */
+  unsigned long long out, sf; /* out: FP32, m x n row-major; sf: sf_bytes copied to shared offset sf_off (the pair
+                                 kernel: CTA r copies the sf_bytes at sf + r * sf_bytes) */
+  unsigned kind;              /* 0 kind::f16, 1 kind::mxf8f6f4.block32, 2 kind::mxf4nvf4.block16, 3 kind::mxf4nvf4.block32 */
   unsigned m, n, tmem_cols, tx_bytes, sf_off, sf_bytes, flags;
   unsigned ntma, nmma, ncp;
   unsigned cta_y[2];          /* the 2-CTA kernel: CTA r's boxes of A / B start r * cta_y[map] rows further */
@@ -79,8 +82,10 @@ extern "C" __global__ void __launch_bounds__(128) fbt_tile_mma_kernel(const __gr
         fbt_mma_f16(tmem, a, b, q.idesc, q.acc);
       else if (p.kind == 1)
         fbt_mma_mxf8(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
-      else
+      else if (p.kind == 2)
         fbt_mma_nvf4(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
+      else
+        fbt_mma_mxf4(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
     }
     fbt_commit(bar_mma);
     if (p.flags & FBT_TILE_RELOAD_EARLY) { /* the next stage's load, into the buffer the MMAs may still read */
@@ -113,10 +118,11 @@ extern "C" __global__ void __launch_bounds__(128) fbt_tile_mma_kernel(const __gr
   }
 }
 
-/* The pair: each CTA loads its half of A (128 rows) and of B (N/2 rows) into its own shared memory, the peer tells
- * the leader (an arrive on the leader's barrier through mapa), the leader's elected thread issues the cta_group::2
- * MMAs (M = 256: rows 128.. land in the peer's TMEM) and commits to both CTAs' barriers (multicast); each CTA's
- * epilogue reads its own 128 rows. Launched as clusters of 2. */
+/* The pair: each CTA loads its half of A (128 rows) and of B (N/2 rows) into its own shared memory and copies its
+ * scale factors (its own A rows', and all N of B's) into it, the peer tells the leader (an arrive on the leader's
+ * barrier through mapa), the leader's elected thread copies the scale factors into both CTAs' TMEM
+ * (tcgen05.cp.cta_group::2), issues the cta_group::2 MMAs (M = 256: rows 128.. land in the peer's TMEM) and commits
+ * to both CTAs' barriers (multicast); each CTA's epilogue reads its own 128 rows. Launched as clusters of 2. */
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128) fbt_tile_mma_cg2_kernel(const __grid_constant__ fbt_tile_params p) {
   unsigned char *sm = fbt_smem();
   const uint32_t base = fbt_smem_addr(sm), bar_tma = base, bar_mma = base + 8, slot = base + 16, bar_ready = base + 24;
@@ -128,10 +134,13 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128) fbt_
     fbt_fence_mbar_init();
   }
   if (w == 0) fbt_alloc_cg2(slot, p.tmem_cols);
+  for (unsigned i = tid; i < p.sf_bytes; i += 128) sm[p.sf_off + i] = ((const unsigned char *)p.sf)[rank * p.sf_bytes + i];
+  fbt_fence_proxy_async();
   fbt_fence_before();
   fbt_cluster_sync(); /* the peer's barriers and TMEM exist */
   fbt_fence_after();
   const uint32_t tmem = *(volatile uint32_t *)(sm + 16);
+  const unsigned issuer = p.flags & FBT_TILE_ISSUE_ODD ? 1 : 0;
   if (w == 0 && fbt_elect_one()) {
     fbt_mbar_arrive_expect_tx(bar_tma, p.tx_bytes);
     for (unsigned i = 0; i < p.ntma; ++i)
@@ -142,8 +151,22 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128) fbt_
     if (rank == 0) {
       fbt_mbar_wait(bar_ready, 0);
       fbt_fence_after();
-      for (unsigned i = 0; i < p.nmma; ++i)
-        fbt_mma_f16_cg2(tmem, fbt_tile_at(p.mma[i].adesc, base), fbt_tile_at(p.mma[i].bdesc, base), p.mma[i].idesc, p.mma[i].acc);
+      for (unsigned i = 0; i < p.ncp; ++i)
+        fbt_cp_sf_cg2(tmem + p.cp[i].col, fb_tc_sdesc(base + p.cp[i].off, 16, 128, FB_TC_SW_NONE, 0, 0));
+    }
+    if (rank == issuer) {
+      for (unsigned i = 0; i < p.nmma; ++i) {
+        const fbt_tile_mma &q = p.mma[i];
+        const uint64_t a = fbt_tile_at(q.adesc, base), b = fbt_tile_at(q.bdesc, base);
+        if (p.kind == 0)
+          fbt_mma_f16_cg2(tmem, a, b, q.idesc, q.acc);
+        else if (p.kind == 1)
+          fbt_mma_mxf8_cg2(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
+        else if (p.kind == 2)
+          fbt_mma_nvf4_cg2(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
+        else
+          fbt_mma_mxf4_cg2(tmem, a, b, q.idesc, tmem + q.sfa_col, tmem + q.sfb_col, q.acc);
+      }
       fbt_commit_mc_cg2(bar_mma, (uint16_t)3);
     }
   }
