@@ -319,8 +319,11 @@ int fb_cli_gen(int argc, char **argv) {
   if (skipped) printf("%d kernels have no template yet and were not generated:\n%s", skipped, notice.buf);
   for (int a = 0; a < na; ++a) /* what these kernels are: compiled here; run on a GPU of that arch only for sm_90a */
     printf("%s: GEMM families %s; %s\n", archv[a], fb_arch_families(archv[a]),
-           strcmp(archv[a], "sm_90a") ? "compiled and inspected here, never run on such a GPU (none is at hand)"
-                                      : "run and checked on an H200 (make test-gpu)");
+           !strcmp(archv[a], "sm_90a") ? "run and checked on an H200 (make test-gpu)"
+           : !strcmp(archv[a], "sm_100a") || !strcmp(archv[a], "sm_103a")
+               ? "compiled and inspected here, never run on such a GPU (none is at hand); the tcgen05 GEMMs run only under "
+                 "fourbit's functional model of the instructions (tests/test_gemm_sm100.cpp)"
+               : "compiled and inspected here, never run on such a GPU (none is at hand)");
   for (int i = 0; i < n; ++i) free(jobs_v[i].src), fb_cubin_free(&jobs_v[i].cubin);
   free(jobs_v);
   free(ms);

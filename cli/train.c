@@ -54,8 +54,9 @@ static const char *OPTIONS_HELP =
     "  --cache DIR          GPU: kernels from this kernel cache (fourbit tune's winners, else the cached default\n"
     "                       variant); without it every kernel's default variant is compiled with NVRTC at start\n"
     "  --require-tuned      GPU: fail, listing them, when a kernel has no tuned winner in --cache\n"
-    "  --pick FAMILY        GPU: every expert GEMM from one family's variants: wgmma (Hopper's) or mma (the\n"
-    "                       portable mma.sync family, every GPU from sm_89); with --cache its tuned winner\n"
+    "  --pick FAMILY        GPU: every expert GEMM from one family's variants: wgmma (Hopper's), tcgen05\n"
+    "                       (Blackwell's: compiled and run under a model only) or mma (the portable\n"
+    "                       mma.sync family, every GPU from sm_89); with --cache its tuned winner\n"
     "                       of that family, else its first variant (default: the winner of any family)\n"
     "  --ranks N            expert parallelism over N processes of this binary (default 1): rank r holds\n"
     "                       experts [r E/N, (r+1) E/N) and sequences [r, r+1) x (batch/seq-len)/N of the\n"
@@ -161,8 +162,8 @@ int fb_cli_train_parse(const char *cmd, int argc, char **argv, fb_cli_train_cfg 
     case 23: c->verbose = 1; break;
     case 24: c->exact = 1; break;
     case 25:
-      if (strcmp(optarg, "mma") && strcmp(optarg, "wgmma")) {
-        fprintf(stderr, "fourbit %s: --pick: '%s' is not a GEMM family (wgmma, mma)\n", cmd, optarg);
+      if (strcmp(optarg, "mma") && strcmp(optarg, "wgmma") && strcmp(optarg, "tcgen05")) {
+        fprintf(stderr, "fourbit %s: --pick: '%s' is not a GEMM family (wgmma, tcgen05, mma)\n", cmd, optarg);
         return 2;
       }
       c->pick = optarg;

@@ -91,7 +91,7 @@ const char *fb_arch_of_cc(int major, int minor) {
 
 const char *fb_arch_families(const char *arch) {
   if (!fb_arch_known(arch)) return "";
-  return !strcmp(arch, "sm_90a") ? "wgmma, mma" : "mma";
+  return !strcmp(arch, "sm_90a") ? "wgmma, mma" : !strcmp(arch, "sm_100a") || !strcmp(arch, "sm_103a") ? "tcgen05, mma" : "mma";
 }
 
 fb_status fb_arch_tag(const char *arch, char *buf, size_t n) {

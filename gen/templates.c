@@ -3,7 +3,7 @@
  * functions above it; gen/gen.c and gen/launch.c only walk the rows.
  *
  * A spec is matched against the rows in table order. Every row that implements it offers its variants (a GEMM: the fast
- * family of its arch, gemm_sm90.cuh's wgmma on sm_90a, and the portable one, gemm_mma.cuh's mma.sync, on every arch:
+ * family of its arch, gemm_sm90.cuh's wgmma on sm_90a and gemm_sm100.cuh's tcgen05 on sm_100a / sm_103a, and the portable one, gemm_mma.cuh's mma.sync, on every arch:
  * the tuner picks among all of them); the first that does is the spec's template for what names one. A row that refuses
  * a spec of its op (FB_TMPL_UNSUPPORTED) ends the search with its reason, unless it is a family row (a GEMM's: another
  * family may implement what this one does not); a spec no row claims gets its op's reason from no_template. */
@@ -337,6 +337,49 @@ static unsigned gemm_mma_smem(const fb_kernel_spec *k, const fb_variant *v) {
                                           param(v, "tile_k", 64), param(v, "stages", 4));
 }
 
+/* ---- gemm_sm100.cuh: the grouped GEMMs on tcgen05 (Blackwell: sm_100a, sm_103a; TMA producer warp, one MMA-issuing
+ * thread, four epilogue warps reading TMEM). Compiled and run under the functional model only: never on a Blackwell GPU. */
+PARAMS(P_TC, "tile_m", "tile_n", "tile_k", "stages", "cluster");
+static int gemm_tc_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
+  if (!is_gemm(k->op)) return FB_TMPL_NOT_MINE;
+  if (!strstr(k->name, "_sm100a") && !strstr(k->name, "_sm103a")) return NO("tcgen05 is Blackwell's (sm_100a, sm_103a)");
+  if (gemm_operands_ok(k, why) != FB_TMPL_YES) return FB_TMPL_UNSUPPORTED;
+  if (k->acc_exact && k->src.format != FB_FMT_BF16)
+    return NO("tcgen05: the recipe's gemm.accumulate = \"exact\": block-scaled tcgen05 MMAs sum inside the instruction "
+              "(NUMERICS.md's 1e-4 rule); the portable family keeps BF16 products");
+  return YES(P_TC);
+}
+/* Limits of gemm_sm100.cuh: cta_group::1 (M = 128), the MMA's N, the stage row's swizzle, TMEM columns, shared memory. */
+static const char *gemm_tc_illegal(const fb_kernel_spec *k, const fb_variant *v) {
+  int tm = param(v, "tile_m", 0), tn = param(v, "tile_n", 0), tk = param(v, "tile_k", 0);
+  int st = param(v, "stages", 0), cl = param(v, "cluster", 1), kind = gemm_operands(k);
+  if (cl != 1) return "gemm_sm100: clusters (2-CTA pairs, TMA multicast) are not written yet: cluster = 1 only";
+  if (tm != 128) return "gemm_sm100: tile_m 128 only (cta_group::1, M = 128; M = 256 needs the 2-CTA pair, not written yet)";
+  if (tn % 32 || tn < 32 || tn > 256) return "gemm_sm100: tile_n must be a multiple of 32 in [32, 256] (the MMA's N, 32-column TMEM loads)";
+  if (k->op == FB_OP_GEMM_FWD13 && tn % 64) return "gemm_sm100: SwiGLU takes tile_n a multiple of 64 (gate and up halves of 32-column blocks)";
+  int mk = kind == 1 ? 64 : kind == 2 ? 32 : 16, rb = fb_gemm_tc_row_bytes(kind, tk);
+  if (tk < mk || tk % mk) return "gemm_sm100: tile_k must be a multiple of the MMA's K (16 BF16, 32 MXFP8, 64 NVFP4)";
+  if (rb != 32 && rb != 64 && rb % 128) return "gemm_sm100: a stage row of 32, 64 or a multiple of 128 bytes (the TMA swizzle spans)";
+  if (st < 2) return "gemm_sm100: at least 2 stages";
+  if (st > 12) return "gemm_sm100: at most 12 stages (the barriers' 128 bytes)";
+  if (fb_gemm_tc_tmem_need(kind, tn, tk, st) > 512) return "gemm_sm100: the accumulator and the stages' scale factors exceed 512 TMEM columns";
+  if (fb_gemm_tc_smem_total(kind, tn, tk, st) > 232448) return "gemm_sm100: the pipeline stages exceed 227 KiB of shared memory";
+  return NULL;
+}
+/* _tc_m128n256k128_s4_c1: tile, stages, cluster */
+static void gemm_tc_tag(const fb_variant *v, char *name, size_t size, int len) {
+  snprintf(name + len, size - (size_t)len, "_tc_m%dn%dk%d_s%d_c%d", param(v, "tile_m", 0), param(v, "tile_n", 0), param(v, "tile_k", 0),
+           param(v, "stages", 0), param(v, "cluster", 0));
+}
+static void gemm_tc_grid(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ng,
+                         unsigned *gx, unsigned *gy, unsigned *threads) { /* persistent: gx = 0, one CTA per SM */
+  (void)k, (void)v, (void)rows, (void)cols, (void)ng, (void)gy;
+  *threads = 192u, *gx = 0;
+}
+static unsigned gemm_tc_smem(const fb_kernel_spec *k, const fb_variant *v) {
+  return (unsigned)fb_gemm_tc_smem_total(gemm_operands(k), param(v, "tile_n", 128), param(v, "tile_k", 64), param(v, "stages", 4));
+}
+
 /* ---- gemm_bcopy.cuh: the exact BF16 copy (K-permuted) of an NVFP4 / MXFP8 GEMM operand -------------------------- */
 static int bcopy_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
   if (k->op != FB_OP_BCOPY) return FB_TMPL_NOT_MINE;
@@ -493,6 +536,8 @@ static const fb_tmpl FB_TEMPLATES[] = {
     {.file = "s2f6.cuh", .match = s2f6_match, .defines = s2f6_defines, .grid = per32_grid},
     {.file = "gemm_sm90.cuh", .match = gemm_match, .illegal = gemm_illegal, .defines = gemm_defines, .tag = gemm_tag,
      .grid = gemm_grid, .smem = gemm_smem, .family = "wgmma"},
+    {.file = "gemm_sm100.cuh", .match = gemm_tc_match, .illegal = gemm_tc_illegal, .defines = gemm_defines, .tag = gemm_tc_tag,
+     .grid = gemm_tc_grid, .smem = gemm_tc_smem, .family = "tcgen05"},
     {.file = "gemm_mma.cuh", .match = gemm_mma_match, .illegal = gemm_mma_illegal, .defines = gemm_defines, .tag = gemm_mma_tag,
      .grid = gemm_mma_grid, .smem = gemm_mma_smem, .family = "mma"},
     {.file = "gemm_bcopy.cuh", .match = bcopy_match, .defines = bcopy_defines, .grid = per32_grid},

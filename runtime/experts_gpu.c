@@ -742,15 +742,20 @@ static fb_status bf16copy(fb_gpu_experts *g, arena *a, const dq *m, CUdeviceptr 
   return run_mem(g, e, &p, (long long)m->rows, (long long)m->cols, 0);
 }
 
-/* The B operand of a GEMM as its kernel e multiplies it: an MXFP8 B as it is, codes and E8M0
- * scales, for an FP8 tensor-core variant (weights_bf16 0: wgmma / mma.sync on E4M3, each k32 block promoted by its two
+/* The B operand of a GEMM as its kernel e multiplies it: an MXFP8 or NVFP4 B as it is, codes and
+ * scales, for an FP8 tensor-core variant or a tcgen05 one (weights_bf16 0: wgmma / mma.sync on E4M3, each k32 block promoted by its two
  * scales); else its exact BF16 copy (bcopy, in arena a), which the BF16-product kernels take. So a tuned or default FP8
  * kernel needs no copy of B at all. */
-/* whether the GEMM kernel e multiplies an MXFP8 B as E4M3 codes and scales (an FP8 tensor-core variant) */
-static int takes_mx_b(const kent *e) { return fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1); }
+/* whether the GEMM kernel e multiplies a quantized B as it is, codes and scales: an FP8 tensor-core variant of an MXFP8
+   GEMM (weights_bf16 0), or any tcgen05 variant (gemm_sm100.cuh: block-scaled MMAs of MXFP8 and NVFP4 operands, B's
+   per-expert S_dec as the caller's b_outer) */
+static int takes_q_b(const kent *e) {
+  return !strcmp(e->v.tmpl, "gemm_sm100.cuh") || (fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1));
+}
 static fb_status gemm_b(fb_gpu_experts *g, arena *a, const kent *e, const dq *B, fb_gemm_args *ga) {
-  if (takes_mx_b(e)) {
-    if (B->f != FB_FMT_MXFP8) return FB_ERR(FB_EINVAL, "experts gpu: %s multiplies MXFP8 codes, given a %s B", e->v.name, fb_format_name(B->f));
+  if (takes_q_b(e) && B->f != FB_FMT_BF16) {
+    if (B->f != e->spec.src.format)
+      return FB_ERR(FB_EINVAL, "experts gpu: %s multiplies %s codes, given a %s B", e->v.name, fb_format_name(e->spec.src.format), fb_format_name(B->f));
     ga->b = B->c, ga->b_sf = B->s;
     return FB_OK;
   }
@@ -763,7 +768,7 @@ static fb_status gemm_b(fb_gpu_experts *g, arena *a, const kent *e, const dq *B,
  * takes the passes apart (MXFP8 codes; gemm_b makes the copy). */
 static fb_status b_requant(fb_gpu_experts *g, arena *a, arena *wt, const kent *e, const fb_moe_layer *L, const fb_qspec *q,
                            const fb_qspec *sq, const dq *src, size_t group_rows, int regroup_, uint32_t stream, dq *d) {
-  if (!takes_mx_b(e) && (sq->format == FB_FMT_NVFP4 || sq->format == FB_FMT_MXFP8))
+  if (!takes_q_b(e) && (sq->format == FB_FMT_NVFP4 || sq->format == FB_FMT_MXFP8))
     return requant_(g, a, q, sq, src, group_rows, L->seed, stream, L->step, 1, regroup_, d);
   if (!regroup_) return requant(g, a, q, sq, src, group_rows, L->seed, stream, L->step, d);
   dq t;

@@ -10,8 +10,10 @@
 #include "fourbit.h"
 
 typedef struct {
-  int family;    /* 0 gemm_sm90.cuh (wgmma, TMA), 1 gemm_mma.cuh (mma.sync, cp.async: every arch from sm_89) */
-  int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 (FP8 wgmma), 3 MXFP8 x BF16 copy */
+  int family;    /* 0 gemm_sm90.cuh (wgmma, TMA), 1 gemm_mma.cuh (mma.sync, cp.async: every arch from sm_89), 2 gemm_sm100.cuh
+                    (tcgen05, TMA: sm_100a / sm_103a; run under the functional model only, never on a Blackwell GPU) */
+  int kind;      /* 0 BF16 x BF16, 1 NVFP4 x BF16 copy, 2 MXFP8 x MXFP8 (FP8 wgmma; block-scaled tcgen05), 3 MXFP8 x BF16
+                    copy, 4 NVFP4 x NVFP4 (block-scaled tcgen05: B the NVFP4 codes, E4M3 scales and per-expert S_dec) */
   int mode;      /* 0 rows grouped (fwd, dgrad), 1 K grouped (wgrad) */
   int out_bf16;  /* BF16 output, else FP32 */
   int s2f6;      /* w2 fwd: the combine payload, RHT-32 (s2f6 == 2) or not (1) + S2F6 with E8M0 per 32 */
@@ -26,7 +28,8 @@ size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c);
 unsigned fb_gemm_threads(const fb_gemm_cfg *c);
 
 /* Device pointers and sizes of one call (fb_gemm.h describes them). a, b: the operands' elements (BF16, NVFP4
- * codes, E4M3) — for FB_KIND 1, b is the BF16 copy from fb_gemm_weights_bf16_ref() or its kernel. */
+ * codes, E4M3) — for kind 1, b is the BF16 copy from fb_gemm_weights_bf16_ref() or its kernel; for kind 4, the NVFP4
+ * codes themselves with b_sf and b_outer. */
 typedef struct {
   unsigned long long a, b, out, offsets, a_sf, b_sf, a_outer, b_outer;
   long long rows;

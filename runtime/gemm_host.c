@@ -10,6 +10,7 @@
 fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_cfg *c) {
   memset(c, 0, sizeof *c);
   if (!strcmp(v->tmpl, "gemm_mma.cuh")) c->family = 1;
+  else if (!strcmp(v->tmpl, "gemm_sm100.cuh")) c->family = 2;
   else if (strcmp(v->tmpl, "gemm_sm90.cuh")) return FB_ERR(FB_EINVAL, "%s: not a GEMM variant (template %s)", v->name, v->tmpl);
   c->kind = k->src.format == FB_FMT_NVFP4 ? 1 : k->src.format == FB_FMT_MXFP8 ? 2 : 0;
   c->mode = k->op == FB_OP_GEMM_WGRAD;
@@ -18,17 +19,22 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   c->s2f6 = k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6 ? (k->q.rht ? 2 : 1) : 0;
   if (c->s2f6) c->out_bf16 = 0;
   if (c->kind == 2 && vparam(v, "weights_bf16", 0)) c->kind = 3; /* MXFP8 A decoded in registers x BF16 copy */
+  if (c->family == 2 && c->kind == 1) c->kind = 4; /* tcgen05: NVFP4 x NVFP4 (B the weights' codes and scales) */
   c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
   return FB_OK;
 }
 
 size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) { /* fb_gemm.h */
+  if (c->family == 2) return (size_t)fb_gemm_tc_smem_total(c->kind == 4 ? 1 : c->kind, c->tile_n, c->tile_k, c->stages);
   if (c->family == 1) return (size_t)fb_gemm_mma_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
   return (size_t)fb_gemm_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
 }
 
-unsigned fb_gemm_threads(const fb_gemm_cfg *c) { return 128u * (unsigned)(c->family == 1 ? c->consumers : 1 + c->consumers); }
+unsigned fb_gemm_threads(const fb_gemm_cfg *c) {
+  if (c->family == 2) return 192u; /* gemm_sm100.cuh: producer, MMA issuer, four epilogue warps */
+  return 128u * (unsigned)(c->family == 1 ? c->consumers : 1 + c->consumers);
+}
 
 /* A 2D K-major map: inner (contiguous) extent `inner` elements of `esize` bytes, `outer` rows. */
 static fb_status tmap(fb_tmap *m, unsigned long long ptr, int u8, unsigned long long inner, unsigned long long outer,
@@ -49,7 +55,7 @@ static fb_status tmap(fb_tmap *m, unsigned long long ptr, int u8, unsigned long 
 fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm *p) {
   memset(p, 0, sizeof *p);
   FB_TRY(fb_cuda_load());
-  if (!fb_cu.TensorMapEncodeTiled && c->family == 0) return FB_ERR(FB_ECUDA, "gemm: this driver has no cuTensorMapEncodeTiled");
+  if (!fb_cu.TensorMapEncodeTiled && c->family != 1) return FB_ERR(FB_ECUDA, "gemm: this driver has no cuTensorMapEncodeTiled");
   if (a->experts < 1) return FB_ERR(FB_EINVAL, "gemm: experts = %d", a->experts);
   if (a->N % c->tile_n) return FB_ERR(FB_EINVAL, "gemm: N = %d is not a multiple of tile_n = %d", a->N, c->tile_n);
   if (c->mode == 0 && a->K % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of tile_k = %d", a->K, c->tile_k);
@@ -63,8 +69,18 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
     return FB_ERR(FB_EINVAL, "gemm: SwiGLU needs N = 2f with f a multiple of tile_n / 2 (N = %d)", a->N);
   /* A: mode 0 rows x K; mode 1 M x rows. B: mode 0 experts*N x K; mode 1 N x rows */
   unsigned long long a_in = c->mode ? rows : K, a_out = c->mode ? M : rows, b_in = c->mode ? rows : K, b_out = c->mode ? N : EN;
-  if (c->kind == 1 && c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
-  if (c->family == 1) { /* gemm_mma.cuh reads p->a and p->b with cp.async: 16-byte rows (K and rows divide the tile) */
+  if ((c->kind == 1 || c->kind == 4) && c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
+  if (c->family == 2) { /* gemm_sm100.cuh: a stage row of rb bytes, boxes of min(rb, 128) bytes swizzled by as many */
+    int rb = fb_gemm_tc_row_bytes(c->kind == 4 ? 1 : c->kind, c->tile_k), sw = rb < 128 ? rb : 128, u8 = c->kind != 0;
+    unsigned bi = (unsigned)(u8 ? sw : sw / 2); /* the box's inner extent in the map's elements */
+    if (c->kind == 4) { /* codes: K / 2 bytes a row */
+      FB_TRY(tmap(&p->ta, a->a, 1, K / 2, rows, bi, tm, sw));
+      FB_TRY(tmap(&p->tb, a->b, 1, K / 2, EN, bi, tn, sw));
+    } else {
+      FB_TRY(tmap(&p->ta, a->a, u8, a_in, a_out, bi, tm, sw));
+      FB_TRY(tmap(&p->tb, a->b, u8, b_in, b_out, bi, tn, sw));
+    }
+  } else if (c->family == 1) { /* gemm_mma.cuh reads p->a and p->b with cp.async: 16-byte rows (K and rows divide the tile) */
     (void)a_in, (void)a_out, (void)b_in, (void)b_out, (void)tm, (void)tn;
   } else if (c->kind == 0) {
     FB_TRY(tmap(&p->ta, a->a, 0, a_in, a_out, 64, tm, 128));

@@ -51,6 +51,30 @@ FB_GEMM_FN long fb_gemm_mma_smem_total(int kind, int tm, int tn, int tk, int sta
   return 128 + (long)stages * fb_gemm_mma_stage_bytes(kind, tm, tn, tk);
 }
 
+/* The tcgen05 family's stage (gemm_sm100.cuh; kind 0 BF16, 1 NVFP4 x NVFP4, 2 MXFP8 x MXFP8; tile_m 128): A's 128 rows
+   and B's tn rows of tk elements (a row of fb_gemm_tc_row_bytes), then the block scales as 512-byte 128 x 4 atoms (A's,
+   then B's per 128-row block), 1024-byte aligned; 2048 bytes of barriers and alignment slack first. The TMEM columns:
+   fb_gemm_tc_acc_stages accumulators of tn columns, then each stage's scale columns (4 an atom). */
+FB_GEMM_FN int fb_gemm_tc_row_bytes(int kind, int tk) { return kind == 0 ? 2 * tk : kind == 1 ? tk / 2 : tk; }
+FB_GEMM_FN int fb_gemm_tc_sf_atoms(int kind, int tk) { return kind == 0 ? 0 : kind == 1 ? tk / 64 : (tk / 32 + 3) / 4; }
+FB_GEMM_FN int fb_gemm_tc_sf_cols(int kind, int tn, int tk) { return 4 * fb_gemm_tc_sf_atoms(kind, tk) * (1 + (tn + 127) / 128); }
+FB_GEMM_FN int fb_gemm_tc_stage_bytes(int kind, int tn, int tk) {
+  return fb_gemm_align1k((128 + tn) * fb_gemm_tc_row_bytes(kind, tk) + 128 * fb_gemm_tc_sf_cols(kind, tn, tk));
+}
+FB_GEMM_FN long fb_gemm_tc_smem_total(int kind, int tn, int tk, int stages) { return 2048 + (long)stages * fb_gemm_tc_stage_bytes(kind, tn, tk); }
+FB_GEMM_FN int fb_gemm_tc_acc_stages(int kind, int tn, int tk, int stages) {
+  return 2 * tn + stages * fb_gemm_tc_sf_cols(kind, tn, tk) <= 512 ? 2 : 1;
+}
+FB_GEMM_FN int fb_gemm_tc_tmem_need(int kind, int tn, int tk, int stages) {
+  return fb_gemm_tc_acc_stages(kind, tn, tk, stages) * tn + stages * fb_gemm_tc_sf_cols(kind, tn, tk);
+}
+/* the allocation: a power of 2 from 32 columns (more than 512: the variant does not fit) */
+FB_GEMM_FN int fb_gemm_tc_tmem_cols(int kind, int tn, int tk, int stages) {
+  return fb_gemm_tc_tmem_need(kind, tn, tk, stages) <= 32 ? 32 : fb_gemm_tc_tmem_need(kind, tn, tk, stages) <= 64 ? 64
+       : fb_gemm_tc_tmem_need(kind, tn, tk, stages) <= 128 ? 128 : fb_gemm_tc_tmem_need(kind, tn, tk, stages) <= 256 ? 256
+       : fb_gemm_tc_tmem_need(kind, tn, tk, stages) <= 512 ? 512 : 1024;
+}
+
 typedef unsigned long long fb_gptr;
 
 typedef struct {

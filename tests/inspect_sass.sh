@@ -4,7 +4,9 @@
 # arrays) in any kernel, and the conversion instructions we mean to use: F2FP...E4M3 (sm_89+, RN E4M3) and, on
 # sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8); every wgmma GEMM (gemm_*, sm_90a) runs its products
 # on the tensor cores (HGMMA) and loads by TMA (UTMALDG), every portable one (gemm_*_mma_*, every arch) on mma.sync
-# (HMMA, or QMMA for FP8 where the arch has it) with cp.async loads (LDGSTS). Only sm_90a cubins have run (an H200):
+# (HMMA, or QMMA for FP8 where the arch has it) with cp.async loads (LDGSTS), every tcgen05 one (gemm_*_tc_*, sm_100a /
+# sm_103a) on the Blackwell tensor cores (UTCHMMA BF16, UTCQMMA MXFP8, UTCOMMA NVFP4) with TMA loads (UTMALDG), the
+# MMA's commit (UTCBAR), TMEM loads (LDTM) and, block-scaled, the scale copies (UTCCP). Only sm_90a cubins have run (an H200):
 # sm_89, sm_100a, sm_103a and sm_120a ones are only read, never run.
 # Prints SKIPPED and exits 77 (never counted as passed) when no cuobjdump is found.
 # usage: tests/inspect_sass.sh build/fourbit
@@ -18,10 +20,10 @@ fi
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 ARCHS=${INSPECT_ARCHS:-sm_89 sm_90a sm_100a sm_103a sm_120a}
 "$FB" gen recipes/inkling2_small.lua --arch "$(tr ' ' , <<<"$ARCHS")" --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
-fail=0; n=0; ng=0; nm=0
-printf '%-8s %8s %10s %10s %10s %8s %8s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt" "wgmma" "mma"
+fail=0; n=0; ng=0; nm=0; nt=0
+printf '%-8s %8s %10s %10s %10s %8s %8s %8s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt" "wgmma" "tcgen05" "mma"
 for arch in $ARCHS; do
-  nl=0; ne4=0; ne8=0; nc=0; gw=0; gm=0
+  nl=0; ne4=0; ne8=0; nc=0; gw=0; gm=0; gt=0
   for c in "$W"/*.$arch.cubin; do
     s=$("$CO" -sass "$c")
     nc=$((nc+1))
@@ -39,6 +41,13 @@ for arch in $ARCHS; do
     grep -q 'F2FP.SATFINITE.E4M3' <<<"$s" && ne4=$((ne4+1))
     grep -qE 'F2FP.*E8.*RP' <<<"$s" && ne8=$((ne8+1))
     case $(basename "$c") in
+    gemm_*_tc_m*)
+      gt=$((gt+1))
+      case $arch in sm_100a|sm_103a) ;; *) echo "  a tcgen05 GEMM for $arch: $(basename "$c")"; fail=1 ;; esac
+      case $(basename "$c") in *nvfp4x*) mma=UTCOMMA ;; *mxfp8x*) mma=UTCQMMA ;; *) mma=UTCHMMA ;; esac
+      for ins in $mma UTMALDG UTCBAR LDTM; do grep -q "$ins" <<<"$s" || { echo "  no $ins in $(basename "$c")"; fail=1; }; done
+      [ $mma = UTCHMMA ] || grep -q UTCCP <<<"$s" || { echo "  no UTCCP (the scale factors' copy) in $(basename "$c")"; fail=1; }
+      grep -qE '\b(HGMMA|HMMA|QMMA)\.' <<<"$s" && { echo "  a wgmma / mma.sync instruction in $(basename "$c")"; fail=1; } ;;
     gemm_*_mma_*)
       gm=$((gm+1))
       { grep -qE '\b(HMMA|QMMA)\.' <<<"$s" && grep -q 'LDGSTS' <<<"$s" && ! grep -q 'GMMA' <<<"$s"; } ||
@@ -49,8 +58,9 @@ for arch in $ARCHS; do
       { grep -q 'HGMMA' <<<"$s" && grep -q 'UTMALDG' <<<"$s"; } || { echo "  no HGMMA or no UTMALDG in $(basename "$c")"; fail=1; } ;;
     esac
   done
-  printf '%-8s %8d %10d %10d %10d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $gw $gm
-  ng=$((ng+gw)); nm=$((nm+gm))
+  printf '%-8s %8d %10d %10d %10d %8d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $gw $gt $gm
+  ng=$((ng+gw)); nm=$((nm+gm)); nt=$((nt+gt))
+  case $arch in sm_100a|sm_103a) [ $gt -gt 0 ] || { echo "  no tcgen05 GEMM for $arch"; fail=1; } ;; esac
   [ $gm -gt 0 ] || { echo "  no portable GEMM for $arch"; fail=1; }
   n=$((n+nc))
   [ $nl -eq 0 ] || fail=1
@@ -61,5 +71,5 @@ for arch in $ARCHS; do
   esac
 done
 grep -E '^sm_[0-9a]+: GEMM families' "$W/log"
-[ $fail -eq 0 ] && echo "inspect: $n cubins read ($ng wgmma GEMMs with HGMMA and TMA, $nm portable ones with HMMA / QMMA and cp.async), as expected" ||
+[ $fail -eq 0 ] && echo "inspect: $n cubins read ($ng wgmma GEMMs with HGMMA and TMA, $nt tcgen05 ones with UTC*MMA, TMA and TMEM loads (compiled, never run on a Blackwell GPU), $nm portable ones with HMMA / QMMA and cp.async), as expected" ||
   { echo "inspect: FAILED"; exit 1; }

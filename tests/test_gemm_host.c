@@ -224,26 +224,52 @@ static void test_variants_fit(void **state) {
     assert_true(mx >= 4); /* the MXFP8 backward: w2 / w13 dgrad and wgrad (and the forward of the last sixth) */
     fb_plan_free(q);
   }
-  /* on every other arch the portable family alone, for every GEMM of the plan */
+  /* sm_89 and sm_120a: the portable family alone, for every GEMM of the plan; sm_100a and sm_103a: the tcgen05 family
+     (gemm_sm100.cuh: tile_m 128, cluster 1, its shared memory and TMEM within the limits, 192 threads) first, then the
+     portable one; with gemm.accumulate = "exact" no block-scaled tcgen05 variant (NVFP4 / MXFP8 operands) */
   static const char *const other[] = {"sm_89", "sm_100a", "sm_103a", "sm_120a"};
-  for (int a = 0; a < 4; ++a) {
-    fb_plan *q = NULL;
-    assert_int_equal(fb_plan_resolve(r, other[a], &q), FB_OK);
-    int n = 0;
-    for (int i = 0; i < q->nkernels; ++i) {
-      const fb_kernel_spec *k = &q->kernels[i];
-      if (strncmp(k->name, "gemm_", 5)) continue;
-      fb_variant *vs = NULL;
-      int nv = 0;
-      assert_int_equal(fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0), FB_OK);
-      assert_true(nv > 0);
-      for (int j = 0; j < nv; ++j) assert_string_equal(vs[j].tmpl, "gemm_mma.cuh");
-      free(vs);
-      ++n;
+  for (int a = 0; a < 4; ++a)
+    for (int exact = 0; exact < 2; ++exact) {
+      const int bw = a == 1 || a == 2;
+      if (exact && !bw) continue;
+      fb_plan *q = NULL;
+      fb_recipe re = *r;
+      re.base.gemm_exact = exact;
+      assert_int_equal(fb_plan_resolve(&re, other[a], &q), FB_OK);
+      int n = 0, ntc = 0;
+      for (int i = 0; i < q->nkernels; ++i) {
+        const fb_kernel_spec *k = &q->kernels[i];
+        if (strncmp(k->name, "gemm_", 5)) continue;
+        fb_variant *vs = NULL;
+        int nv = 0, seen_mma = 0, spec_tc = 0;
+        assert_int_equal(fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0), FB_OK);
+        assert_true(nv > 0);
+        for (int j = 0; j < nv; ++j) {
+          if (!strcmp(vs[j].tmpl, "gemm_mma.cuh")) { seen_mma = 1; continue; }
+          assert_true(bw && !seen_mma); /* tcgen05 only on Blackwell, listed before the portable family */
+          assert_string_equal(vs[j].tmpl, "gemm_sm100.cuh");
+          assert_true(!exact || k->src.format == FB_FMT_BF16);
+          fb_gemm_cfg c;
+          assert_int_equal(fb_gemm_config(k, &vs[j], &c), FB_OK);
+          assert_int_equal(c.family, 2);
+          assert_true(c.tile_m == 128 && fb_variant_param(&vs[j], "cluster", 1) == 1);
+          assert_true(c.tile_n % 32 == 0 && c.tile_n <= 256 && c.stages >= 2);
+          assert_int_equal(c.kind, k->src.format == FB_FMT_NVFP4 ? 4 : k->src.format == FB_FMT_MXFP8 ? 2 : 0);
+          const int kk = c.kind == 4 ? 1 : c.kind;
+          assert_true(fb_gemm_smem_bytes(&c) <= 232448 && fb_gemm_tc_tmem_need(kk, c.tile_n, c.tile_k, c.stages) <= 512);
+          assert_int_equal(fb_gemm_threads(&c), 192);
+          spec_tc = 1;
+        }
+        assert_true(seen_mma);
+        ntc += spec_tc;
+        free(vs);
+        ++n;
+      }
+      assert_int_equal(n, 7);
+      if (bw) printf("  %s%s: %d of the 7 GEMM specs have tcgen05 variants\n", other[a], exact ? " (accumulate exact)" : "", ntc);
+      assert_int_equal(ntc, bw && !exact ? 7 : 0);
+      fb_plan_free(q);
     }
-    assert_int_equal(n, 7);
-    fb_plan_free(q);
-  }
   fb_plan_free(p);
   fb_recipe_free(r);
 }

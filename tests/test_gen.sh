@@ -42,12 +42,17 @@ for a in sm_90a sm_100a; do
   [ $rc -eq 0 ] && grep -qE "^  router_bwd_top2_e8_${a/_/} +no template yet" "$W/log2" && [ -z "$(ls "$W/c_$a" 2>/dev/null)" ] && ok \
     || { bad "$a: kernels without templates: exit $rc, files: $(ls "$W/c_$a" 2>/dev/null | head -3)"; cat "$W/log2"; }
 done
-# a GEMM of the sm_100a plan: the portable family's variants only (no tcgen05 family yet, wgmma is Hopper's), and the
-# arch said to be compiled, never run
+# a GEMM of the sm_100a plan: the tcgen05 family's variants (gemm_sm100.cuh, the _tc_ tag) and the portable family's
+# (wgmma is Hopper's), every .cu beside its cubin, and the arch said to be compiled, never run, the tcgen05 GEMMs run
+# under the functional model only
 "$FB" gen recipes/tiny.lua --arch sm_100a --only gemm_fwd_nvfp4xnvfp4_s2f6 --out "$W/c" > "$W/log3" 2>&1 && rc=0 || rc=$?
-nm=$(ls "$W/c" | grep -c '_mma_.*\.sm_100a\.cubin$'); nw=$(ls "$W/c" | grep -vc '_mma_')
-[ $rc -eq 0 ] && [ "$nm" -gt 0 ] && [ "$nw" -eq 0 ] && grep -q "^sm_100a: GEMM families mma; compiled and inspected here, never run" "$W/log3" && ok \
-  || { bad "sm_100a GEMM: exit $rc, $nm portable cubins, $nw other files"; tail -5 "$W/log3"; }
+nm=$(ls "$W/c" | grep -c '_mma_.*\.sm_100a\.cubin$'); nt=$(ls "$W/c" | grep -c '_tc_m.*\.sm_100a\.cubin$')
+nw=$(ls "$W/c" | grep -v '_mma_\|_tc_m' | grep -c .); ncu=$(ls "$W/c" | grep -c '\.cu$')
+[ $rc -eq 0 ] && [ "$nm" -gt 0 ] && [ "$nt" -gt 0 ] && [ "$nw" -eq 0 ] && [ "$ncu" -eq $((nm + nt)) ] &&
+  grep -q "^sm_100a: GEMM families tcgen05, mma; compiled and inspected here, never run on such a GPU.*functional model" "$W/log3" && ok \
+  || { bad "sm_100a GEMM: exit $rc, $nt tcgen05 and $nm portable cubins, $ncu sources, $nw other files"; tail -5 "$W/log3"; }
+grep -q "^#define FB_KIND 1$" "$W/c"/*_tc_m128n128k64_s3_c1.cu && grep -q 'template: templates/gemm_sm100.cuh' "$W/c"/*_tc_m128n128k64_s3_c1.cu && ok \
+  || bad "sm_100a GEMM: the tcgen05 source is not NVFP4 (FB_KIND 1) on gemm_sm100.cuh"
 expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "gen $*: exit $rc"; }
 # a kernel with one fixed variant and no tune family (dense.cuh, the resident step's) is generated, and the run exits 0
 "$FB" gen recipes/tiny.lua --only dense_ --out "$W/f" > "$W/log3" 2>&1 && rc=0 || rc=$?

@@ -27,11 +27,26 @@ grep -q "gemm_sm90.cuh" "$W/d120" && bad "dry run sm_120a lists a wgmma variant"
 "$FB" tune recipes/inkling2_small.lua --dry-run --only gemm_wgrad --cache "$W/none" > "$W/d90" 2>&1 && ok || bad "tune --dry-run failed"
 has "$W/d90" "GEMM families tried on sm_90a: wgmma, mma " "dry run sm_90a"
 has "$W/d90" "families: wgmma [0-9]* (gemm_sm90.cuh), mma [0-9]* (gemm_mma.cuh)" "dry run sm_90a"
+"$FB" tune recipes/inkling2_small.lua --dry-run --arch sm_100a --only gemm_wgrad --cache "$W/none" > "$W/d100" 2>&1 && ok || bad "tune --dry-run --arch sm_100a failed"
+has "$W/d100" "GEMM families tried on sm_100a: tcgen05, mma " "dry run sm_100a"
+has "$W/d100" "families: tcgen05 [0-9]* (gemm_sm100.cuh), mma [0-9]* (gemm_mma.cuh)" "dry run sm_100a"
 "$FB" tune recipes/tiny.lua --dry-run --arch sm_86 > "$W/d86" 2>&1; [ $? = 2 ] && ok || bad "tune --arch sm_86: not exit 2"
 for a in sm_89 sm_100a sm_103a sm_120a; do # every GEMM of the plan has a template on every arch (no 'no template')
   "$FB" plan recipes/inkling2_small.lua --arch $a > "$W/p_$a" 2>&1 && ok || bad "plan --arch $a failed"
   [ "$(grep -c "^gemm_.*_${a/_/}" "$W/p_$a")" -ge 7 ] && ok || bad "plan --arch $a: fewer than 7 GEMM specs"
 done
+
+# fourbit tune as on a Blackwell GPU (FB_MOCK_CC 10.0; the fake driver computes each GEMM as its CPU reference, so this
+# checks the path, not the tcgen05 kernels): every candidate is checked (the harness's NVFP4 x NVFP4 problem) before it
+# is timed, 0 fail, a tcgen05 winner is stored; and a tcgen05 variant that fails its check (FOURBIT_TUNE_WRONG) is never
+# stored
+FB_MOCK_CC=10.0 LD_LIBRARY_PATH=$MOCK "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 --cache "$W/tc100" > "$W/tune100" 2>&1 &&
+  grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m128n[0-9]+k[0-9]+_s[0-9]_c1 .* ([0-9]+) +0$" "$W/tune100" && ok ||
+  bad "tune on a fake sm_100a: $(tail -4 "$W/tune100")"
+FOURBIT_TUNE_WRONG=_tc_m FB_MOCK_CC=10.0 LD_LIBRARY_PATH=$MOCK "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 \
+  --cache "$W/tc100w" > "$W/tune100w" 2>&1 && bad "tune with every tcgen05 variant wrong: exit 0" || ok
+grep -qE "no candidate passed +([0-9]+) +\1$" "$W/tune100w" && grep -q "0 winners stored" "$W/tune100w" && ok ||
+  bad "tune with every tcgen05 variant wrong: $(tail -4 "$W/tune100w")"
 
 # train on the fake driver as GPUs of other archs
 train() { # name cc [args...]
@@ -44,16 +59,26 @@ train t120 12.0
 train t89 8.9
 train t120w 12.0 --pick wgmma
 train t86 8.6
+MOCK_V=1 train t100 10.0
+MOCK_V=1 train t103 10.3
+MOCK_V=1 train t100m 10.0 --pick mma
 train tbad 9.0 --pick tcgen
-for n in t90 t120 t89; do
+for n in t90 t120 t89 t100 t103 t100m; do
   [ "$(cat "$W/$n.rc")" = 0 ] && ok || bad "$n: exit $(cat "$W/$n.rc"): $(tail -2 "$W/$n.err")"
 done
 l90=$(grep '^step     2/2' "$W/t90.out" | awk '{print $4}')
-for n in t120 t89; do
+for n in t120 t89 t100 t103 t100m; do
   l=$(grep '^step     2/2' "$W/$n.out" | awk '{print $4}')
   [ -n "$l90" ] && [ "$l" = "$l90" ] && ok || bad "$n: step 2 loss '$l', sm_90a's '$l90'"
   grep -q "unplanned\|the plan does not name" "$W/$n.out" && bad "$n: kernels the plan does not name" || ok
 done
+# sm_100a: the GEMMs from the tcgen05 family (gemm_sm100.cuh), B taken as the quantized operand itself: no BF16 copy
+# (bcopy) launched; with --pick mma the portable family's
+grep -q "launch gemm_.*_sm100a_tc_m" "$W/t100.err" && ok || bad "sm_100a: no tcgen05 GEMM launched"
+grep -q "launch gemm_.*_sm100a_mma_" "$W/t100.err" && bad "sm_100a: a portable GEMM launched by default" || ok
+grep -q "launch bcopy_" "$W/t100.err" && bad "sm_100a: a BF16 copy launched beside tcgen05 GEMMs" || ok
+grep -q "launch gemm_.*_sm100a_tc_m" "$W/t100m.err" && bad "sm_100a --pick mma: a tcgen05 GEMM launched" || ok
+grep -q "launch gemm_.*_sm103a_tc_m" "$W/t103.err" && ok || bad "sm_103a: no tcgen05 GEMM launched"
 [ "$(cat "$W/t120w.rc")" = 2 ] && ok || bad "--pick wgmma on sm_120a: exit $(cat "$W/t120w.rc")"
 has "$W/t120w.err" "gemm_.*_sm120a: no variant of the GEMM family 'wgmma'" "--pick wgmma on sm_120a"
 [ "$(cat "$W/t86.rc")" = 2 ] && ok || bad "sm_86: exit $(cat "$W/t86.rc")"

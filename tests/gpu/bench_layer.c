@@ -44,9 +44,9 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
              "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
-             "                   [--pick mma|wgmma] [--peer FILE] [--dump DIR]\n"
+             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
-             "--pick mma|wgmma[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
+             "--pick mma|wgmma|tcgen05[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
              "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n");
 }
 
@@ -258,11 +258,11 @@ int main(int argc, char **argv) {
   pk pu;
   memset(&pu, 0, sizeof pu);
   pu.r = r;
-  /* --pick mma / wgmma[,V1,...]: a GEMM family for every GEMM (the runtime's pick_family), then variant names */
+  /* --pick mma / wgmma / tcgen05[,V1,...]: a GEMM family for every GEMM (the runtime's pick_family), then variant names */
   const char *family = NULL;
-  if (picks && (!strncmp(picks, "mma", 3) || !strncmp(picks, "wgmma", 5))) {
+  if (picks && (!strncmp(picks, "mma", 3) || !strncmp(picks, "wgmma", 5) || !strncmp(picks, "tcgen05", 7))) {
     size_t l = strcspn(picks, ",");
-    family = l == 3 ? "mma" : l == 5 && picks[0] == 'w' ? "wgmma" : NULL;
+    family = l == 3 ? "mma" : l == 5 && picks[0] == 'w' ? "wgmma" : l == 7 && picks[0] == 't' ? "tcgen05" : NULL;
     if (family) picks = picks[l] ? picks + l + 1 : NULL;
   }
   if (picks) snprintf(pu.picks, sizeof pu.picks, ",%s,", picks);

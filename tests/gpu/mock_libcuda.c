@@ -203,6 +203,8 @@ static float *deqB_raw(const void *b, const void *sf, size_t rows, size_t K) {
   CHK(fb_mxfp8_dequantize(b, sf, rows, K, x));
   return x;
 }
+/* fp8: 1 B as MXFP8 codes and E8M0 (an FP8 variant, or tcgen05's); 2 B as NVFP4 codes, E4M3 and per-expert S_dec
+   (tcgen05's: no BF16 copy) */
 static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p, int fp8) {
   const char *nm = k->name;
   /* the operands by the pointers both families get (p->a, p->b; the wgmma family's maps hold the same addresses) */
@@ -220,10 +222,11 @@ static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p, int fp8) {
     find(ta[0], kind == 1 ? R * K / 2 : kind == 0 ? R * K * 2 : R * K, "gemm A");
     if (kind)
       find(p->a_sf, kind == 1 ? R * K / 16 : R * K / 32, "gemm a_sf");
-    find(tb[0], (size_t)E * N * K * (fp8 ? 1 : 2), "gemm B");
-    if (fp8) find(p->b_sf, (size_t)E * N * K / 32, "gemm b_sf");
+    find(tb[0], fp8 == 2 ? (size_t)E * N * K / 2 : (size_t)E * N * K * (fp8 ? 1 : 2), "gemm B");
+    if (fp8) find(p->b_sf, (size_t)E * N * K / (fp8 == 2 ? 16 : 32), "gemm b_sf");
     float *A = deqA(nm, kind, (void *)ta[0], (void *)p->a_sf, NULL, R, K);
-    float *B = fp8 ? deqB_raw((void *)tb[0], (void *)p->b_sf, (size_t)E * N, K) : deqB(kind, (uint16_t *)tb[0], (size_t)E * N, K);
+    float *B = fp8 == 2 ? deqA(nm, 1, (void *)tb[0], (void *)p->b_sf, NULL, (size_t)E * N, K)
+             : fp8 ? deqB_raw((void *)tb[0], (void *)p->b_sf, (size_t)E * N, K) : deqB(kind, (uint16_t *)tb[0], (size_t)E * N, K);
     const float *ao = (const float *)p->a_outer, *bo = (const float *)p->b_outer;
     if (kind == 1) {
       find(p->a_outer, aten ? 4 : R * 4, "a_outer");
@@ -740,6 +743,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
       fprintf(stderr, "MOCK: %s: an FP8 (weights_bf16 0) GEMM of a non-MXFP8 spec\n", nm);
       abort();
     }
+    /* a tcgen05 variant (gemm_sm100.cuh, the tag's _tc_): B as the quantized operand itself, MXFP8 or NVFP4 */
+    if (strstr(nm + tail, "_tc_m")) fp8 = k->src.format == FB_FMT_MXFP8 ? 1 : k->src.format == FB_FMT_NVFP4 ? 2 : 0;
     emu_gemm(k, (const fb_kp_gemm *)a[0], fp8);
   }
     return 0;

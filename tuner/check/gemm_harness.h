@@ -28,7 +28,8 @@ extern const char *gemm_dist_name[]; /* by dist: "balanced", "skewed" */
  * problem is not the same data. */
 extern float *gemm_companion;
 
-/* kind: 0 BF16, 1 NVFP4 (x BF16 copy), 2 MXFP8 x MXFP8, 3 MXFP8 (x BF16 copy); mode 0 rows grouped, 1 wgrad;
+/* kind: 0 BF16, 1 NVFP4 (x BF16 copy), 2 MXFP8 x MXFP8, 3 MXFP8 (x BF16 copy), 4 NVFP4 x NVFP4 (B's codes, E4M3 scales
+ * and per-expert S_dec: tcgen05); mode 0 rows grouped, 1 wgrad;
  * dist 0 balanced, 1 skewed (an empty expert). 4 experts, N 768, K (or M) 512. NVFP4 with tensor_outer: one S_dec for
  * A and one for B, uploaded as a row's / an expert's worth of floats whose entries past [0] are NaN (a kernel that
  * indexes them per row or per expert writes NaN). */

@@ -101,8 +101,8 @@ static int small_shape(const fb_kernel_spec *k) {
 }
 
 /* ---- the GEMMs' and bcopy's check (tuner/check/gemm_harness.c) ---------------------------------------------- */
-static gemm_problem probs[4][2][2]; /* by kind, mode, tensor outer: made once (the FP64 reference takes a while) */
-static int have_prob[4][2][2];
+static gemm_problem probs[5][2][2]; /* by kind (fb_gemm_cfg's, 0..4), mode, tensor outer: made once (the FP64 reference takes a while) */
+static int have_prob[5][2][2];
 
 static void check_gemm(cand *c, const fb_msg_load *m, fb_msg_verified *r) {
   char *text = NULL;
@@ -118,7 +118,7 @@ static void check_gemm(cand *c, const fb_msg_load *m, fb_msg_verified *r) {
   } else {
     fb_gemm_cfg cfg;
     CK(fb_gemm_config(&m->spec, &m->var, &cfg));
-    int to = m->spec.src.outer == FB_GRAN_TENSOR && cfg.kind == 1;
+    int to = m->spec.src.outer == FB_GRAN_TENSOR && (cfg.kind == 1 || cfg.kind == 4);
     if (!have_prob[cfg.kind][cfg.mode][to]) {
       CK(gemm_make_problem(&probs[cfg.kind][cfg.mode][to], cfg.kind, cfg.mode, to, 1)); /* skewed: an empty expert */
       have_prob[cfg.kind][cfg.mode][to] = 1;
@@ -341,9 +341,10 @@ static void gemm_one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, int 
                       : R * (size_t)s->gn;
   float bscale = (float)(1.0 / sqrt((double)ak)); /* A of order 1, B of 1/sqrt(K): outputs of order 1 */
   g->a = gdev(set, 0, am * ak * (fa == 0 ? 2 : 1) / (fa == 1 ? 2 : 1), fa == 0 ? 0 : 1, 1);
-  g->b = gdev(set, 1, bn * ak * 2, 0, bscale); /* BF16 (or the BF16 copy of NVFP4 / MXFP8 weights) */
+  g->b = gdev(set, 1, bn * ak * 2, 0, bscale); /* BF16 (or the BF16 copy of NVFP4 / MXFP8 weights; or their codes) */
   g->a_sf = gdev(set, 2, am * ak / 16 + 64, fa == 1 ? 2 : 3, 1);
-  g->b_sf = gdev(set, 3, bn * ak / 32 + 64, 3, 1);
+  /* B's scales when a variant takes B quantized (FP8 variants: E8M0 per 32; tcgen05 NVFP4: E4M3 per 16) */
+  g->b_sf = gdev(set, 3, bn * ak / 16 + 64, k->src.format == FB_FMT_NVFP4 ? 2 : 3, 1);
   g->a_outer = gdev(set, 4, am * 4 + 64, 4, 1);
   g->b_outer = gdev(set, 5, E * 4 + 64, 4, 1);
   g->out = gdev(set, 6, outn * 4, -1, 0); /* FP32, or BF16 of up to 2N columns (SwiGLU backward) */
@@ -361,7 +362,8 @@ static void gemm_params(cand *c, const fb_tune_shape_t *s, const gemm_set *g, fb
   int kd = cfg->kind, wgrad = cfg->mode;
   for (int i = 0; i < 1 + (wgrad && s->gm2); ++i) {
     fb_gemm_args ga = {.a = g->a, .b = g->b, .out = g->out, .offsets = g->offsets, .a_sf = kd ? g->a_sf : 0,
-                       .b_sf = kd == 2 ? g->b_sf : 0, .a_outer = kd == 1 ? g->a_outer : 0, .b_outer = kd == 1 ? g->b_outer : 0,
+                       .b_sf = kd == 2 || kd == 4 ? g->b_sf : 0, .a_outer = kd == 1 || kd == 4 ? g->a_outer : 0,
+                       .b_outer = kd == 1 || kd == 4 ? g->b_outer : 0,
                        .rows = s->rows, .experts = s->experts, .M = wgrad ? (i ? s->gm2 : s->gm) : 0,
                        .N = wgrad ? (i ? s->gn2 : s->gn) : s->gn, .K = wgrad ? 0 : s->gk, .aux = g->h, .out_sf = g->out_sf,
                        .signs = 0x5A5A0F0Fu};

@@ -1,0 +1,467 @@
+/* gemm_sm100.cuh — the grouped GEMMs over experts for Blackwell (sm_100a / sm_103a) on tcgen05: the generator's
+ * "tcgen05" family (gen/templates.c), the same parameter block, shapes and epilogues as gemm_sm90.cuh (fb_gemm.h).
+ * Written from the PTX ISA and docs/hardware.md's Blackwell fact sheet, through templates/fb_tc_ops.h's wrappers only,
+ * so that it runs on the CPU under the functional model of the instructions (tests/emu/tc_model.h, docs/tc_model.md).
+ * It has been compiled (NVRTC, sm_100a and sm_103a; make inspect reads its SASS) and run under that model; it has
+ * NEVER run on a Blackwell GPU, and nothing about its speed is measured.
+ *
+ * FB_KIND (operands; both K-major, loaded by TMA with the swizzle of their row bytes, multiplied from shared memory):
+ *   0  BF16 x BF16 on kind::f16 (K = 16 an MMA).
+ *   1  NVFP4 x NVFP4 on kind::mxf4nvf4.block_scale.block16 (K = 64 an MMA): E2M1 pairs (the even k in the low nibble),
+ *      a UE4M3 scale per 16 along K for both operands (a_sf, b_sf); the FP32 outer scales S_dec(A) per row / tensor
+ *      (FB_A_OUTER) and S_dec(B) per expert / tensor (FB_B_OUTER) in the epilogue. (gemm_sm90.cuh's kind 1 multiplies
+ *      a BF16 copy of B; here B is the NVFP4 weights themselves: the host's fb_gemm_cfg says kind 4.)
+ *   2  MXFP8 x MXFP8 on kind::mxf8f6f4.block_scale.block32 (K = 32 an MMA): E4M3 codes, UE8M0 per 32 along K.
+ *   Each MMA reads 32 bytes of every row. The hardware sums inside the instruction as it does (NUMERICS.md: block-scaled
+ *   tcgen05 within 1e-4 of the FP64 reference); the model sums each MMA's products exactly, rounds once to FP32 and
+ *   adds in FP32 (docs/tc_model.md).
+ * FB_MODE 0 (fwd, dgrad: rows grouped) and 1 (wgrad: K grouped, K of expert e = its rows, offsets multiples of
+ *   FB_TILE_K; an expert with no rows gets zeros). FB_OUT_BF16, FB_SWIGLU 1 / 2, FB_S2F6 (+ FB_RHT): as gemm_sm90.cuh,
+ *   bit-exact with the CPU epilogue applied to the FP32 result. Each epilogue thread owns one row of the tile (TMEM lane),
+ *   32 columns per tcgen05.ld, so SwiGLU's gate and up and a 32-column RHT / S2F6 block are all in one thread.
+ *
+ * A stage: A's 128 rows and B's FB_TILE_N rows of FB_TILE_K elements (RB bytes a row), as RB / 128 boxes of 128-byte
+ * swizzled rows (RB >= 128) or one box of RB-byte swizzled rows (32, 64); for kinds 1 and 2 the stage's scale factors in
+ * the 128 x 4 atom layout tcgen05.cp takes (fb_tcgen05.h fb_tc_sf_offset), written by the producer warp's lanes (generic
+ * stores, fence.proxy.async), one atom per 4 k-blocks of A and per 4 k-blocks x 128 rows of B.
+ *
+ * Persistent: CTA b takes tiles b, b + gridDim.x, ... of fb_gemm_dev.h's walk (per expert, m-tiles fastest). 192 threads:
+ *   warp 0     TMA producer (one elected lane issues; the warp writes the scale atoms),
+ *   warp 1     TMEM allocator and MMA issuer (one elected lane): full[s] -> tcgen05.cp of the atoms, RB / 32 MMAs,
+ *              commit to empty[s]; after a tile's last stage, commit to tmem_full[a],
+ *   warps 2-5  the epilogue, warp w reading TMEM lanes 32 (w % 4) .. + 31: tmem_full[a] -> tcgen05.ld -> outputs ->
+ *              tmem_empty[a] (128 arrivals). FB_ACC accumulator stages of FB_TILE_N columns (2 when they fit).
+ * Rows of an expert's last m-tile past its end are loaded (the next expert's rows, zeros past the tensor) and never
+ * stored. Tune parameters: FB_TILE_M (128: cta_group::1), FB_TILE_N (32..256, a multiple of 32; 64..256 a multiple of
+ * 64 with SwiGLU), FB_TILE_K, FB_STAGES, FB_CLUSTER (1). Dynamic shared memory: fb_gemm_tc_smem_total() (fb_gemm.h). */
+#include "fb_gemm.h"
+#include "fb_tc_ops.h"
+#ifndef FB_SWIGLU
+#define FB_SWIGLU 0
+#define TCK_DEFAULT_FB_SWIGLU
+#endif
+#ifndef FB_S2F6
+#define FB_S2F6 0
+#define TCK_DEFAULT_FB_S2F6
+#endif
+#ifndef FB_RHT
+#define FB_RHT 0
+#define TCK_DEFAULT_FB_RHT
+#endif
+#ifndef FB_OUT_BF16
+#define FB_OUT_BF16 0
+#define TCK_DEFAULT_FB_OUT_BF16
+#endif
+#ifndef FB_A_OUTER
+#define FB_A_OUTER 0
+#define TCK_DEFAULT_FB_A_OUTER
+#endif
+#ifndef FB_B_OUTER
+#define FB_B_OUTER 0
+#define TCK_DEFAULT_FB_B_OUTER
+#endif
+#ifndef FB_TEST_BREAK /* test builds only (test_gemm_sm100): 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after
+                         tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor */
+#define FB_TEST_BREAK 0
+#define TCK_DEFAULT_FB_TEST_BREAK
+#endif
+#if FB_S2F6
+#include "fb_formats.h"
+#endif
+#if FB_SWIGLU || FB_OUT_BF16
+#include "fb_moe.h" /* fbo_bf16_rne, fbo_swiglu_bwd */
+#endif
+
+#define TCK_TM 128
+#define TCK_TN FB_TILE_N
+#define TCK_RB fb_gemm_tc_row_bytes(FB_KIND, FB_TILE_K)            /* bytes of a stage row */
+#define TCK_SW (TCK_RB >= 128 ? 128 : TCK_RB)                       /* the swizzle span */
+#define TCK_NATOM (TCK_RB / TCK_SW)                                 /* boxes along K a stage */
+#define TCK_NMMA (TCK_RB / 32)                                      /* MMAs a stage */
+#define TCK_LAYOUT (TCK_SW == 128 ? FB_TC_SW128 : TCK_SW == 64 ? FB_TC_SW64 : FB_TC_SW32)
+#define TCK_A_BYTES (TCK_TM * TCK_RB)
+#define TCK_B_BYTES (TCK_TN * TCK_RB)
+#define TCK_SFBLK (FB_KIND == 1 ? 16 : 32)                          /* elements a scale covers */
+#define TCK_KB (FB_TILE_K / TCK_SFBLK)                              /* k-blocks a stage */
+#define TCK_KATOMS fb_gemm_tc_sf_atoms(FB_KIND, FB_TILE_K)          /* 128 x 4 scale atoms along K a stage (0: BF16) */
+#define TCK_NR ((TCK_TN + 127) / 128)                               /* B's 128-row blocks */
+#define TCK_SFA_BYTES (512 * TCK_KATOMS)
+#define TCK_STAGE_BYTES fb_gemm_tc_stage_bytes(FB_KIND, TCK_TN, FB_TILE_K)
+#define TCK_ACC fb_gemm_tc_acc_stages(FB_KIND, TCK_TN, FB_TILE_K, FB_STAGES)
+#define TCK_SF_COL (TCK_ACC * TCK_TN)                               /* the scale columns after the accumulators */
+#define TCK_SF_STAGE_COLS (4 * TCK_KATOMS * (1 + TCK_NR))
+#define TCK_TMEM_COLS fb_gemm_tc_tmem_cols(FB_KIND, TCK_TN, FB_TILE_K, FB_STAGES)
+#if FB_SWIGLU == 1
+#define TCK_BROWS (TCK_TN / 2) /* B rows per box: the gate half's, then the up half's */
+#else
+#define TCK_BROWS TCK_TN
+#endif
+static_assert(TCK_TN % 32 == 0 && TCK_TN >= 32 && TCK_TN <= 256 && (FB_SWIGLU != 1 || TCK_TN % 64 == 0),
+              "gemm_sm100: FB_TILE_N must be a multiple of 32 in [32, 256] (of 64 with SwiGLU)");
+static_assert(fb_gemm_tc_tmem_need(FB_KIND, TCK_TN, FB_TILE_K, FB_STAGES) <= 512, "gemm_sm100: accumulators and scales within 512 TMEM columns");
+static_assert(FB_TILE_M == 128 && (TCK_RB == 32 || TCK_RB == 64 || TCK_RB % 128 == 0),
+              "gemm_sm100: FB_TILE_M 128 (cta_group::1) and a stage row of 32, 64 or a multiple of 128 bytes");
+#ifndef FB_KERNEL
+#define FB_KERNEL fbs_gemm_sm100
+#endif
+
+typedef unsigned int tck_u32;
+/* the tile walk of every role (the same in each, so they need not talk) */
+struct tck_tile {
+  int e;
+  long long row0, rend; /* mode 0: the tile's first row and its expert's end; mode 1: K range [row0, rend) */
+  int m0, n0, nk;       /* mode 1: the tile's first row of A (M); n0: its first output column; nk: its stages */
+};
+static __device__ __forceinline__ long long tck_off(const fb_kp_gemm &p, int e) { return ((const long long *)p.offsets)[e]; }
+struct tck_sched {
+  int e;
+  long long base, count, mt;
+};
+/* tile t (t only grows along a walk): 0 past the last */
+static __device__ __forceinline__ int tck_next(const fb_kp_gemm &p, tck_sched &s, long long t, tck_tile &T) {
+  const long long ntn = (long long)(FB_SWIGLU == 1 ? p.N / 2 : p.N) / TCK_BROWS;
+  while (s.e < p.experts) {
+    if (s.count < 0) {
+#if FB_MODE == 0
+      const long long rows = tck_off(p, s.e + 1) - tck_off(p, s.e);
+      s.mt = rows > 0 ? (rows + TCK_TM - 1) / TCK_TM : 0;
+#else
+      s.mt = p.M / TCK_TM;
+#endif
+      s.count = s.mt * ntn;
+    }
+    if (t < s.base + s.count) {
+      const long long lt = t - s.base, mt = lt % s.mt, nt = lt / s.mt;
+      T.e = s.e, T.n0 = (int)(nt * TCK_BROWS);
+#if FB_MODE == 0
+      T.row0 = tck_off(p, s.e) + mt * TCK_TM, T.rend = tck_off(p, s.e + 1), T.m0 = 0, T.nk = p.K / FB_TILE_K;
+#else
+      T.row0 = tck_off(p, s.e), T.rend = tck_off(p, s.e + 1), T.m0 = (int)(mt * TCK_TM);
+      T.nk = (int)((T.rend - T.row0) / FB_TILE_K);
+#endif
+      return 1;
+    }
+    s.base += s.count, s.count = -1, ++s.e;
+  }
+  return 0;
+}
+
+#if FB_S2F6
+/* the combine payload of 32 columns (one row's): RHT-32 (signs, fbf_wht32) and S2F6 codes into c, the E8M0 returned */
+static __device__ __forceinline__ unsigned tck_s2f6(float (&t)[32], unsigned signs, unsigned (&c)[8]) {
+#if FB_RHT
+  for (int i = 0; i < 32; ++i)
+    if ((signs >> i) & 1u) t[i] = -t[i];
+  fbf_wht32(t);
+#else
+  (void)signs;
+#endif
+  float a = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    const float x = fabsf(t[i]);
+    if (x > a || x != x) a = a != a ? a : x;
+  }
+  const unsigned ex = fbf_s2f6_exp(a);
+  const float inv = fbf_pow2(127 - (int)ex);
+  for (int i = 0; i < 8; ++i)
+    c[i] = fbf_s2f6_code(t[4 * i], inv) | fbf_s2f6_code(t[4 * i + 1], inv) << 8 | fbf_s2f6_code(t[4 * i + 2], inv) << 16 |
+           fbf_s2f6_code(t[4 * i + 3], inv) << 24;
+  return ex;
+}
+#endif
+extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_constant__ fb_kp_gemm p) {
+  unsigned char *sm = fbt_smem();
+  const uint32_t base = fbt_smem_addr(sm);
+  const unsigned tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+  /* barriers at the start: full[S], empty[S], tmem_full[2], tmem_empty[2], then the TMEM address; the stages from the
+     first 1024-byte boundary after 128 bytes (128-byte swizzle atoms repeat every 1024) */
+#define TCK_FULL(s) (base + 8 * (s))
+#define TCK_EMPTY(s) (base + 8 * (FB_STAGES + (s)))
+#define TCK_TFULL(a) (base + 8 * (2 * FB_STAGES + (a)))
+#define TCK_TEMPTY(a) (base + 8 * (2 * FB_STAGES + 2 + (a)))
+  const uint32_t slot = base + 8 * (2 * FB_STAGES + 4);
+  const uint32_t stage0 = (base + 128 + 1023) & ~1023u;
+#define TCK_STAGE(s) (stage0 + (unsigned)(s) * TCK_STAGE_BYTES) /* A's boxes, B's boxes, A's atoms, B's atoms */
+  if (tid == 0) {
+    for (int s = 0; s < FB_STAGES; ++s) fbt_mbar_init(TCK_FULL(s), FB_KIND ? 33 : 1), fbt_mbar_init(TCK_EMPTY(s), 1);
+    for (int a = 0; a < TCK_ACC; ++a) fbt_mbar_init(TCK_TFULL(a), 1), fbt_mbar_init(TCK_TEMPTY(a), 128);
+    fbt_fence_mbar_init();
+  }
+  if (w == 1) fbt_alloc(slot, TCK_TMEM_COLS);
+  fbt_fence_before();
+  __syncthreads();
+  fbt_fence_after();
+  const uint32_t tmem = *(volatile uint32_t *)(sm + (slot - base));
+
+  if (w == 0) { /* ---- the TMA producer ---- */
+    const uint32_t leader = fbt_elect_one();
+    unsigned it = 0;
+    tck_sched sc = {0, 0, -1, 0};
+    tck_tile T;
+    for (long long t = blockIdx.x; tck_next(p, sc, t, T); t += gridDim.x)
+      for (int kb = 0; kb < T.nk; ++kb, ++it) {
+        const unsigned s = it % FB_STAGES, ph = (it / FB_STAGES) & 1;
+        if (FB_TEST_BREAK != 2) fbt_mbar_wait(TCK_EMPTY(s), ph ^ 1);
+        /* the box coordinates: K (BF16 elements or bytes) and the rows of A and B */
+#if FB_MODE == 0
+        const long long kc = (long long)kb * TCK_RB / (FB_KIND ? 1 : 2);
+        const int ay = (int)T.row0, by = T.e * p.N + T.n0;
+#else
+        const long long kc = T.row0 + (long long)kb * FB_TILE_K; /* A and B are M / N x rows: BF16 elements or bytes */
+        const int ay = T.m0, by = T.n0;
+#endif
+        if (leader) {
+          fbt_mbar_arrive_expect_tx(TCK_FULL(s), TCK_A_BYTES + TCK_B_BYTES);
+          const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
+          const int step = TCK_SW / (FB_KIND ? 1 : 2); /* a box's K extent, in the map's elements */
+          for (int x = 0; x < TCK_NATOM; ++x) {
+            fbt_tma_load_2d(sa + x * TCK_TM * TCK_SW, &p.ta, (int)kc + x * step, ay, TCK_FULL(s));
+#if FB_SWIGLU == 1
+            fbt_tma_load_2d(sb + x * TCK_TN * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + T.n0, TCK_FULL(s));
+            fbt_tma_load_2d(sb + x * TCK_TN * TCK_SW + TCK_BROWS * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + p.N / 2 + T.n0,
+                            TCK_FULL(s));
+#else
+            fbt_tma_load_2d(sb + x * TCK_TN * TCK_SW, &p.tb, (int)kc + x * step, by, TCK_FULL(s));
+#endif
+          }
+        }
+        (void)by;
+#if FB_KIND
+        /* the stage's k-blocks of scales into 128 x 4 atoms (byte (r % 32) * 16 + (r / 32 % 4) * 4 + kb % 4 of an atom):
+           A's atom x (k-blocks 4x .. 4x + 3) at 512 x, B's (x, row block rr) at 512 (x * TCK_NR + rr), after A's */
+        unsigned char *sfa = sm + (TCK_STAGE(s) - base) + TCK_A_BYTES + TCK_B_BYTES, *sfb = sfa + TCK_SFA_BYTES;
+        const unsigned char *asf = (const unsigned char *)p.a_sf, *bsf = (const unsigned char *)p.b_sf;
+        const unsigned char one = FB_KIND == 1 ? 0x38 : 127; /* 1.0: rows past the tensor (zeros, never stored) */
+#if FB_MODE == 0
+        const long long kbs = p.K / TCK_SFBLK, kb0 = (long long)kb * TCK_KB, total = tck_off(p, p.experts);
+#else
+        const long long kbs = p.rows / TCK_SFBLK, kb0 = (T.row0 + (long long)kb * FB_TILE_K) / TCK_SFBLK;
+#endif
+        for (unsigned r = lane; r < TCK_TM; r += 32) {
+#if FB_MODE == 0
+          const long long row = T.row0 + r;
+          const bool in = row < total;
+#else
+          const long long row = T.m0 + r;
+          const bool in = true;
+#endif
+          for (int j = 0; j < TCK_KB; ++j) sfa[512 * (j / 4) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = in ? asf[row * kbs + kb0 + j] : one;
+        }
+        for (unsigned r = lane; r < TCK_TN; r += 32) {
+#if FB_MODE == 0
+#if FB_SWIGLU == 1
+          const long long row = (long long)T.e * p.N + (r < TCK_BROWS ? T.n0 + r : p.N / 2 + T.n0 + (r - TCK_BROWS));
+#else
+          const long long row = (long long)T.e * p.N + T.n0 + r;
+#endif
+#else
+          const long long row = T.n0 + r;
+#endif
+          for (int j = 0; j < TCK_KB; ++j) sfb[512 * ((j / 4) * TCK_NR + r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = bsf[row * kbs + kb0 + j];
+        }
+        fbt_fence_proxy_async();
+        fbt_mbar_arrive(TCK_FULL(s));
+        __syncwarp();
+#endif
+      }
+  } else if (w == 1) { /* ---- the MMA issuer ---- */
+    if (fbt_elect_one()) {
+      unsigned it = 0, lt = 0;
+      tck_sched sc = {0, 0, -1, 0};
+      tck_tile T;
+#if FB_KIND == 1
+      const uint32_t idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
+#elif FB_KIND == 2
+      const uint32_t idesc = fb_tc_idesc_bs(FB_TC_E4M3, FB_TC_E4M3, 1, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
+#else
+      const uint32_t idesc = fb_tc_idesc(FB_TC_BF16, FB_TC_BF16, FB_TC_D_F32, TCK_TM, TCK_TN, 0, 0);
+#endif
+      for (long long t = blockIdx.x; tck_next(p, sc, t, T); t += gridDim.x, ++lt) {
+        const unsigned a = lt % TCK_ACC, aph = (lt / TCK_ACC) & 1;
+        if (FB_TEST_BREAK != 1) fbt_mbar_wait(TCK_TEMPTY(a), aph ^ 1);
+        fbt_fence_after();
+        const uint32_t d = tmem + a * TCK_TN;
+        for (int kb = 0; kb < T.nk; ++kb, ++it) {
+          const unsigned s = it % FB_STAGES, ph = (it / FB_STAGES) & 1;
+          fbt_mbar_wait(TCK_FULL(s), ph);
+          fbt_fence_after();
+          const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
+#if FB_KIND
+          /* the atoms into TMEM: A's atom x at columns sfa_col + 4 x, B's (x, rr) at sfb_col + 4 (x * TCK_NR + rr) */
+          const uint32_t sfa_col = tmem + TCK_SF_COL + TCK_SF_STAGE_COLS * s, sfb_col = sfa_col + 4 * TCK_KATOMS;
+          const uint32_t sf_smem = sb + TCK_B_BYTES;
+          for (int x = 0; x < TCK_KATOMS; ++x) fbt_cp_sf(sfa_col + 4 * x, fb_tc_sdesc(sf_smem + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
+          for (int x = 0; x < TCK_KATOMS * TCK_NR; ++x)
+            fbt_cp_sf(sfb_col + 4 * x, fb_tc_sdesc(sf_smem + TCK_SFA_BYTES + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
+#endif
+          for (int j = 0; j < TCK_NMMA; ++j) { /* MMA j: 32 bytes of every row, box j / (SW / 32) at byte 32 (j % (SW / 32)) */
+            const int x = j / (TCK_SW / 32), o = 32 * (j % (TCK_SW / 32));
+            const uint64_t ad = fb_tc_sdesc(sa + x * TCK_TM * TCK_SW + o, 16, 8 * TCK_SW, TCK_LAYOUT, 0, 0);
+            const uint64_t bd = fb_tc_sdesc(sb + x * TCK_TN * TCK_SW + o, 16, 8 * TCK_SW,
+                                            FB_TEST_BREAK == 5 ? (TCK_LAYOUT == FB_TC_SW128 ? FB_TC_SW64 : FB_TC_SW128) : TCK_LAYOUT, 0, 0);
+            const uint32_t acc = kb > 0 || j > 0;
+#if FB_KIND == 1 /* one atom (4 k-blocks of 16) per MMA, sf id 0 */
+            fbt_mma_nvf4(d, ad, bd, idesc, sfa_col + 4 * j, sfb_col + 4 * TCK_NR * j, acc);
+#elif FB_KIND == 2 /* k-block j of the stage: atom j / 4, byte j % 4 (the scale-factor ids) */
+            const uint32_t sid = FB_TEST_BREAK == 4 ? (uint32_t)(j + 1) % 4 : (uint32_t)j % 4;
+            fbt_mma_mxf8(d, ad, bd, idesc | sid << 29 | sid << 4, sfa_col + 4 * (j / 4), sfb_col + 4 * TCK_NR * (j / 4), acc);
+#else
+            fbt_mma_f16(d, ad, bd, idesc, acc);
+#endif
+          }
+          fbt_commit(TCK_EMPTY(s)); /* the stage is free once these MMAs have read it */
+        }
+        fbt_commit(TCK_TFULL(a)); /* (a wgrad tile of an empty expert issued none: the epilogue writes zeros) */
+      }
+    }
+    __syncwarp();
+  } else { /* ---- the epilogue: warps 2..5, lane quarters 2, 3, 0, 1 ---- */
+    const unsigned q = w % 4;
+    unsigned lt = 0;
+    tck_sched sc = {0, 0, -1, 0};
+    tck_tile T;
+    for (long long t = blockIdx.x; tck_next(p, sc, t, T); t += gridDim.x, ++lt) {
+      const unsigned a = lt % TCK_ACC, aph = (lt / TCK_ACC) & 1;
+      fbt_mbar_wait(TCK_TFULL(a), aph);
+      if (FB_TEST_BREAK != 3) fbt_fence_after();
+      const uint32_t taddr = tmem + ((32 * q) << 16) + a * TCK_TN;
+#if FB_MODE == 0
+      const long long r = T.row0 + 32 * q + lane;
+      const bool live = r < T.rend;
+#if FB_KIND == 1
+      const float so = live ? (p.a_outer ? ((const float *)p.a_outer)[FB_A_OUTER == 1 ? r : 0] : 1.0f) *
+                                  (p.b_outer ? ((const float *)p.b_outer)[FB_B_OUTER == 1 ? T.e : 0] : 1.0f)
+                            : 1.0f;
+#else
+      const float so = 1.0f;
+#endif
+#if FB_SWIGLU == 1
+      /* gate columns [0, BN / 2) and up [BN / 2, BN) of the accumulator: H = [g | u] in BF16 (to p.aux when set),
+         A = bf16(silu(g) * u), rows x N / 2 */
+      const long long f = p.N / 2;
+      for (int c0 = 0; c0 < TCK_BROWS; c0 += 32) {
+        uint32_t g[32], u[32];
+        fbt_ld_32x32b_x32(taddr + c0, g);
+        fbt_ld_32x32b_x32(taddr + TCK_BROWS + c0, u);
+        fbt_wait_ld();
+        if (!live) continue;
+        unsigned short *hg = (unsigned short *)p.aux + r * p.N + T.n0 + c0, *hu = hg + f;
+        unsigned short *ao = (unsigned short *)p.out + r * f + T.n0 + c0;
+        for (int j = 0; j < 32; ++j) {
+          const unsigned short gb = fbo_bf16_rne(__uint_as_float(g[j]) * so), ub = fbo_bf16_rne(__uint_as_float(u[j]) * so);
+          if (p.aux) hg[j] = gb, hu[j] = ub;
+          ao[j] = fbo_bf16_rne(fbm_siluf(fbo_bf16_f32(gb)) * fbo_bf16_f32(ub));
+        }
+      }
+#else
+      for (int c0 = 0; c0 < TCK_TN; c0 += 32) {
+        uint32_t v[32];
+        fbt_ld_32x32b_x32(taddr + c0, v);
+        fbt_wait_ld();
+        if (!live) continue;
+        const long long col = T.n0 + c0;
+#if FB_SWIGLU == 2
+        /* dA (rounded to BF16, as the unfused path stores it) and H = [g | u] (p.aux, rows x 2N) -> dH = [dg | du] */
+        const unsigned short *hg = (const unsigned short *)p.aux + r * 2 * p.N + col, *hu = hg + p.N;
+        unsigned short *dg = (unsigned short *)p.out + r * 2 * p.N + col, *du = dg + p.N;
+        for (int j = 0; j < 32; ++j) {
+          float x, y;
+          fbo_swiglu_bwd(fbo_bf16_f32(hg[j]), fbo_bf16_f32(hu[j]), fbo_bf16_f32(fbo_bf16_rne(__uint_as_float(v[j]) * so)), &x, &y);
+          dg[j] = fbo_bf16_rne(x), du[j] = fbo_bf16_rne(y);
+        }
+#elif FB_S2F6
+        float tv[32];
+        unsigned c[8];
+        for (int j = 0; j < 32; ++j) tv[j] = __uint_as_float(v[j]) * so;
+        const unsigned ex = tck_s2f6(tv, p.signs, c);
+        unsigned *o8 = (unsigned *)((signed char *)p.out + r * p.N + col);
+        for (int i = 0; i < 8; ++i) o8[i] = c[i];
+        ((unsigned char *)p.out_sf)[r * (p.N / 32) + col / 32] = (unsigned char)ex;
+#elif FB_OUT_BF16
+        unsigned short *o = (unsigned short *)p.out + r * p.N + col;
+        for (int j = 0; j < 32; ++j) o[j] = fbo_bf16_rne(__uint_as_float(v[j]) * so);
+#else
+        float *o = (float *)p.out + r * p.N + col;
+        for (int j = 0; j < 32; ++j) o[j] = __uint_as_float(v[j]) * so;
+#endif
+      }
+#endif
+#else /* FB_MODE 1: D[e][m][n], FP32, every row live; an expert with no rows: zeros */
+      const long long m = T.m0 + 32 * q + lane;
+      float *o = (float *)p.out + ((long long)T.e * p.M + m) * p.N + T.n0;
+      for (int c0 = 0; c0 < TCK_TN; c0 += 32) {
+        uint32_t v[32];
+        if (T.nk) {
+          fbt_ld_32x32b_x32(taddr + c0, v);
+          fbt_wait_ld();
+        }
+        for (int j = 0; j < 32; ++j) o[c0 + j] = T.nk ? __uint_as_float(v[j]) : 0.0f;
+      }
+#endif
+      fbt_fence_before();
+      fbt_mbar_arrive(TCK_TEMPTY(a));
+    }
+  }
+  fbt_fence_before();
+  __syncthreads();
+  if (w == 1) {
+    fbt_fence_after();
+    fbt_dealloc(tmem, TCK_TMEM_COLS);
+    fbt_relinquish();
+  }
+#undef TCK_FULL
+#undef TCK_EMPTY
+#undef TCK_TFULL
+#undef TCK_TEMPTY
+#undef TCK_STAGE
+}
+
+/* the template's own macros and defaults go (a test includes it once per class, tests/test_gemm_sm100.cpp) */
+#undef TCK_ACC
+#undef TCK_A_BYTES
+#undef TCK_BROWS
+#undef TCK_B_BYTES
+#undef TCK_KATOMS
+#undef TCK_KB
+#undef TCK_LAYOUT
+#undef TCK_NATOM
+#undef TCK_NMMA
+#undef TCK_NR
+#undef TCK_RB
+#undef TCK_SFA_BYTES
+#undef TCK_SFBLK
+#undef TCK_SF_COL
+#undef TCK_SF_STAGE_COLS
+#undef TCK_STAGE_BYTES
+#undef TCK_SW
+#undef TCK_TM
+#undef TCK_TMEM_COLS
+#undef TCK_TN
+#ifdef TCK_DEFAULT_FB_SWIGLU
+#undef FB_SWIGLU
+#undef TCK_DEFAULT_FB_SWIGLU
+#endif
+#ifdef TCK_DEFAULT_FB_S2F6
+#undef FB_S2F6
+#undef TCK_DEFAULT_FB_S2F6
+#endif
+#ifdef TCK_DEFAULT_FB_RHT
+#undef FB_RHT
+#undef TCK_DEFAULT_FB_RHT
+#endif
+#ifdef TCK_DEFAULT_FB_OUT_BF16
+#undef FB_OUT_BF16
+#undef TCK_DEFAULT_FB_OUT_BF16
+#endif
+#ifdef TCK_DEFAULT_FB_A_OUTER
+#undef FB_A_OUTER
+#undef TCK_DEFAULT_FB_A_OUTER
+#endif
+#ifdef TCK_DEFAULT_FB_B_OUTER
+#undef FB_B_OUTER
+#undef TCK_DEFAULT_FB_B_OUTER
+#endif
+#ifdef TCK_DEFAULT_FB_TEST_BREAK
+#undef FB_TEST_BREAK
+#undef TCK_DEFAULT_FB_TEST_BREAK
+#endif
