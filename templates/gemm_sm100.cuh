@@ -72,6 +72,11 @@
 #include "fb_moe.h" /* fbo_bf16_rne, fbo_swiglu_bwd */
 #endif
 
+#if defined(__CUDA_ARCH__) /* the epilogue's 32-column loops unrolled: its arrays stay in registers (no local memory) */
+#define TCK_UNROLL _Pragma("unroll")
+#else
+#define TCK_UNROLL
+#endif
 #define TCK_TM 128
 #define TCK_TN FB_TILE_N
 #define TCK_RB fb_gemm_tc_row_bytes(FB_KIND, FB_TILE_K)            /* bytes of a stage row */
@@ -150,6 +155,7 @@ static __device__ __forceinline__ int tck_next(const fb_kp_gemm &p, tck_sched &s
 /* the combine payload of 32 columns (one row's): RHT-32 (signs, fbf_wht32) and S2F6 codes into c, the E8M0 returned */
 static __device__ __forceinline__ unsigned tck_s2f6(float (&t)[32], unsigned signs, unsigned (&c)[8]) {
 #if FB_RHT
+  TCK_UNROLL
   for (int i = 0; i < 32; ++i)
     if ((signs >> i) & 1u) t[i] = -t[i];
   fbf_wht32(t);
@@ -157,12 +163,14 @@ static __device__ __forceinline__ unsigned tck_s2f6(float (&t)[32], unsigned sig
   (void)signs;
 #endif
   float a = 0.0f;
+  TCK_UNROLL
   for (int i = 0; i < 32; ++i) {
     const float x = fabsf(t[i]);
     if (x > a || x != x) a = a != a ? a : x;
   }
   const unsigned ex = fbf_s2f6_exp(a);
   const float inv = fbf_pow2(127 - (int)ex);
+  TCK_UNROLL
   for (int i = 0; i < 8; ++i)
     c[i] = fbf_s2f6_code(t[4 * i], inv) | fbf_s2f6_code(t[4 * i + 1], inv) << 8 | fbf_s2f6_code(t[4 * i + 2], inv) << 16 |
            fbf_s2f6_code(t[4 * i + 3], inv) << 24;
@@ -347,6 +355,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         if (!live) continue;
         unsigned short *hg = (unsigned short *)p.aux + r * p.N + T.n0 + c0, *hu = hg + f;
         unsigned short *ao = (unsigned short *)p.out + r * f + T.n0 + c0;
+        TCK_UNROLL
         for (int j = 0; j < 32; ++j) {
           const unsigned short gb = fbo_bf16_rne(__uint_as_float(g[j]) * so), ub = fbo_bf16_rne(__uint_as_float(u[j]) * so);
           if (p.aux) hg[j] = gb, hu[j] = ub;
@@ -364,6 +373,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         /* dA (rounded to BF16, as the unfused path stores it) and H = [g | u] (p.aux, rows x 2N) -> dH = [dg | du] */
         const unsigned short *hg = (const unsigned short *)p.aux + r * 2 * p.N + col, *hu = hg + p.N;
         unsigned short *dg = (unsigned short *)p.out + r * 2 * p.N + col, *du = dg + p.N;
+        TCK_UNROLL
         for (int j = 0; j < 32; ++j) {
           float x, y;
           fbo_swiglu_bwd(fbo_bf16_f32(hg[j]), fbo_bf16_f32(hu[j]), fbo_bf16_f32(fbo_bf16_rne(__uint_as_float(v[j]) * so)), &x, &y);
@@ -372,16 +382,20 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #elif FB_S2F6
         float tv[32];
         unsigned c[8];
+        TCK_UNROLL
         for (int j = 0; j < 32; ++j) tv[j] = __uint_as_float(v[j]) * so;
         const unsigned ex = tck_s2f6(tv, p.signs, c);
         unsigned *o8 = (unsigned *)((signed char *)p.out + r * p.N + col);
+        TCK_UNROLL
         for (int i = 0; i < 8; ++i) o8[i] = c[i];
         ((unsigned char *)p.out_sf)[r * (p.N / 32) + col / 32] = (unsigned char)ex;
 #elif FB_OUT_BF16
         unsigned short *o = (unsigned short *)p.out + r * p.N + col;
+        TCK_UNROLL
         for (int j = 0; j < 32; ++j) o[j] = fbo_bf16_rne(__uint_as_float(v[j]) * so);
 #else
         float *o = (float *)p.out + r * p.N + col;
+        TCK_UNROLL
         for (int j = 0; j < 32; ++j) o[j] = __uint_as_float(v[j]) * so;
 #endif
       }
@@ -395,6 +409,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
           fbt_ld_32x32b_x32(taddr + c0, v);
           fbt_wait_ld();
         }
+        TCK_UNROLL
         for (int j = 0; j < 32; ++j) o[c0 + j] = T.nk ? __uint_as_float(v[j]) : 0.0f;
       }
 #endif
@@ -437,6 +452,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #undef TCK_TM
 #undef TCK_TMEM_COLS
 #undef TCK_TN
+#undef TCK_UNROLL
 #ifdef TCK_DEFAULT_FB_SWIGLU
 #undef FB_SWIGLU
 #undef TCK_DEFAULT_FB_SWIGLU
