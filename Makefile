@@ -63,7 +63,7 @@ WORKERDEPS := tuner/worker/worker.c tuner/tune.h tuner/check/harness.h tuner/che
 $(BUILD)/fourbit-worker: $(WORKERDEPS)
 	@echo "  CC      tuner/worker/worker.c"
 	$(Q)$(CC) $(CFLAGS) -Ituner/check -o $@ tuner/worker/worker.c $(CHECKLIB) $(BUILD)/libfourbit.a $(LDLIBS)
-$(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h
+$(BUILD)/emu/fourbit-worker: $(WORKERDEPS) tests/emu/driver.cpp tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_model.h tests/emu/fb_tmap_rec.h
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      tuner/worker/worker.c (emulated driver)"
 	$(Q)$(CXX) $(CXXFLAGS) -Ituner/check -c tests/emu/driver.cpp -o $(BUILD)/emu/driver_worker.o
@@ -100,7 +100,7 @@ $(BUILD)/gpu/%: tests/gpu/%.c tuner/check/harness.h $(CHECKLIB) $(BUILD)/libfour
 # kernel with the host C++ compiler and runs it under the warp emulator (tests/emu/emu_core.h). Where no GPU is at
 # hand; slow, so: build/emu/test_kernels --quick --only SUBSTR (from the repository root).
 $(BUILD)/emu/test_kernels: tests/gpu/test_kernels.c tuner/check/harness.h $(CHECKLIB) tests/emu/driver.cpp \
-                           tests/emu/emu_core.h tests/emu/fb_emu.h $(BUILD)/libfourbit.a
+                           tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_model.h $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CXX     tests/emu/driver.cpp"
 	$(Q)$(CXX) $(CXXFLAGS) -Ituner/check -c tests/emu/driver.cpp -o $(BUILD)/emu/driver.o

@@ -95,6 +95,8 @@ fb_status fb_cuda_device_count(int *n) {
   return FB_OK;
 }
 
+int fb_cuda_emulated(void) { return 0; }
+
 fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info) {
   FB_TRY(fb_cuda_load());
   CUdevice d;

@@ -59,6 +59,9 @@ typedef struct {
 } fb_cuda_device_info;
 
 fb_status fb_cuda_device_count(int *n);
+/* 1 when this is the warp emulator's driver (tests/emu/driver.cpp), which runs the memory-bound kernels and, under the
+ * functional model of the Blackwell instructions, the tcgen05 GEMMs only; 0 for the CUDA driver. */
+int fb_cuda_emulated(void);
 /* Make device `ordinal`'s primary context current on this thread. */
 fb_status fb_cuda_use_device(int ordinal);
 

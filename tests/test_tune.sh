@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_tune.sh — `fourbit tune` on the CPU: --dry-run (lists what it would compile and measure, needs no GPU), the
 # real worker without a GPU (says so, exit 1), and whole sweeps with the emulated worker (build/emu/fourbit-worker:
-# the GPU harness's checks under the warp emulator, timed by the wall clock, which means nothing): winners and
+# the GPU harness's checks under the warp emulator, and the tcgen05 GEMMs' under the functional model of the Blackwell
+# instructions, timed by the wall clock, which means nothing): winners and
 # trials in the cache, nothing compiled twice, a variant made to fault (FOURBIT_TUNE_FAULT) kills its worker without
 # ending the sweep and is not retried by the next one; bad usage (exit 2). Checks read exit codes, the cache (cache
 # verify's counts, cache show's fields), the tables' fields and the numbers of the summary lines, not sentences.
@@ -68,6 +69,13 @@ read -ra v <<<"$(nums "$W/f2" "[0-9]* winners stored")"
 [ $rc -eq 0 ] && ! grep -q FOURBIT_TUNE_FAULT "$W/f2" && [ "${v[2]:-}" = 0 ] \
   && ok || { bad "recorded failures were retried (exit $rc)"; tail -8 "$W/f2"; }
 "$FB" cache verify --cache "$W/c" > /dev/null && ok || bad "verify after the faults"
+# as a Blackwell GPU (FB_EMU_CC=10.0: the emulated worker plans sm_100a): the generator's tcgen05 GEMM sources, compiled
+# as host C++, run under the functional model of the instructions (tests/emu/tc_model.h) through the tuner's own check
+# (gemm_harness.c: the skewed grouped problem with an empty expert, NVFP4 x NVFP4 against the FP64 reference and the
+# S2F6 payload's error) before they are timed: all 4 candidates pass, a tcgen05 winner is stored
+FB_EMU_CC=10.0 "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 --cache "$W/ctc" > "$W/stc" 2>&1 &&
+  grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m128n128k64_s[0-9]_c1 .* 4 +0$" "$W/stc" &&
+  grep -q "arch sm_100a" "$W/stc" && ok || { bad "tcgen05 sweep under the model"; tail -5 "$W/stc"; }
 unset FOURBIT_TUNE_WORKER
 
 # bad usage

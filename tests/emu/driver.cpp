@@ -21,6 +21,10 @@ extern "C" {
 #include "harness.h"
 }
 #include "emu_core.h"
+#include "tc_model.h" /* the functional model of the Blackwell instructions: the tcgen05 GEMMs run under it */
+extern "C" {
+#include "fb_gemm.h"
+}
 
 namespace {
 std::map<std::string, void *> loaded;
@@ -90,7 +94,7 @@ void *compile_kernel(const char *name) {
   fclose(o);
   free(own);
   const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
-  std::string flags = std::string(cxx) + " -std=c++17 -O1 -fPIC -shared -ffp-contract=off -w -fsanitize=undefined "
+  std::string flags = std::string(cxx) + " -std=c++17 -O1 -fPIC -shared -ffp-contract=off -w -Wno-psabi -fsanitize=undefined "
                       "-fno-sanitize-recover=all -DFBEMU_KERNEL -include tests/emu/fb_emu.h -Itemplates";
   std::string cmd = flags + " -o " + so + " " + f;
   /* make test's memo (FB_EMU_MEMO=DIR: the tuner's sweeps, whose replacement workers load the same kernels again):
@@ -146,17 +150,41 @@ fb_cu_api fb_cu;
 const char *fb_cu_errstr(int r) { (void)r; return "(emulated driver)"; }
 fb_status fb_cuda_load(void) { return FB_OK; }
 fb_status fb_cuda_device_count(int *n) { *n = 1; return FB_OK; }
+int fb_cuda_emulated(void) { return 1; }
+/* compute capability 0.0 (the tuner plans sm_90a then), or FB_EMU_CC=MAJOR.MINOR: 10.0 / 10.3 plan sm_100a / sm_103a,
+   whose tcgen05 GEMMs run under the functional model */
 fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info) {
   (void)ordinal;
   memset(info, 0, sizeof *info);
   snprintf(info->name, sizeof info->name, "warp emulator (tests/emu)");
   info->sm_count = 1;
+  const char *cc = getenv("FB_EMU_CC");
+  if (cc && sscanf(cc, "%d.%d", &info->cc_major, &info->cc_minor) != 2) {
+    fprintf(stderr, "emu: FB_EMU_CC=%s: not MAJOR.MINOR\n", cc);
+    exit(2);
+  }
+  if (info->cc_major == 10 && info->cc_minor == 3) fbemu::tc::set_arch(103);
   return FB_OK;
 }
 fb_status fb_cuda_use_device(int ordinal) {
   (void)ordinal;
   fb_cu.MemAlloc = e_alloc, fb_cu.MemFree = e_free, fb_cu.MemcpyHtoD = e_htod, fb_cu.MemcpyDtoH = e_dtoh;
   fb_cu.MemcpyDtoD = e_dtod, fb_cu.MemsetD8 = e_memset, fb_cu.CtxSynchronize = e_sync, fb_cu.GetErrorString = e_errstr;
+  fb_cu.TensorMapEncodeTiled = fbemu::tc::encode_tmap_cu; /* the model's TMA reads the maps runtime/gemm_host.c encodes */
+  return FB_OK;
+}
+/* A GEMM (fb_kp_gemm): the tcgen05 family's run under the functional model (tc::launch: its protocol errors are
+   reported and end the run); the wgmma and mma.sync families are not emulated. */
+fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem, const void *params,
+                                size_t size) {
+  if (size != sizeof(fb_kp_gemm)) return fb_kernel_launch(k, gx, gy, threads, params, size);
+  fb_kp_gemm p;
+  memcpy(&p, params, size);
+  void (*fn)(fb_kp_gemm) = (void (*)(fb_kp_gemm))(void *)k->fn;
+  if (const char *err = fbemu::tc::launch(gx, gy, threads, 1, smem, [fn, p] { fn(p); })) {
+    fprintf(stderr, "emu: under the functional model: %s\n", err);
+    exit(1);
+  }
   return FB_OK;
 }
 fb_status fb_kernel_load(const void *cubin, const char *name, fb_kernel *k) {

@@ -57,9 +57,9 @@ inline const char *encode_tmap(void *map128, unsigned esize, unsigned rank, cons
 
 #ifdef __cuda_cuda_h__
 /* With cuda.h: cuTensorMapEncodeTiled itself (its signature and enums), onto encode_tmap, for a host path that
- * fills fb_cu.TensorMapEncodeTiled (runtime/gemm_host.c's tmap()) when its kernels run under the model. The
- * emulated driver (tests/emu/driver.cpp) does not install it: the tuner's worker takes its absence to mean "no GEMM
- * under the emulator" (sm_90's wgmma is not modelled). */
+ * fills fb_cu.TensorMapEncodeTiled (runtime/gemm_host.c's tmap()) when its kernels run under the model: the
+ * emulated driver (tests/emu/driver.cpp) installs it and runs the tcgen05 GEMMs under the model (sm_90's wgmma and
+ * mma.sync are not modelled: the tuner's worker leaves them unchecked there). */
 inline CUresult encode_tmap_cu(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *g, const cuuint64_t *dims,
                                const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *es, CUtensorMapInterleave il,
                                CUtensorMapSwizzle sw, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {

@@ -47,8 +47,8 @@ typedef struct {
   fb_kp_gemm *gkp;
 } cand;
 
-/* The GEMMs' launch (base/cuda_driver.c): build/emu/fourbit-worker links the warp emulator's driver, which has no
- * dynamic shared memory (nor TMA, nor wgmma): there this weak stand-in answers, and the real one replaces it. */
+/* The GEMMs' launch (base/cuda_driver.c; tests/emu/driver.cpp's runs the tcgen05 GEMMs under the functional model):
+ * a weak stand-in for a driver without one. */
 __attribute__((weak)) fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem,
                                                       const void *params, size_t size) {
   (void)k, (void)gx, (void)gy, (void)threads, (void)smem, (void)params, (void)size;
@@ -167,8 +167,10 @@ static void do_load(const fb_msg_load *m, const char *cubin, const char *src) {
   memcpy(u->cubin.cubin, cubin, m->cubin_len), u->cubin.size = m->cubin_len;
   c->u = u;
   fb_msg_verified r = {.id = m->id};
-  if (fb_tune_is_gemm(&m->spec) && !fb_cu.TensorMapEncodeTiled) { /* the emulated driver: no TMA, no wgmma */
-    snprintf(r.msg, sizeof r.msg, "this driver has no cuTensorMapEncodeTiled (the emulated one cannot run a GEMM): not checked");
+  if (fb_tune_is_gemm(&m->spec) && (!fb_cu.TensorMapEncodeTiled || (fb_cuda_emulated() && strcmp(m->var.tmpl, "gemm_sm100.cuh")))) {
+    /* the emulated driver runs the tcgen05 GEMMs under the functional model, not wgmma or mma.sync */
+    snprintf(r.msg, sizeof r.msg, "%s", fb_cu.TensorMapEncodeTiled ? "the emulated driver runs only the tcgen05 GEMMs (under the functional model): not checked"
+                                                                    : "this driver has no cuTensorMapEncodeTiled: not checked");
     fb_tune_send(1, FB_MSG_VERIFIED, &r, sizeof r, NULL, 0, NULL, 0);
     return;
   }
