@@ -26,7 +26,7 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
 }
 
 size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) { /* fb_gemm.h */
-  if (c->family == 2) return (size_t)fb_gemm_tc_smem_total(c->kind == 4 ? 1 : c->kind, c->tile_n, c->tile_k, c->stages);
+  if (c->family == 2) return (size_t)fb_gemm_tc_smem_total(c->kind == 4 ? 1 : c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
   if (c->family == 1) return (size_t)fb_gemm_mma_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
   return (size_t)fb_gemm_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
 }
