@@ -354,7 +354,6 @@ static int gemm_tc_match(const fb_kernel_spec *k, const char *const **params, co
 static const char *gemm_tc_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   int tm = param(v, "tile_m", 0), tn = param(v, "tile_n", 0), tk = param(v, "tile_k", 0);
   int st = param(v, "stages", 0), cl = param(v, "cluster", 1), kind = gemm_operands(k);
-  if (cl != 1) return "gemm_sm100: the CTA pair (tile_m 256, cluster 2) needs the host's cluster launch, not written yet";
   if (tm != 128 && tm != 256) return "gemm_sm100: tile_m 128 (one CTA, M = 128) or 256 (a CTA pair, M = 256)";
   if (tm == 256 && cl != 2) return "gemm_sm100: tile_m 256 needs cluster 2 (the CTA pair of cta_group::2, M = 256)";
   if (tm == 128 && cl == 2)

@@ -82,7 +82,8 @@
 #ifndef FB_TEST_BREAK /* test builds only (test_gemm_sm100): 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after
                          tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor; the pair: 6 B's scales
                          in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull), 8 a CTA
-                         barrier, not the cluster's, before the TMEM is freed */
+                         barrier, not the cluster's, before the TMEM is freed (runs clean: the model does not track
+                         accesses to a CTA that has exited, docs/tc_model.md) */
 #define FB_TEST_BREAK 0
 #define TCK_DEFAULT_FB_TEST_BREAK
 #endif
