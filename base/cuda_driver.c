@@ -67,6 +67,7 @@ static void load(void) {
       return;
     }
   }
+  fb_cu.LaunchKernelEx = (CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **))dlsym(h, "cuLaunchKernelEx"); /* optional */
   CUresult r = fb_cu.Init(0);
   if (r != CUDA_SUCCESS) {
     const char *s = NULL;
@@ -161,5 +162,28 @@ fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned grid_x, unsigned gr
   (void)params_size;
   void *args[] = {(void *)params};
   CU_CHECK(fb_cu.LaunchKernel(k->fn, grid_x, grid_y, 1, threads, 1, 1, smem, cur_stream, args, NULL));
+  return FB_OK;
+}
+
+fb_status fb_kernel_launch_cluster(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned cluster_x,
+                                   unsigned smem, const void *params, size_t params_size) {
+  if (cluster_x <= 1) return fb_kernel_launch_smem(k, grid_x, grid_y, threads, smem, params, params_size);
+  if (grid_x % cluster_x) return FB_ERR(FB_EINVAL, "launch: grid %u is not a multiple of the cluster's %u CTAs", grid_x, cluster_x);
+  if (!fb_cu.LaunchKernelEx)
+    return FB_ERR(FB_ECUDA, "a kernel launched as clusters of %u CTAs needs cuLaunchKernelEx, which this driver does not have "
+                  "(driver too old?)", cluster_x);
+  if (smem > 48 * 1024) CU_CHECK(fb_cu.FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+  CUlaunchAttribute at;
+  memset(&at, 0, sizeof at);
+  at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  at.value.clusterDim.x = cluster_x, at.value.clusterDim.y = 1, at.value.clusterDim.z = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = grid_x, cfg.gridDimY = grid_y, cfg.gridDimZ = 1;
+  cfg.blockDimX = threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = smem, cfg.hStream = cur_stream, cfg.attrs = &at, cfg.numAttrs = 1;
+  (void)params_size;
+  void *args[] = {(void *)params}; /* kernelParams, as fb_kernel_launch_smem (the 64-byte aligned TMA descriptors) */
+  CU_CHECK(fb_cu.LaunchKernelEx(&cfg, k->fn, args, NULL));
   return FB_OK;
 }

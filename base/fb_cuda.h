@@ -47,6 +47,8 @@ typedef struct {
   CUresult (*TensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  /* optional (NULL when the driver has none): cluster launches (fb_kernel_launch_cluster) */
+  CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
 } fb_cu_api;
 
 extern fb_cu_api fb_cu;
@@ -84,5 +86,9 @@ fb_status fb_kernel_launch(const fb_kernel *k, unsigned grid_x, unsigned grid_y,
 /* Launch with dynamic shared memory (bytes; the kernel's opt-in limit is raised to it first). */
 fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned smem,
                                 const void *params, size_t params_size);
+/* The same as clusters of cluster_x CTAs along x (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, cuLaunchKernelEx; grid_x a
+ * multiple of cluster_x); cluster_x 1 is fb_kernel_launch_smem. FB_ECUDA when the driver has no cuLaunchKernelEx. */
+fb_status fb_kernel_launch_cluster(const fb_kernel *k, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned cluster_x,
+                                   unsigned smem, const void *params, size_t params_size);
 fb_status fb_cuda_device_info_get(int ordinal, fb_cuda_device_info *info);
 #endif

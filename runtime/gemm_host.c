@@ -22,11 +22,14 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   if (c->family == 2 && c->kind == 1) c->kind = 4; /* tcgen05: NVFP4 x NVFP4 (B the weights' codes and scales) */
   c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
+  c->cluster = c->family == 1 ? 1 : vparam(v, "cluster", 1);
+  if (c->cluster != 1 && !(c->family == 2 && c->cluster == 2 && c->tile_m == 256))
+    return FB_ERR(FB_EINVAL, "%s: cluster %d: only the tcgen05 CTA pair (tile_m 256, cluster 2) is written", v->name, c->cluster);
   return FB_OK;
 }
 
 size_t fb_gemm_smem_bytes(const fb_gemm_cfg *c) { /* fb_gemm.h */
-  if (c->family == 2) return (size_t)fb_gemm_tc_smem_total(c->kind == 4 ? 1 : c->kind, c->tile_n, c->tile_k, c->stages);
+  if (c->family == 2) return (size_t)fb_gemm_tc_smem_total(c->kind == 4 ? 1 : c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
   if (c->family == 1) return (size_t)fb_gemm_mma_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
   return (size_t)fb_gemm_smem_total(c->kind, c->tile_m, c->tile_n, c->tile_k, c->stages);
 }
@@ -70,9 +73,11 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
   /* A: mode 0 rows x K; mode 1 M x rows. B: mode 0 experts*N x K; mode 1 N x rows */
   unsigned long long a_in = c->mode ? rows : K, a_out = c->mode ? M : rows, b_in = c->mode ? rows : K, b_out = c->mode ? N : EN;
   if ((c->kind == 1 || c->kind == 4) && c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
-  if (c->family == 2) { /* gemm_sm100.cuh: a stage row of rb bytes, boxes of min(rb, 128) bytes swizzled by as many */
+  if (c->family == 2) { /* gemm_sm100.cuh: a stage row of rb bytes, boxes of min(rb, 128) bytes swizzled by as many; a CTA's
+                          boxes: A's 128 rows, B's tile_n (tile_n / 2 with SwiGLU or on the CTA pair, each CTA its half) */
     int rb = fb_gemm_tc_row_bytes(c->kind == 4 ? 1 : c->kind, c->tile_k), sw = rb < 128 ? rb : 128, u8 = c->kind != 0;
     unsigned bi = (unsigned)(u8 ? sw : sw / 2); /* the box's inner extent in the map's elements */
+    tm = 128, tn = c->tile_m == 256 ? (unsigned)c->tile_n / 2 : tn;
     if (c->kind == 4) { /* codes: K / 2 bytes a row */
       FB_TRY(tmap(&p->ta, a->a, 1, K / 2, rows, bi, tm, sw));
       FB_TRY(tmap(&p->tb, a->b, 1, K / 2, EN, bi, tn, sw));
@@ -106,6 +111,7 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
 
 fb_status fb_gemm_ctas(const fb_kernel *k, const fb_gemm_cfg *c, int sms, unsigned *ctas) {
   unsigned n = (unsigned)(sms > 0 ? sms : 1);
+  if (c->cluster == 2) n = n < 2 ? 2 : n & ~1u; /* the CTA pair: whole clusters of 2 (an odd SM count leaves one idle) */
   if (c->family == 1) { /* the portable family: as many CTAs as fit on an SM at once, on every SM */
     unsigned smem = (unsigned)fb_gemm_smem_bytes(c);
     int per = 1;
@@ -122,6 +128,8 @@ fb_status fb_gemm_ctas(const fb_kernel *k, const fb_gemm_cfg *c, int sms, unsign
 fb_status fb_gemm_launch(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms) {
   unsigned ctas;
   FB_TRY(fb_gemm_ctas(k, c, sms, &ctas));
+  if (c->cluster > 1)
+    return fb_kernel_launch_cluster(k, ctas, 1, fb_gemm_threads(c), (unsigned)c->cluster, (unsigned)fb_gemm_smem_bytes(c), p, sizeof *p);
   return fb_kernel_launch_smem(k, ctas, 1, fb_gemm_threads(c), (unsigned)fb_gemm_smem_bytes(c), p, sizeof *p);
 }
 

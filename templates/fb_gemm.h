@@ -51,17 +51,22 @@ FB_GEMM_FN long fb_gemm_mma_smem_total(int kind, int tm, int tn, int tk, int sta
   return 128 + (long)stages * fb_gemm_mma_stage_bytes(kind, tm, tn, tk);
 }
 
-/* The tcgen05 family's stage (gemm_sm100.cuh; kind 0 BF16, 1 NVFP4 x NVFP4, 2 MXFP8 x MXFP8; tile_m 128): A's 128 rows
-   and B's tn rows of tk elements (a row of fb_gemm_tc_row_bytes), then the block scales as 512-byte 128 x 4 atoms (A's,
-   then B's per 128-row block), 1024-byte aligned; 2048 bytes of barriers and alignment slack first. The TMEM columns:
-   fb_gemm_tc_acc_stages accumulators of tn columns, then each stage's scale columns (4 an atom). */
+/* The tcgen05 family's stage (gemm_sm100.cuh; kind 0 BF16, 1 NVFP4 x NVFP4, 2 MXFP8 x MXFP8), per CTA: A's 128 rows and
+   B's tn rows (tile_m 128, one CTA) or tn / 2 rows (tile_m 256, a CTA pair: each CTA its half of B) of tk elements (a row
+   of fb_gemm_tc_row_bytes), then the block scales as 512-byte 128 x 4 atoms (A's 128 rows', then B's per 128-row block,
+   all tn rows in both CTAs of a pair), 1024-byte aligned; 2048 bytes of barriers and alignment slack first. The TMEM
+   columns, per CTA (a pair: the same in each): fb_gemm_tc_acc_stages accumulators of tn columns, then each stage's
+   scale columns (4 an atom). */
 FB_GEMM_FN int fb_gemm_tc_row_bytes(int kind, int tk) { return kind == 0 ? 2 * tk : kind == 1 ? tk / 2 : tk; }
 FB_GEMM_FN int fb_gemm_tc_sf_atoms(int kind, int tk) { return kind == 0 ? 0 : kind == 1 ? tk / 64 : (tk / 32 + 3) / 4; }
 FB_GEMM_FN int fb_gemm_tc_sf_cols(int kind, int tn, int tk) { return 4 * fb_gemm_tc_sf_atoms(kind, tk) * (1 + (tn + 127) / 128); }
-FB_GEMM_FN int fb_gemm_tc_stage_bytes(int kind, int tn, int tk) {
-  return fb_gemm_align1k((128 + tn) * fb_gemm_tc_row_bytes(kind, tk) + 128 * fb_gemm_tc_sf_cols(kind, tn, tk));
+FB_GEMM_FN int fb_gemm_tc_b_rows(int tm, int tn) { return tm == 256 ? tn / 2 : tn; } /* B rows a CTA holds */
+FB_GEMM_FN int fb_gemm_tc_stage_bytes(int kind, int tm, int tn, int tk) {
+  return fb_gemm_align1k((128 + fb_gemm_tc_b_rows(tm, tn)) * fb_gemm_tc_row_bytes(kind, tk) + 128 * fb_gemm_tc_sf_cols(kind, tn, tk));
 }
-FB_GEMM_FN long fb_gemm_tc_smem_total(int kind, int tn, int tk, int stages) { return 2048 + (long)stages * fb_gemm_tc_stage_bytes(kind, tn, tk); }
+FB_GEMM_FN long fb_gemm_tc_smem_total(int kind, int tm, int tn, int tk, int stages) {
+  return 2048 + (long)stages * fb_gemm_tc_stage_bytes(kind, tm, tn, tk);
+}
 FB_GEMM_FN int fb_gemm_tc_acc_stages(int kind, int tn, int tk, int stages) {
   return 2 * tn + stages * fb_gemm_tc_sf_cols(kind, tn, tk) <= 512 ? 2 : 1;
 }

@@ -32,8 +32,27 @@
  *   warps 2-5  the epilogue, warp w reading TMEM lanes 32 (w % 4) .. + 31: tmem_full[a] -> tcgen05.ld -> outputs ->
  *              tmem_empty[a] (128 arrivals). FB_ACC accumulator stages of FB_TILE_N columns (2 when they fit).
  * Rows of an expert's last m-tile past its end are loaded (the next expert's rows, zeros past the tensor) and never
- * stored. Tune parameters: FB_TILE_M (128: cta_group::1), FB_TILE_N (32..256, a multiple of 32; 64..256 a multiple of
- * 64 with SwiGLU), FB_TILE_K, FB_STAGES, FB_CLUSTER (1). Dynamic shared memory: fb_gemm_tc_smem_total() (fb_gemm.h). */
+ * stored. Tune parameters: FB_TILE_M (128: cta_group::1; 256: the pair below), FB_TILE_N (32..256, a multiple of 32;
+ * 64..256 a multiple of 64 with SwiGLU), FB_TILE_K, FB_STAGES, FB_CLUSTER (1; 2 with FB_TILE_M 256). Dynamic shared
+ * memory: fb_gemm_tc_smem_total() (fb_gemm.h).
+ *
+ * The CTA pair (FB_TILE_M 256, FB_CLUSTER 2; launched as clusters of 2 along x, cuLaunchKernelEx): the two CTAs of a
+ * cluster compute a 256 x FB_TILE_N tile with cta_group::2 MMAs (M = 256), every tcgen05 instruction .cta_group::2. The
+ * pair walks the tiles together: cluster blockIdx.x / 2 takes tiles blockIdx.x / 2, + gridDim.x / 2, ... CTA rank r
+ * (%cluster_ctarank) holds rows 128 r .. 128 r + 127 of the tile (its TMA box of A, its TMEM lanes of the accumulator)
+ * and B's rows r TN / 2 .. (r + 1) TN / 2 - 1 (SwiGLU: the gate half in CTA 0, the up half in CTA 1), as the MMA reads
+ * them (docs/tc_model.md): A's rows 128.. and B's rows N / 2.. from the peer's shared memory at the same descriptors.
+ * Scale factors: each CTA writes its own A rows' atoms and B's atoms for all TN rows (the same in both CTAs), the even
+ * CTA's tcgen05.cp.cta_group::2 copies each CTA's own atoms into its own TMEM. Per CTA: warp 0 loads its half into its
+ * stage (full[s], its own bytes), warp 1 allocates (both CTAs, the same columns); in the even CTA its elected lane
+ * issues for both: full[s] and pfull[s] (the odd CTA's half: warp 1 of the odd CTA waits on its own full[s] and arrives
+ * on the even CTA's pfull[s] through mapa) -> tcgen05.cp / MMAs -> commit multicast to empty[s] of both CTAs; a
+ * tile's last stage -> commit multicast to tmem_full[a] of both. Each CTA's epilogue stores its own 128 rows (the same
+ * epilogues, bit for bit) and arrives on the even CTA's tmem_empty[a] (256 arrivals: the odd CTA's through mapa). A
+ * cluster barrier after the barrier init and TMEM alloc (the peer's barriers exist before any remote arrive) and
+ * before the dealloc (no MMA or remote arrive into a CTA that has freed its columns or exited). No operand is
+ * multicast: each CTA loads a different half of A and of B (TMA multicast would serve clusters of two pairs sharing B,
+ * not written). Run under the functional model and compiled with NVRTC only, never on a Blackwell GPU. */
 #include "fb_gemm.h"
 #include "fb_tc_ops.h"
 #ifndef FB_SWIGLU
@@ -61,7 +80,10 @@
 #define TCK_DEFAULT_FB_B_OUTER
 #endif
 #ifndef FB_TEST_BREAK /* test builds only (test_gemm_sm100): 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after
-                         tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor */
+                         tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor; the pair: 6 B's scales
+                         in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull), 8 a CTA
+                         barrier, not the cluster's, before the TMEM is freed (runs clean: the model does not track
+                         accesses to a CTA that has exited, docs/tc_model.md) */
 #define FB_TEST_BREAK 0
 #define TCK_DEFAULT_FB_TEST_BREAK
 #endif
@@ -77,21 +99,24 @@
 #else
 #define TCK_UNROLL
 #endif
-#define TCK_TM 128
+#define TCK_PAIR (FB_CLUSTER == 2) /* a CTA pair computes a 256-row tile with cta_group::2 MMAs */
+#define TCK_TM FB_TILE_M          /* the tile's rows: 128 (one CTA) or 256 (the pair) */
+#define TCK_CM 128                /* the rows of A (and of the accumulator, its TMEM lanes) a CTA holds */
 #define TCK_TN FB_TILE_N
+#define TCK_BCTA fb_gemm_tc_b_rows(TCK_TM, TCK_TN) /* B's rows a CTA holds: all TN, or its half with the pair */
 #define TCK_RB fb_gemm_tc_row_bytes(FB_KIND, FB_TILE_K)            /* bytes of a stage row */
 #define TCK_SW (TCK_RB >= 128 ? 128 : TCK_RB)                       /* the swizzle span */
 #define TCK_NATOM (TCK_RB / TCK_SW)                                 /* boxes along K a stage */
 #define TCK_NMMA (TCK_RB / 32)                                      /* MMAs a stage */
 #define TCK_LAYOUT (TCK_SW == 128 ? FB_TC_SW128 : TCK_SW == 64 ? FB_TC_SW64 : FB_TC_SW32)
-#define TCK_A_BYTES (TCK_TM * TCK_RB)
-#define TCK_B_BYTES (TCK_TN * TCK_RB)
+#define TCK_A_BYTES (TCK_CM * TCK_RB)
+#define TCK_B_BYTES (TCK_BCTA * TCK_RB)
 #define TCK_SFBLK (FB_KIND == 1 ? 16 : 32)                          /* elements a scale covers */
 #define TCK_KB (FB_TILE_K / TCK_SFBLK)                              /* k-blocks a stage */
 #define TCK_KATOMS fb_gemm_tc_sf_atoms(FB_KIND, FB_TILE_K)          /* 128 x 4 scale atoms along K a stage (0: BF16) */
 #define TCK_NR ((TCK_TN + 127) / 128)                               /* B's 128-row blocks */
 #define TCK_SFA_BYTES (512 * TCK_KATOMS)
-#define TCK_STAGE_BYTES fb_gemm_tc_stage_bytes(FB_KIND, TCK_TN, FB_TILE_K)
+#define TCK_STAGE_BYTES fb_gemm_tc_stage_bytes(FB_KIND, TCK_TM, TCK_TN, FB_TILE_K)
 #define TCK_ACC fb_gemm_tc_acc_stages(FB_KIND, TCK_TN, FB_TILE_K, FB_STAGES)
 #define TCK_SF_COL (TCK_ACC * TCK_TN)                               /* the scale columns after the accumulators */
 #define TCK_SF_STAGE_COLS (4 * TCK_KATOMS * (1 + TCK_NR))
@@ -104,8 +129,32 @@
 static_assert(TCK_TN % 32 == 0 && TCK_TN >= 32 && TCK_TN <= 256 && (FB_SWIGLU != 1 || TCK_TN % 64 == 0),
               "gemm_sm100: FB_TILE_N must be a multiple of 32 in [32, 256] (of 64 with SwiGLU)");
 static_assert(fb_gemm_tc_tmem_need(FB_KIND, TCK_TN, FB_TILE_K, FB_STAGES) <= 512, "gemm_sm100: accumulators and scales within 512 TMEM columns");
-static_assert(FB_TILE_M == 128 && (TCK_RB == 32 || TCK_RB == 64 || TCK_RB % 128 == 0),
-              "gemm_sm100: FB_TILE_M 128 (cta_group::1) and a stage row of 32, 64 or a multiple of 128 bytes");
+static_assert(((FB_TILE_M == 128 && FB_CLUSTER == 1) || (FB_TILE_M == 256 && FB_CLUSTER == 2)) &&
+                  (TCK_RB == 32 || TCK_RB == 64 || TCK_RB % 128 == 0),
+              "gemm_sm100: FB_TILE_M 128 with FB_CLUSTER 1 (cta_group::1) or 256 with 2 (cta_group::2), and a stage row of 32, "
+              "64 or a multiple of 128 bytes");
+/* the instruction forms of the path: every tcgen05 instruction of a kernel takes the same .cta_group (PTX ISA) */
+#if TCK_PAIR
+#define TCK_ALLOC fbt_alloc_cg2
+#define TCK_DEALLOC fbt_dealloc_cg2
+#define TCK_RELINQUISH fbt_relinquish_cg2
+#define TCK_CP fbt_cp_sf_cg2
+#define TCK_MMA_F16 fbt_mma_f16_cg2
+#define TCK_MMA_MXF8 fbt_mma_mxf8_cg2
+#define TCK_MMA_NVF4 fbt_mma_nvf4_cg2
+#define TCK_COMMIT(bar) fbt_commit_mc_cg2(bar, (uint16_t)3) /* both CTAs' barriers at bar's offset */
+#define TCK_SYNC fbt_cluster_sync                          /* the pair's threads */
+#else
+#define TCK_ALLOC fbt_alloc
+#define TCK_DEALLOC fbt_dealloc
+#define TCK_RELINQUISH fbt_relinquish
+#define TCK_CP fbt_cp_sf
+#define TCK_MMA_F16 fbt_mma_f16
+#define TCK_MMA_MXF8 fbt_mma_mxf8
+#define TCK_MMA_NVF4 fbt_mma_nvf4
+#define TCK_COMMIT(bar) fbt_commit(bar)
+#define TCK_SYNC __syncthreads
+#endif
 #ifndef FB_KERNEL
 #define FB_KERNEL fbs_gemm_sm100
 #endif
@@ -181,23 +230,37 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
   unsigned char *sm = fbt_smem();
   const uint32_t base = fbt_smem_addr(sm);
   const unsigned tid = threadIdx.x, w = tid / 32, lane = tid % 32;
-  /* barriers at the start: full[S], empty[S], tmem_full[2], tmem_empty[2], then the TMEM address; the stages from the
-     first 1024-byte boundary after 128 bytes (128-byte swizzle atoms repeat every 1024) */
+  /* the pair: CTA rank r of the cluster holds rows 128 r .. of the tile (A's and the accumulator's) and B's rows
+     r TN / 2 ..; the even CTA (rank 0) issues the MMAs. The tiles are walked per cluster: tile index blockIdx.x / 2. */
+#if TCK_PAIR
+  const uint32_t rank = fbt_cluster_rank();
+#else
+  const uint32_t rank = 0;
+#endif
+  const long long t0 = blockIdx.x / FB_CLUSTER, tstep = gridDim.x / FB_CLUSTER;
+  /* barriers at the start: full[S], empty[S], tmem_full[2], tmem_empty[2], then the TMEM address, then (the pair, the
+     even CTA's) pfull[S]; the stages from the first 1024-byte boundary after 128 bytes (128-byte swizzle atoms repeat
+     every 1024; the barriers may use up to that boundary, fb_gemm.h's 2048 bytes of slack) */
 #define TCK_FULL(s) (base + 8 * (s))
 #define TCK_EMPTY(s) (base + 8 * (FB_STAGES + (s)))
 #define TCK_TFULL(a) (base + 8 * (2 * FB_STAGES + (a)))
 #define TCK_TEMPTY(a) (base + 8 * (2 * FB_STAGES + 2 + (a)))
+#define TCK_PFULL(s) (base + 8 * (2 * FB_STAGES + 5 + (s))) /* the pair: the odd CTA's stage s is in (1 arrival) */
   const uint32_t slot = base + 8 * (2 * FB_STAGES + 4);
   const uint32_t stage0 = (base + 128 + 1023) & ~1023u;
 #define TCK_STAGE(s) (stage0 + (unsigned)(s) * TCK_STAGE_BYTES) /* A's boxes, B's boxes, A's atoms, B's atoms */
   if (tid == 0) {
     for (int s = 0; s < FB_STAGES; ++s) fbt_mbar_init(TCK_FULL(s), FB_KIND ? 33 : 1), fbt_mbar_init(TCK_EMPTY(s), 1);
-    for (int a = 0; a < TCK_ACC; ++a) fbt_mbar_init(TCK_TFULL(a), 1), fbt_mbar_init(TCK_TEMPTY(a), 128);
+    /* tmem_empty: the epilogue threads of the tile's CTAs (the pair: the odd CTA's arrive on the even CTA's) */
+    for (int a = 0; a < TCK_ACC; ++a) fbt_mbar_init(TCK_TFULL(a), 1), fbt_mbar_init(TCK_TEMPTY(a), 128 * FB_CLUSTER);
+#if TCK_PAIR
+    for (int s = 0; s < FB_STAGES; ++s) fbt_mbar_init(TCK_PFULL(s), 1);
+#endif
     fbt_fence_mbar_init();
   }
-  if (w == 1) fbt_alloc(slot, TCK_TMEM_COLS);
+  if (w == 1) TCK_ALLOC(slot, TCK_TMEM_COLS); /* the pair: warp 1 of each CTA, the same columns */
   fbt_fence_before();
-  __syncthreads();
+  TCK_SYNC(); /* the pair: the peer's barriers are initialised and its TMEM allocated before either CTA uses them */
   fbt_fence_after();
   const uint32_t tmem = *(volatile uint32_t *)(sm + (slot - base));
 
@@ -206,25 +269,31 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
     unsigned it = 0;
     tck_sched sc = {0, 0, -1, 0};
     tck_tile T;
-    for (long long t = blockIdx.x; tck_next(p, sc, t, T); t += gridDim.x)
+    for (long long t = t0; tck_next(p, sc, t, T); t += tstep)
       for (int kb = 0; kb < T.nk; ++kb, ++it) {
         const unsigned s = it % FB_STAGES, ph = (it / FB_STAGES) & 1;
         if (FB_TEST_BREAK != 2) fbt_mbar_wait(TCK_EMPTY(s), ph ^ 1);
-        /* the box coordinates: K (BF16 elements or bytes) and the rows of A and B */
+        /* the box coordinates: K (BF16 elements or bytes) and this CTA's rows of A and B */
 #if FB_MODE == 0
         const long long kc = (long long)kb * TCK_RB / (FB_KIND ? 1 : 2);
-        const int ay = (int)T.row0, by = T.e * p.N + T.n0;
+        const int ay = (int)T.row0 + TCK_CM * (int)rank, by = T.e * p.N + T.n0;
 #else
         const long long kc = T.row0 + (long long)kb * FB_TILE_K; /* A and B are M / N x rows: BF16 elements or bytes */
-        const int ay = T.m0, by = T.n0;
+        const int ay = T.m0 + TCK_CM * (int)rank, by = T.n0;
 #endif
         if (leader) {
           fbt_mbar_arrive_expect_tx(TCK_FULL(s), TCK_A_BYTES + TCK_B_BYTES);
           const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
           const int step = TCK_SW / (FB_KIND ? 1 : 2); /* a box's K extent, in the map's elements */
           for (int x = 0; x < TCK_NATOM; ++x) {
-            fbt_tma_load_2d(sa + x * TCK_TM * TCK_SW, &p.ta, (int)kc + x * step, ay, TCK_FULL(s));
+            fbt_tma_load_2d(sa + x * TCK_CM * TCK_SW, &p.ta, (int)kc + x * step, ay, TCK_FULL(s));
+#if TCK_PAIR /* this CTA's half of B: rows r TN / 2 .. of the tile's (SwiGLU: the gate half in the even CTA, up in the odd) */
 #if FB_SWIGLU == 1
+            fbt_tma_load_2d(sb + x * TCK_BCTA * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + (int)rank * (p.N / 2) + T.n0, TCK_FULL(s));
+#else
+            fbt_tma_load_2d(sb + x * TCK_BCTA * TCK_SW, &p.tb, (int)kc + x * step, by + (int)rank * TCK_BCTA, TCK_FULL(s));
+#endif
+#elif FB_SWIGLU == 1
             fbt_tma_load_2d(sb + x * TCK_TN * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + T.n0, TCK_FULL(s));
             fbt_tma_load_2d(sb + x * TCK_TN * TCK_SW + TCK_BROWS * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + p.N / 2 + T.n0,
                             TCK_FULL(s));
@@ -236,7 +305,8 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         (void)by;
 #if FB_KIND
         /* the stage's k-blocks of scales into 128 x 4 atoms (byte (r % 32) * 16 + (r / 32 % 4) * 4 + kb % 4 of an atom):
-           A's atom x (k-blocks 4x .. 4x + 3) at 512 x, B's (x, row block rr) at 512 (x * TCK_NR + rr), after A's */
+           A's atom x (k-blocks 4x .. 4x + 3; this CTA's 128 rows) at 512 x, B's (x, row block rr) at 512 (x * TCK_NR + rr),
+           after A's: all TN rows of B in each CTA (the pair's MMA reads B's scales from both CTAs' TMEM, docs/tc_model.md) */
         unsigned char *sfa = sm + (TCK_STAGE(s) - base) + TCK_A_BYTES + TCK_B_BYTES, *sfb = sfa + TCK_SFA_BYTES;
         const unsigned char *asf = (const unsigned char *)p.a_sf, *bsf = (const unsigned char *)p.b_sf;
         const unsigned char one = FB_KIND == 1 ? 0x38 : 127; /* 1.0: rows past the tensor (zeros, never stored) */
@@ -245,96 +315,119 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #else
         const long long kbs = p.rows / TCK_SFBLK, kb0 = (T.row0 + (long long)kb * FB_TILE_K) / TCK_SFBLK;
 #endif
-        for (unsigned r = lane; r < TCK_TM; r += 32) {
+        for (unsigned r = lane; r < TCK_CM; r += 32) {
 #if FB_MODE == 0
-          const long long row = T.row0 + r;
+          const long long row = T.row0 + TCK_CM * rank + r;
           const bool in = row < total;
 #else
-          const long long row = T.m0 + r;
+          const long long row = T.m0 + TCK_CM * rank + r;
           const bool in = true;
 #endif
           for (int j = 0; j < TCK_KB; ++j) sfa[512 * (j / 4) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = in ? asf[row * kbs + kb0 + j] : one;
         }
-        for (unsigned r = lane; r < TCK_TN; r += 32) {
+        if (FB_TEST_BREAK != 6 || rank == 0) /* 6: B's scales in the even CTA only */
+          for (unsigned r = lane; r < TCK_TN; r += 32) {
 #if FB_MODE == 0
 #if FB_SWIGLU == 1
-          const long long row = (long long)T.e * p.N + (r < TCK_BROWS ? T.n0 + r : p.N / 2 + T.n0 + (r - TCK_BROWS));
+            const long long row = (long long)T.e * p.N + (r < TCK_BROWS ? T.n0 + r : p.N / 2 + T.n0 + (r - TCK_BROWS));
 #else
-          const long long row = (long long)T.e * p.N + T.n0 + r;
+            const long long row = (long long)T.e * p.N + T.n0 + r;
 #endif
 #else
-          const long long row = T.n0 + r;
+            const long long row = T.n0 + r;
 #endif
-          for (int j = 0; j < TCK_KB; ++j) sfb[512 * ((j / 4) * TCK_NR + r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = bsf[row * kbs + kb0 + j];
-        }
+            for (int j = 0; j < TCK_KB; ++j) sfb[512 * ((j / 4) * TCK_NR + r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = bsf[row * kbs + kb0 + j];
+          }
         fbt_fence_proxy_async();
         fbt_mbar_arrive(TCK_FULL(s));
         __syncwarp();
 #endif
       }
-  } else if (w == 1) { /* ---- the MMA issuer ---- */
-    if (fbt_elect_one()) {
-      unsigned it = 0, lt = 0;
-      tck_sched sc = {0, 0, -1, 0};
-      tck_tile T;
-#if FB_KIND == 1
-      const uint32_t idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
-#elif FB_KIND == 2
-      const uint32_t idesc = fb_tc_idesc_bs(FB_TC_E4M3, FB_TC_E4M3, 1, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
-#else
-      const uint32_t idesc = fb_tc_idesc(FB_TC_BF16, FB_TC_BF16, FB_TC_D_F32, TCK_TM, TCK_TN, 0, 0);
-#endif
-      for (long long t = blockIdx.x; tck_next(p, sc, t, T); t += gridDim.x, ++lt) {
-        const unsigned a = lt % TCK_ACC, aph = (lt / TCK_ACC) & 1;
-        if (FB_TEST_BREAK != 1) fbt_mbar_wait(TCK_TEMPTY(a), aph ^ 1);
-        fbt_fence_after();
-        const uint32_t d = tmem + a * TCK_TN;
-        for (int kb = 0; kb < T.nk; ++kb, ++it) {
-          const unsigned s = it % FB_STAGES, ph = (it / FB_STAGES) & 1;
-          fbt_mbar_wait(TCK_FULL(s), ph);
-          fbt_fence_after();
-          const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
-#if FB_KIND
-          /* the atoms into TMEM: A's atom x at columns sfa_col + 4 x, B's (x, rr) at sfb_col + 4 (x * TCK_NR + rr) */
-          const uint32_t sfa_col = tmem + TCK_SF_COL + TCK_SF_STAGE_COLS * s, sfb_col = sfa_col + 4 * TCK_KATOMS;
-          const uint32_t sf_smem = sb + TCK_B_BYTES;
-          for (int x = 0; x < TCK_KATOMS; ++x) fbt_cp_sf(sfa_col + 4 * x, fb_tc_sdesc(sf_smem + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
-          for (int x = 0; x < TCK_KATOMS * TCK_NR; ++x)
-            fbt_cp_sf(sfb_col + 4 * x, fb_tc_sdesc(sf_smem + TCK_SFA_BYTES + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
-#endif
-          for (int j = 0; j < TCK_NMMA; ++j) { /* MMA j: 32 bytes of every row, box j / (SW / 32) at byte 32 (j % (SW / 32)) */
-            const int x = j / (TCK_SW / 32), o = 32 * (j % (TCK_SW / 32));
-            const uint64_t ad = fb_tc_sdesc(sa + x * TCK_TM * TCK_SW + o, 16, 8 * TCK_SW, TCK_LAYOUT, 0, 0);
-            const uint64_t bd = fb_tc_sdesc(sb + x * TCK_TN * TCK_SW + o, 16, 8 * TCK_SW,
-                                            FB_TEST_BREAK == 5 ? (TCK_LAYOUT == FB_TC_SW128 ? FB_TC_SW64 : FB_TC_SW128) : TCK_LAYOUT, 0, 0);
-            const uint32_t acc = kb > 0 || j > 0;
-#if FB_KIND == 1 /* one atom (4 k-blocks of 16) per MMA, sf id 0 */
-            fbt_mma_nvf4(d, ad, bd, idesc, sfa_col + 4 * j, sfb_col + 4 * TCK_NR * j, acc);
-#elif FB_KIND == 2 /* k-block j of the stage: atom j / 4, byte j % 4 (the scale-factor ids) */
-            const uint32_t sid = FB_TEST_BREAK == 4 ? (uint32_t)(j + 1) % 4 : (uint32_t)j % 4;
-            fbt_mma_mxf8(d, ad, bd, idesc | sid << 29 | sid << 4, sfa_col + 4 * (j / 4), sfb_col + 4 * TCK_NR * (j / 4), acc);
-#else
-            fbt_mma_f16(d, ad, bd, idesc, acc);
-#endif
+  } else if (w == 1) {
+#if TCK_PAIR
+    if (rank) { /* ---- the odd CTA's relay: its stage s is in (TMA bytes, scale atoms) -> pfull[s] of the even CTA ---- */
+      if (fbt_elect_one()) {
+        unsigned it = 0;
+        tck_sched sc = {0, 0, -1, 0};
+        tck_tile T;
+        for (long long t = t0; tck_next(p, sc, t, T); t += tstep)
+          for (int kb = 0; kb < T.nk; ++kb, ++it) {
+            const unsigned s = it % FB_STAGES, ph = (it / FB_STAGES) & 1;
+            fbt_mbar_wait(TCK_FULL(s), ph);
+            fbt_mbar_arrive_cluster(fbt_mapa(TCK_PFULL(s), 0));
           }
-          fbt_commit(TCK_EMPTY(s)); /* the stage is free once these MMAs have read it */
-        }
-        fbt_commit(TCK_TFULL(a)); /* (a wgrad tile of an empty expert issued none: the epilogue writes zeros) */
       }
+      __syncwarp();
+    } else
+#endif
+    { /* ---- the MMA issuer (the pair: the even CTA's, for both) ---- */
+      if (fbt_elect_one()) {
+        unsigned it = 0, lt = 0;
+        tck_sched sc = {0, 0, -1, 0};
+        tck_tile T;
+#if FB_KIND == 1
+        const uint32_t idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
+#elif FB_KIND == 2
+        const uint32_t idesc = fb_tc_idesc_bs(FB_TC_E4M3, FB_TC_E4M3, 1, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
+#else
+        const uint32_t idesc = fb_tc_idesc(FB_TC_BF16, FB_TC_BF16, FB_TC_D_F32, TCK_TM, TCK_TN, 0, 0);
+#endif
+        for (long long t = t0; tck_next(p, sc, t, T); t += tstep, ++lt) {
+          const unsigned a = lt % TCK_ACC, aph = (lt / TCK_ACC) & 1;
+          if (FB_TEST_BREAK != 1) fbt_mbar_wait(TCK_TEMPTY(a), aph ^ 1);
+          fbt_fence_after();
+          const uint32_t d = tmem + a * TCK_TN;
+          for (int kb = 0; kb < T.nk; ++kb, ++it) {
+            const unsigned s = it % FB_STAGES, ph = (it / FB_STAGES) & 1;
+            fbt_mbar_wait(TCK_FULL(s), ph);
+#if TCK_PAIR
+            if (FB_TEST_BREAK != 7) fbt_mbar_wait(TCK_PFULL(s), ph); /* and the odd CTA's half (7: not waited for) */
+#endif
+            fbt_fence_after();
+            const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
+#if FB_KIND
+            /* the atoms into TMEM: A's atom x at columns sfa_col + 4 x, B's (x, rr) at sfb_col + 4 (x * TCK_NR + rr) (the
+               pair: each CTA's own atoms into its own TMEM, tcgen05.cp.cta_group::2) */
+            const uint32_t sfa_col = tmem + TCK_SF_COL + TCK_SF_STAGE_COLS * s, sfb_col = sfa_col + 4 * TCK_KATOMS;
+            const uint32_t sf_smem = sb + TCK_B_BYTES;
+            for (int x = 0; x < TCK_KATOMS; ++x) TCK_CP(sfa_col + 4 * x, fb_tc_sdesc(sf_smem + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
+            for (int x = 0; x < TCK_KATOMS * TCK_NR; ++x)
+              TCK_CP(sfb_col + 4 * x, fb_tc_sdesc(sf_smem + TCK_SFA_BYTES + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
+#endif
+            for (int j = 0; j < TCK_NMMA; ++j) { /* MMA j: 32 bytes of every row, box j / (SW / 32) at byte 32 (j % (SW / 32)) */
+              const int x = j / (TCK_SW / 32), o = 32 * (j % (TCK_SW / 32));
+              const uint64_t ad = fb_tc_sdesc(sa + x * TCK_CM * TCK_SW + o, 16, 8 * TCK_SW, TCK_LAYOUT, 0, 0);
+              const uint64_t bd = fb_tc_sdesc(sb + x * TCK_BCTA * TCK_SW + o, 16, 8 * TCK_SW,
+                                              FB_TEST_BREAK == 5 ? (TCK_LAYOUT == FB_TC_SW128 ? FB_TC_SW64 : FB_TC_SW128) : TCK_LAYOUT, 0, 0);
+              const uint32_t acc = kb > 0 || j > 0;
+#if FB_KIND == 1 /* one atom (4 k-blocks of 16) per MMA, sf id 0 */
+              TCK_MMA_NVF4(d, ad, bd, idesc, sfa_col + 4 * j, sfb_col + 4 * TCK_NR * j, acc);
+#elif FB_KIND == 2 /* k-block j of the stage: atom j / 4, byte j % 4 (the scale-factor ids) */
+              const uint32_t sid = FB_TEST_BREAK == 4 ? (uint32_t)(j + 1) % 4 : (uint32_t)j % 4;
+              TCK_MMA_MXF8(d, ad, bd, idesc | sid << 29 | sid << 4, sfa_col + 4 * (j / 4), sfb_col + 4 * TCK_NR * (j / 4), acc);
+#else
+              TCK_MMA_F16(d, ad, bd, idesc, acc);
+#endif
+            }
+            TCK_COMMIT(TCK_EMPTY(s)); /* the stage is free (the pair: in both CTAs) once these MMAs have read it */
+          }
+          TCK_COMMIT(TCK_TFULL(a)); /* (a wgrad tile of an empty expert issued none: the epilogue writes zeros) */
+        }
+      }
+      __syncwarp();
     }
-    __syncwarp();
-  } else { /* ---- the epilogue: warps 2..5, lane quarters 2, 3, 0, 1 ---- */
+  } else { /* ---- the epilogue: warps 2..5, lane quarters 2, 3, 0, 1 (the pair: each CTA its own 128 rows) ---- */
     const unsigned q = w % 4;
     unsigned lt = 0;
     tck_sched sc = {0, 0, -1, 0};
     tck_tile T;
-    for (long long t = blockIdx.x; tck_next(p, sc, t, T); t += gridDim.x, ++lt) {
+    for (long long t = t0; tck_next(p, sc, t, T); t += tstep, ++lt) {
       const unsigned a = lt % TCK_ACC, aph = (lt / TCK_ACC) & 1;
       fbt_mbar_wait(TCK_TFULL(a), aph);
       if (FB_TEST_BREAK != 3) fbt_fence_after();
       const uint32_t taddr = tmem + ((32 * q) << 16) + a * TCK_TN;
 #if FB_MODE == 0
-      const long long r = T.row0 + 32 * q + lane;
+      const long long r = T.row0 + TCK_CM * rank + 32 * q + lane;
       const bool live = r < T.rend;
 #if FB_KIND == 1
       const float so = live ? (p.a_outer ? ((const float *)p.a_outer)[FB_A_OUTER == 1 ? r : 0] : 1.0f) *
@@ -401,7 +494,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
       }
 #endif
 #else /* FB_MODE 1: D[e][m][n], FP32, every row live; an expert with no rows: zeros */
-      const long long m = T.m0 + 32 * q + lane;
+      const long long m = T.m0 + TCK_CM * rank + 32 * q + lane;
       float *o = (float *)p.out + ((long long)T.e * p.M + m) * p.N + T.n0;
       for (int c0 = 0; c0 < TCK_TN; c0 += 32) {
         uint32_t v[32];
@@ -414,26 +507,49 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
       }
 #endif
       fbt_fence_before();
-      fbt_mbar_arrive(TCK_TEMPTY(a));
+#if TCK_PAIR
+      if (rank) fbt_mbar_arrive_cluster(fbt_mapa(TCK_TEMPTY(a), 0)); /* the even CTA's MMAs write both CTAs' accumulators */
+      else
+#endif
+        fbt_mbar_arrive(TCK_TEMPTY(a));
     }
   }
   fbt_fence_before();
+  /* the pair: every MMA writing either CTA's TMEM and every arrive on the even CTA's barriers is done before either
+     CTA frees its columns or exits (8: a CTA barrier only) */
+#if FB_TEST_BREAK == 8
   __syncthreads();
+#else
+  TCK_SYNC();
+#endif
   if (w == 1) {
     fbt_fence_after();
-    fbt_dealloc(tmem, TCK_TMEM_COLS);
-    fbt_relinquish();
+    TCK_DEALLOC(tmem, TCK_TMEM_COLS);
+    TCK_RELINQUISH();
   }
 #undef TCK_FULL
 #undef TCK_EMPTY
 #undef TCK_TFULL
 #undef TCK_TEMPTY
+#undef TCK_PFULL
 #undef TCK_STAGE
 }
 
 /* the template's own macros and defaults go (a test includes it once per class, tests/test_gemm_sm100.cpp) */
 #undef TCK_ACC
+#undef TCK_ALLOC
 #undef TCK_A_BYTES
+#undef TCK_BCTA
+#undef TCK_CM
+#undef TCK_COMMIT
+#undef TCK_CP
+#undef TCK_DEALLOC
+#undef TCK_MMA_F16
+#undef TCK_MMA_MXF8
+#undef TCK_MMA_NVF4
+#undef TCK_PAIR
+#undef TCK_RELINQUISH
+#undef TCK_SYNC
 #undef TCK_BROWS
 #undef TCK_B_BYTES
 #undef TCK_KATOMS

@@ -236,7 +236,7 @@ static void test_variants_fit(void **state) {
       fb_recipe re = *r;
       re.base.gemm_exact = exact;
       assert_int_equal(fb_plan_resolve(&re, other[a], &q), FB_OK);
-      int n = 0, ntc = 0;
+      int n = 0, ntc = 0, npair = 0, nsingle = 0;
       for (int i = 0; i < q->nkernels; ++i) {
         const fb_kernel_spec *k = &q->kernels[i];
         if (strncmp(k->name, "gemm_", 5)) continue;
@@ -252,7 +252,17 @@ static void test_variants_fit(void **state) {
           fb_gemm_cfg c;
           assert_int_equal(fb_gemm_config(k, &vs[j], &c), FB_OK);
           assert_int_equal(c.family, 2);
-          assert_true(c.tile_m == 128 && fb_variant_param(&vs[j], "cluster", 1) == 1);
+          /* one CTA (tile_m 128, cluster 1) or the CTA pair (tile_m 256, cluster 2: a cluster launch of an even grid) */
+          const int cl = fb_variant_param(&vs[j], "cluster", 1);
+          assert_true((c.tile_m == 128 && cl == 1 && c.cluster == 1) || (c.tile_m == 256 && cl == 2 && c.cluster == 2));
+          assert_non_null(strstr(vs[j].name, cl == 2 ? "_tc_m256n" : "_tc_m128n"));
+          assert_non_null(strstr(vs[j].name, cl == 2 ? "_c2" : "_c1"));
+          unsigned ctas = 0;
+          assert_int_equal(fb_gemm_ctas(NULL, &c, 7, &ctas), FB_OK);
+          assert_int_equal(ctas, cl == 2 ? 6 : 7);
+          assert_int_equal(fb_gemm_ctas(NULL, &c, 1, &ctas), FB_OK);
+          assert_int_equal(ctas, cl == 2 ? 2 : 1);
+          npair += cl == 2, nsingle += cl == 1;
           assert_true(c.tile_n % 32 == 0 && c.tile_n <= 256 && c.stages >= 2);
           assert_int_equal(c.kind, k->src.format == FB_FMT_NVFP4 ? 4 : k->src.format == FB_FMT_MXFP8 ? 2 : 0);
           const int kk = c.kind == 4 ? 1 : c.kind;
@@ -266,8 +276,11 @@ static void test_variants_fit(void **state) {
         ++n;
       }
       assert_int_equal(n, 7);
-      if (bw) printf("  %s%s: %d of the 7 GEMM specs have tcgen05 variants\n", other[a], exact ? " (accumulate exact)" : "", ntc);
+      if (bw)
+        printf("  %s%s: %d of the 7 GEMM specs have tcgen05 variants (%d 1-CTA, %d CTA-pair)\n", other[a], exact ? " (accumulate exact)" : "",
+               ntc, nsingle, npair);
       assert_int_equal(ntc, bw && !exact ? 7 : 0);
+      assert_true(bw && !exact ? npair > 0 && nsingle > 0 : npair + nsingle == 0);
       fb_plan_free(q);
     }
   fb_plan_free(p);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -341,6 +342,204 @@ namespace brk4 {
 #undef FB_TILE_N
 #undef FB_STAGES
 
+/* the 2-CTA classes: tile_m 256 on a CTA pair (cta_group::2, M = 256; launched as clusters of 2) */
+#undef FB_TILE_M
+#undef FB_CLUSTER
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
+#define FB_KERNEL k_p_bf16_f32
+namespace p_bf16_f32 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_TILE_N 32
+#define FB_TILE_K 128
+#define FB_STAGES 2
+#define FB_KERNEL k_p_bf16_bf16
+namespace p_bf16_bf16 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_OUT_BF16
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 2
+#define FB_TILE_N 64
+#define FB_TILE_K 64
+#define FB_STAGES 4
+#define FB_KERNEL k_p_bf16_swiglubwd
+namespace p_bf16_swiglubwd {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_OUT_BF16
+#undef FB_SWIGLU
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 2
+#define FB_MODE 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_mx_wgrad
+namespace p_mx_wgrad {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_mx_swiglu
+namespace p_mx_swiglu {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_OUT_BF16
+#undef FB_SWIGLU
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_TILE_N 192
+#define FB_TILE_K 64
+#define FB_STAGES 4
+#define FB_KERNEL k_p_mx_bf16
+namespace p_mx_bf16 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_OUT_BF16
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_TILE_N 256
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_nv_f32
+namespace p_nv_f32 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_A_OUTER
+#undef FB_B_OUTER
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 2
+#define FB_B_OUTER 2
+#define FB_S2F6 1
+#define FB_RHT 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_nv_s2f6
+namespace p_nv_s2f6 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_A_OUTER
+#undef FB_B_OUTER
+#undef FB_S2F6
+#undef FB_RHT
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_KERNEL
+
+/* broken pair builds: 6 B's scales in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull) */
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 6
+#define FB_KERNEL k_pbrk6
+namespace pbrk6 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_TEST_BREAK
+#undef FB_KERNEL
+
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 7
+#define FB_KERNEL k_pbrk7
+namespace pbrk7 {
+#include "gemm_sm100.cuh"
+}
+#undef FB_KIND
+#undef FB_MODE
+#undef FB_TILE_N
+#undef FB_TILE_K
+#undef FB_STAGES
+#undef FB_TEST_BREAK
+#undef FB_KERNEL
+
+#undef FB_TILE_M
+#undef FB_CLUSTER
+
 namespace tc = fbemu::tc;
 
 namespace {
@@ -360,6 +559,7 @@ struct Class {
   const char *name;
   int kind, mode, epi, tile_n, tile_k, stages, outer; /* outer (NVFP4): 1 per row / expert, 2 per tensor */
   void (*kernel)(fb_kp_gemm);
+  int pair; /* tile_m 256 on a CTA pair (cluster 2): the grid is 2 x the shape's clusters */
 };
 struct Shape {
   int N, K, M, grid;       /* mode 0: N, K; mode 1: M, N (K from the rows) */
@@ -445,7 +645,9 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   const int trb = fb_gemm_tc_row_bytes(kind, c.tile_k), sw = trb < 128 ? trb : 128;
   const uint64_t inner = rowb / es;
   uint64_t da[2] = {inner, (uint64_t)(ar ? ar : 1)}, db[2] = {inner, (uint64_t)br}, sa[1] = {rowb}, sb[1] = {rowb};
-  uint32_t ba[2] = {(uint32_t)(sw / es), 128}, bb[2] = {(uint32_t)(sw / es), (uint32_t)(c.epi == E_SWIGLU ? c.tile_n / 2 : c.tile_n)};
+  /* a CTA's boxes: A's 128 rows; B's tile_n rows, tile_n / 2 with SwiGLU (gate, up) or on a pair (each CTA its half) */
+  uint32_t ba[2] = {(uint32_t)(sw / es), 128},
+           bb[2] = {(uint32_t)(sw / es), (uint32_t)(c.epi == E_SWIGLU || c.pair ? c.tile_n / 2 : c.tile_n)};
   if (const char *e = tc::encode_tmap(&p.ta, (unsigned)es, 2, A.data(), da, sa, ba, NULL, 0, (unsigned)sw, 0)) return e;
   if (const char *e = tc::encode_tmap(&p.tb, (unsigned)es, 2, B.data(), db, sb, bb, NULL, 0, (unsigned)sw, 0)) return e;
   p.out = (unsigned long long)(uintptr_t)out.data(), p.offsets = (unsigned long long)(uintptr_t)off.data();
@@ -455,9 +657,10 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   p.aux = c.epi == E_SWIGLU ? (unsigned long long)(uintptr_t)aux.data() : c.epi == E_SWIGLU_BWD ? (unsigned long long)(uintptr_t)H.data() : 0;
   p.out_sf = (unsigned long long)(uintptr_t)osf.data();
   fbemu_table = &fbemu::api;
-  const unsigned smem = (unsigned)fb_gemm_tc_smem_total(kind, c.tile_n, c.tile_k, c.stages);
+  const unsigned smem = (unsigned)fb_gemm_tc_smem_total(kind, c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages);
   void (*kern)(fb_kp_gemm) = c.kernel;
-  if (const char *err = tc::launch((unsigned)s.grid, 1, 192, 1, smem, [&p, kern] { kern(p); })) return err;
+  const unsigned cl = c.pair ? 2 : 1;
+  if (const char *err = tc::launch((unsigned)s.grid * cl, 1, 192, cl, smem, [&p, kern] { kern(p); })) return err;
   /* the FP32 result against FP64 */
   double num = 0, den = 0;
   for (size_t i = 0; i < nout; ++i) num += ((double)Y[i] - Y64[i]) * ((double)Y[i] - Y64[i]), den += Y64[i] * Y64[i];
@@ -510,14 +713,16 @@ void check_class(const Class &c) {
     Shape s = c.mode ? s1[i] : s0[i];
     if (c.mode == 0 && s.N % c.tile_n) s.N = c.tile_n * 2;
     if (c.mode == 0 && c.kind == 1 && s.K % 256) s.K = 256;
+    if (c.mode == 1 && c.pair && s.M % 256) s.M = 256; /* wgrad: M a multiple of the pair's 256 rows */
     long bad = -1;
     double rel = 0;
     const char *err = run_class(c, s, &bad, &rel);
     const double tol = c.kind ? 1e-4 : 1e-5;
-    printf("  %-16s %-5s %-13s n%-3d k%-3d s%d: experts (", c.name, kind_name[c.kind], c.mode ? "wgrad" : epi_name[c.epi], c.tile_n,
-           c.tile_k, c.stages);
+    printf("  %-16s %-5s %-13s m%d n%-3d k%-3d s%d: experts (", c.name, kind_name[c.kind], c.mode ? "wgrad" : epi_name[c.epi],
+           c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages);
     for (size_t j = 0; j < s.rows.size(); ++j) printf("%s%d", j ? " " : "", s.rows[j]);
-    printf(") %s %d, %d CTAs: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
+    if (c.pair) printf(") %s %d, %d clusters of 2: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
+    else printf(") %s %d, %d CTAs: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
     if (err) {
       printf("model: %s\n", err);
       fail_msg("%s: %s", c.name, err);
@@ -529,19 +734,28 @@ void check_class(const Class &c) {
 }
 
 const Class classes[] = {
-    {"bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, bf16_f32::k_bf16_f32},
-    {"bf16_bf16", 0, 0, E_BF16, 64, 128, 2, 0, bf16_bf16::k_bf16_bf16},
-    {"bf16_wgrad", 0, 1, E_F32, 128, 64, 3, 0, bf16_wgrad::k_bf16_wgrad},
-    {"bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, bf16_swiglubwd::k_bf16_swiglubwd},
-    {"mx_f32", 2, 0, E_F32, 256, 128, 2, 0, mx_f32::k_mx_f32},
-    {"mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, mx_bf16::k_mx_bf16},
-    {"mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, mx_wgrad::k_mx_wgrad},
-    {"mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, mx_swiglu::k_mx_swiglu},
-    {"mx_swiglubwd", 2, 0, E_SWIGLU_BWD, 128, 128, 3, 0, mx_swiglubwd::k_mx_swiglubwd},
-    {"mx_s2f6", 2, 0, E_S2F6, 128, 128, 3, 0, mx_s2f6::k_mx_s2f6},
-    {"nv_f32", 1, 0, E_F32, 128, 128, 3, 1, nv_f32::k_nv_f32},
-    {"nv_swiglu", 1, 0, E_SWIGLU, 256, 64, 4, 1, nv_swiglu::k_nv_swiglu},
-    {"nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, nv_s2f6::k_nv_s2f6},
+    {"bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, bf16_f32::k_bf16_f32, 0},
+    {"bf16_bf16", 0, 0, E_BF16, 64, 128, 2, 0, bf16_bf16::k_bf16_bf16, 0},
+    {"bf16_wgrad", 0, 1, E_F32, 128, 64, 3, 0, bf16_wgrad::k_bf16_wgrad, 0},
+    {"bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, bf16_swiglubwd::k_bf16_swiglubwd, 0},
+    {"mx_f32", 2, 0, E_F32, 256, 128, 2, 0, mx_f32::k_mx_f32, 0},
+    {"mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, mx_bf16::k_mx_bf16, 0},
+    {"mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, mx_wgrad::k_mx_wgrad, 0},
+    {"mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, mx_swiglu::k_mx_swiglu, 0},
+    {"mx_swiglubwd", 2, 0, E_SWIGLU_BWD, 128, 128, 3, 0, mx_swiglubwd::k_mx_swiglubwd, 0},
+    {"mx_s2f6", 2, 0, E_S2F6, 128, 128, 3, 0, mx_s2f6::k_mx_s2f6, 0},
+    {"nv_f32", 1, 0, E_F32, 128, 128, 3, 1, nv_f32::k_nv_f32, 0},
+    {"nv_swiglu", 1, 0, E_SWIGLU, 256, 64, 4, 1, nv_swiglu::k_nv_swiglu, 0},
+    {"nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, nv_s2f6::k_nv_s2f6, 0},
+    /* the CTA pair (tile_m 256, cluster 2) */
+    {"p_bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, p_bf16_f32::k_p_bf16_f32, 1},
+    {"p_bf16_bf16", 0, 0, E_BF16, 32, 128, 2, 0, p_bf16_bf16::k_p_bf16_bf16, 1},
+    {"p_bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, p_bf16_swiglubwd::k_p_bf16_swiglubwd, 1},
+    {"p_mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, p_mx_wgrad::k_p_mx_wgrad, 1},
+    {"p_mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, p_mx_swiglu::k_p_mx_swiglu, 1},
+    {"p_mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, p_mx_bf16::k_p_mx_bf16, 1},
+    {"p_nv_f32", 1, 0, E_F32, 256, 128, 3, 1, p_nv_f32::k_p_nv_f32, 1},
+    {"p_nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, p_nv_s2f6::k_p_nv_s2f6, 1},
 };
 
 void test_classes(void **state) {
@@ -556,11 +770,13 @@ void test_broken(void **state) {
     Class c;
     const char *expect; /* a report containing any of these |-separated symptoms; NULL: the check must fail */
   } cases[] = {
-      {{"no tmem_empty wait", 0, 0, E_F32, 128, 64, 3, 0, brk1::k_brk1}, "read without an ordering"},
-      {{"no empty-stage wait", 0, 0, E_F32, 128, 64, 3, 0, brk2::k_brk2}, "may not have read yet|arrivals on an mbarrier phase that expects"},
-      {{"no fence after tmem_full", 0, 0, E_F32, 128, 64, 3, 0, brk3::k_brk3}, "fence::after_thread_sync"},
-      {{"wrong sf id", 2, 0, E_F32, 128, 128, 3, 0, brk4::k_brk4}, NULL},
-      {{"wrong B swizzle", 0, 0, E_F32, 128, 64, 3, 0, brk5::k_brk5}, NULL},
+      {{"no tmem_empty wait", 0, 0, E_F32, 128, 64, 3, 0, brk1::k_brk1, 0}, "read without an ordering"},
+      {{"no empty-stage wait", 0, 0, E_F32, 128, 64, 3, 0, brk2::k_brk2, 0}, "may not have read yet|arrivals on an mbarrier phase that expects"},
+      {{"no fence after tmem_full", 0, 0, E_F32, 128, 64, 3, 0, brk3::k_brk3, 0}, "fence::after_thread_sync"},
+      {{"wrong sf id", 2, 0, E_F32, 128, 128, 3, 0, brk4::k_brk4, 0}, NULL},
+      {{"wrong B swizzle", 0, 0, E_F32, 128, 64, 3, 0, brk5::k_brk5, 0}, NULL},
+      {{"pair: B's scales in the even CTA only", 2, 0, E_F32, 128, 128, 3, 0, pbrk6::k_pbrk6, 1}, "differs between the CTAs of the pair"},
+      {{"pair: no wait for the odd CTA's stage", 2, 0, E_F32, 128, 128, 3, 0, pbrk7::k_pbrk7, 1}, "TMA load is still writing"},
   };
   for (auto &x : cases) {
     long bad = -1;
@@ -584,26 +800,83 @@ void test_broken(void **state) {
   }
 }
 
+/* a cuobjdump for the SASS checks: $CUOBJDUMP, or the one make inspect fetches (mk/cuobjdump.sh); NULL: none */
+const char *cuobjdump() {
+  const char *e = getenv("CUOBJDUMP");
+  if (e && access(e, X_OK) == 0) return e;
+  return access("build/deps/cuobjdump/bin/cuobjdump", X_OK) == 0 ? "build/deps/cuobjdump/bin/cuobjdump" : NULL;
+}
+/* the SASS of a cubin (cuobjdump -sass), "" when it could not be read */
+std::string sass_of(const char *co, const fb_cubin &c) {
+  char f[] = "/tmp/fb_gemm_sm100_XXXXXX";
+  int fd = mkstemp(f);
+  if (fd < 0) return "";
+  bool ok = write(fd, c.cubin, c.size) == (ssize_t)c.size;
+  close(fd);
+  std::string out;
+  if (ok) {
+    std::string cmd = std::string("'") + co + "' -sass '" + f + "'";
+    if (FILE *p = popen(cmd.c_str(), "r")) {
+      char buf[65536];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+      pclose(p);
+    }
+  }
+  unlink(f);
+  return out;
+}
+
 /* the template compiles with NVRTC for both Blackwell targets, no spills (the generator's sources: fourbit gen and
-   test_gemm --compile-only --arch cover every kept variant; here one class of each kind and epilogue) */
+   test_gemm --compile-only --arch cover every kept variant; here one class of each kind and epilogue, 1-CTA and the pair);
+   where a cuobjdump is found, the SASS has no local memory and the pair's MMAs are the .2CTA forms */
 void test_nvrtc(void **state) {
   (void)state;
-  const char *pre[] = {
-      "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n",
-      "#define FB_KIND 0\n#define FB_MODE 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 3\n",
-      "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n",
-      "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 2\n#define FB_OUT_BF16 1\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 6\n",
-      "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n",
+  const char *one = "#define FB_TILE_M 128\n#define FB_CLUSTER 1\n", *two = "#define FB_TILE_M 256\n#define FB_CLUSTER 2\n";
+  struct {
+    const char *tile, *pre, *mma; /* mma: the pair's MMA as cuobjdump 13.5 spells it (NVFP4: per arch, below) */
+  } cases[] = {
+      {one, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", NULL},
+      {one, "#define FB_KIND 0\n#define FB_MODE 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 3\n", NULL},
+      {one, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL},
+      {one, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 2\n#define FB_OUT_BF16 1\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 6\n", NULL},
+      {one, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL},
+      {two, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", "UTCHMMA.2CTA"},
+      {two, "#define FB_KIND 2\n#define FB_MODE 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 3\n", "UTCQMMA.2CTA"},
+      {two, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", "UTCQMMA.2CTA"},
+      {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 2\n#define FB_B_OUTER 2\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", ""},
+      {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 256\n#define FB_TILE_K 256\n#define FB_STAGES 4\n", ""},
   };
-  for (const char *p : pre)
+  const char *co = cuobjdump();
+  if (!co) printf("  (no cuobjdump: the SASS checks do not run; make inspect fetches it, or set CUOBJDUMP)\n");
+  for (auto &x : cases)
     for (const char *arch : {"sm_100a", "sm_103a"}) {
       fb_cubin c;
       memset(&c, 0, sizeof c);
-      std::string s = std::string("#define FB_TILE_M 128\n#define FB_CLUSTER 1\n#define FB_KERNEL fbs_gemm_sm100\n") + p + "#include \"gemm_sm100.cuh\"\n";
+      std::string s = std::string(x.tile) + "#define FB_KERNEL fbs_gemm_sm100\n" + x.pre + "#include \"gemm_sm100.cuh\"\n";
       if (fb_nvrtc_compile("fbs_gemm_sm100", s.c_str(), arch, &c) != FB_OK) fail_msg("%s: %s", arch, fb_errmsg());
       assert_true(c.size > 1000);
       if (c.log && strstr(c.log, "bytes spill stores") && !strstr(c.log, " 0 bytes spill stores")) fail_msg("%s spills: %s", arch, c.log);
-      printf("  NVRTC %s: %zu-byte cubin  (%.*s)\n", arch, c.size, (int)(strchr(p + 17, '\n') - p), p);
+      std::string what = "";
+      if (co) {
+        const std::string sass = sass_of(co, c);
+        if (sass.empty()) fail_msg("%s: cuobjdump -sass read nothing", arch);
+        if (sass.find("LDL") != std::string::npos || sass.find("STL ") != std::string::npos) fail_msg("%s: local memory (LDL / STL) in the SASS", arch);
+        /* the pair: cta_group::2 MMAs (mxf4nvf4 block16: UTCOMMA.2CTA.4X on sm_100a, .2CTA.BLOCK16 on sm_103a), commits to
+           both CTAs (UTCBAR.2CTA.MULTICAST), copies UTCCP.T.S.2CTA, the 2-CTA allocator; the 1-CTA path none of them */
+        const char *mma = x.mma && !*x.mma ? (strcmp(arch, "sm_103a") ? "UTCOMMA.2CTA.4X" : "UTCOMMA.2CTA.BLOCK16") : x.mma;
+        if (mma) {
+          for (const char *f : {mma, "UTCBAR.2CTA.MULTICAST", "UTCATOMSWS.2CTA.FIND_AND_SET", "UCGABAR_WAIT"})
+            if (sass.find(f) == std::string::npos) fail_msg("%s: no %s in the pair's SASS", arch, f);
+          if (strstr(x.pre, "FB_KIND 0") == NULL && sass.find("UTCCP.T.S.2CTA") == std::string::npos) fail_msg("%s: no UTCCP.T.S.2CTA", arch);
+          what = std::string(", SASS: ") + mma + ", UTCBAR.2CTA.MULTICAST, no LDL / STL";
+        } else {
+          if (sass.find(".2CTA") != std::string::npos) fail_msg("%s: a .2CTA form in the 1-CTA SASS", arch);
+          what = ", SASS: no .2CTA form, no LDL / STL";
+        }
+      }
+      printf("  NVRTC %s %s: %zu-byte cubin  (%.*s)%s\n", arch, x.tile == two ? "m256 c2" : "m128 c1", c.size,
+             (int)(strchr(x.pre + 17, '\n') - x.pre), x.pre, what.c_str());
       fb_cubin_free(&c);
     }
 }

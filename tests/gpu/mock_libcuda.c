@@ -659,6 +659,7 @@ static void emu_adamw(const fb_kernel_spec *k, const fb_kp_moe *p) {
   nx.q.format = FB_FMT_BF16, nx.experts = 1, nx.codes = (void *)p->out;
   CHK(fb_adamw_ref((float *)p->master, (float *)p->m, (float *)p->v, (float *)p->in, R, C, &h, &nx));
 }
+static int in_cluster_launch; /* cuLaunchKernelEx with a cluster of 2 is launching */
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sm,
                         CUstream s, void **a, void **e) {
   (void)gz;
@@ -675,6 +676,10 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     abort();
   }
   const char *nm = (const char *)f;
+  if (strstr(nm, "_tc_m256") && !in_cluster_launch) { /* the tcgen05 CTA pair: clusters of 2 only (cuLaunchKernelEx) */
+    fprintf(stderr, "MOCK: %s (a CTA-pair variant) launched without its cluster of 2\n", nm);
+    abort();
+  }
   /* what the kernel is: its name's fields (gen/kname.c's parser, the generator's own naming authority) */
   fb_kernel_spec ks;
   char arch[16];
@@ -756,6 +761,35 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   case FB_OP_ADAMW: emu_adamw(k, (const fb_kp_moe *)e[1]); return 0;
   default: emu_moe(k, (const fb_kp_moe *)e[1]); return 0;
   }
+}
+/* a launch with attributes: the cluster dimension (runtime/gemm_host.c's CTA pair) checked against the grid and the
+   kernel's name (a _tc_m256 variant, clusters of 2), then computed as cuLaunchKernel computes it (by name) */
+CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **a, void **e) {
+  unsigned cx = 1, cy = 1, cz = 1;
+  for (unsigned i = 0; i < c->numAttrs; ++i)
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      cx = c->attrs[i].value.clusterDim.x, cy = c->attrs[i].value.clusterDim.y, cz = c->attrs[i].value.clusterDim.z;
+    else {
+      fprintf(stderr, "MOCK: cuLaunchKernelEx of %s: launch attribute %d not emulated\n", (char *)f, (int)c->attrs[i].id);
+      abort();
+    }
+  if (!cx || !cy || !cz || c->gridDimX % cx || c->gridDimY % cy || c->gridDimZ % cz) {
+    fprintf(stderr, "MOCK: cuLaunchKernelEx of %s: grid %u x %u x %u not a multiple of the cluster %u x %u x %u\n", (char *)f,
+            c->gridDimX, c->gridDimY, c->gridDimZ, cx, cy, cz);
+    abort();
+  }
+  const int pair = strstr((const char *)f, "_tc_m256") != NULL;
+  if ((cx == 2 && cy == 1 && cz == 1) != pair) {
+    fprintf(stderr, "MOCK: cuLaunchKernelEx of %s with a cluster of %u x %u x %u (the tcgen05 CTA pair, _tc_m256, takes 2 x 1 x 1; "
+            "nothing else is cluster-launched)\n", (char *)f, cx, cy, cz);
+    abort();
+  }
+  if (getenv("MOCK_V")) fprintf(stderr, "  launch (cluster %u) ", cx);
+  in_cluster_launch = 1;
+  CUresult r = cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes,
+                              c->hStream, a, e);
+  in_cluster_launch = 0;
+  return r;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) {
   char *p = malloc(n + 64);

@@ -54,6 +54,11 @@ __attribute__((weak)) fb_status fb_kernel_launch_smem(const fb_kernel *k, unsign
   (void)k, (void)gx, (void)gy, (void)threads, (void)smem, (void)params, (void)size;
   return FB_ERR(FB_ECUDA, "the emulated driver cannot launch a GEMM (dynamic shared memory, TMA, wgmma)");
 }
+__attribute__((weak)) fb_status fb_kernel_launch_cluster(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned cluster,
+                                                         unsigned smem, const void *params, size_t size) {
+  (void)k, (void)gx, (void)gy, (void)threads, (void)cluster, (void)smem, (void)params, (void)size;
+  return FB_ERR(FB_ECUDA, "the emulated driver cannot launch a GEMM (clusters, dynamic shared memory, TMA, tcgen05)");
+}
 
 static cand *cands;
 static int sms = 1; /* the GEMMs' persistent CTAs: one per SM */
