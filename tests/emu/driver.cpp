@@ -175,17 +175,21 @@ fb_status fb_cuda_use_device(int ordinal) {
 }
 /* A GEMM (fb_kp_gemm): the tcgen05 family's run under the functional model (tc::launch: its protocol errors are
    reported and end the run); the wgmma and mma.sync families are not emulated. */
-fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem, const void *params,
-                                size_t size) {
+fb_status fb_kernel_launch_cluster(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned cluster, unsigned smem,
+                                   const void *params, size_t size) {
   if (size != sizeof(fb_kp_gemm)) return fb_kernel_launch(k, gx, gy, threads, params, size);
   fb_kp_gemm p;
   memcpy(&p, params, size);
   void (*fn)(fb_kp_gemm) = (void (*)(fb_kp_gemm))(void *)k->fn;
-  if (const char *err = fbemu::tc::launch(gx, gy, threads, 1, smem, [fn, p] { fn(p); })) {
+  if (const char *err = fbemu::tc::launch(gx, gy, threads, cluster ? cluster : 1, smem, [fn, p] { fn(p); })) {
     fprintf(stderr, "emu: under the functional model: %s\n", err);
     exit(1);
   }
   return FB_OK;
+}
+fb_status fb_kernel_launch_smem(const fb_kernel *k, unsigned gx, unsigned gy, unsigned threads, unsigned smem, const void *params,
+                                size_t size) {
+  return fb_kernel_launch_cluster(k, gx, gy, threads, 1, smem, params, size);
 }
 fb_status fb_kernel_load(const void *cubin, const char *name, fb_kernel *k) {
   (void)cubin;
