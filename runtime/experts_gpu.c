@@ -753,7 +753,7 @@ static int takes_q_b(const kent *e) {
   return !strcmp(e->v.tmpl, "gemm_sm100.cuh") || (fb_variant_has(&e->v, "weights_bf16") && !vparam(&e->v, "weights_bf16", 1));
 }
 static fb_status gemm_b(fb_gpu_experts *g, arena *a, const kent *e, const dq *B, fb_gemm_args *ga) {
-  if (takes_q_b(e) && B->f != FB_FMT_BF16) {
+  if (takes_q_b(e) && e->spec.src.format != FB_FMT_BF16) {
     if (B->f != e->spec.src.format)
       return FB_ERR(FB_EINVAL, "experts gpu: %s multiplies %s codes, given a %s B", e->v.name, fb_format_name(e->spec.src.format), fb_format_name(B->f));
     ga->b = B->c, ga->b_sf = B->s;
