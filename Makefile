@@ -253,7 +253,7 @@ tier-tc-model-mock: $(BUILD)/tests/test_tc_model $(BUILD)/mockcuda/libcuda.so.1
 	$(Q)$(TIER) "test_tc_model under the fake driver (runtime/gemm_host.c's tensor maps through the model's TMA)" -- \
 	  env $(MOCKENV) FB_REQUIRE_MOCK=1 $(BUILD)/tests/test_tc_model
 # templates/gemm_sm100.cuh (the tcgen05 GEMM family) under the model, one build per variant class: unit/test_gemm_sm100
-$(BUILD)/tests/test_gemm_sm100: templates/gemm_sm100.cuh templates/fb_gemm.h tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h \
+$(BUILD)/tests/test_gemm_sm100: templates/gemm_sm100.cuh templates/fb_gemm.h tests/emu/gemm_sm100_class.h tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h \
                                 tests/emu/fb_tmap_rec.h templates/fb_tc_ops.h templates/fb_tcgen05.h
 # the tcgen05 wrappers (templates/fb_tc_ops.h) compile for sm_100a / sm_103a and their SASS holds every form
 tier-tc-ops-sass: $(BUILD)/tests/test_tc_ops $(CUOBJDUMP_TEST)

@@ -57,27 +57,21 @@
 #include "fb_tc_ops.h"
 #ifndef FB_SWIGLU
 #define FB_SWIGLU 0
-#define TCK_DEFAULT_FB_SWIGLU
 #endif
 #ifndef FB_S2F6
 #define FB_S2F6 0
-#define TCK_DEFAULT_FB_S2F6
 #endif
 #ifndef FB_RHT
 #define FB_RHT 0
-#define TCK_DEFAULT_FB_RHT
 #endif
 #ifndef FB_OUT_BF16
 #define FB_OUT_BF16 0
-#define TCK_DEFAULT_FB_OUT_BF16
 #endif
 #ifndef FB_A_OUTER
 #define FB_A_OUTER 0
-#define TCK_DEFAULT_FB_A_OUTER
 #endif
 #ifndef FB_B_OUTER
 #define FB_B_OUTER 0
-#define TCK_DEFAULT_FB_B_OUTER
 #endif
 #ifndef FB_TEST_BREAK /* test builds only (test_gemm_sm100): 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after
                          tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor; the pair: 6 B's scales
@@ -85,7 +79,6 @@
                          barrier, not the cluster's, before the TMEM is freed (runs clean: the model does not track
                          accesses to a CTA that has exited, docs/tc_model.md) */
 #define FB_TEST_BREAK 0
-#define TCK_DEFAULT_FB_TEST_BREAK
 #endif
 #if FB_S2F6
 #include "fb_formats.h"
@@ -535,7 +528,8 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #undef TCK_STAGE
 }
 
-/* the template's own macros and defaults go (a test includes it once per class, tests/test_gemm_sm100.cpp) */
+/* the template's own macros go (a test includes it once per class: tests/emu/gemm_sm100_class.h, which undefines
+   the class's FB_* too) */
 #undef TCK_ACC
 #undef TCK_ALLOC
 #undef TCK_A_BYTES
@@ -569,31 +563,3 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #undef TCK_TMEM_COLS
 #undef TCK_TN
 #undef TCK_UNROLL
-#ifdef TCK_DEFAULT_FB_SWIGLU
-#undef FB_SWIGLU
-#undef TCK_DEFAULT_FB_SWIGLU
-#endif
-#ifdef TCK_DEFAULT_FB_S2F6
-#undef FB_S2F6
-#undef TCK_DEFAULT_FB_S2F6
-#endif
-#ifdef TCK_DEFAULT_FB_RHT
-#undef FB_RHT
-#undef TCK_DEFAULT_FB_RHT
-#endif
-#ifdef TCK_DEFAULT_FB_OUT_BF16
-#undef FB_OUT_BF16
-#undef TCK_DEFAULT_FB_OUT_BF16
-#endif
-#ifdef TCK_DEFAULT_FB_A_OUTER
-#undef FB_A_OUTER
-#undef TCK_DEFAULT_FB_A_OUTER
-#endif
-#ifdef TCK_DEFAULT_FB_B_OUTER
-#undef FB_B_OUTER
-#undef TCK_DEFAULT_FB_B_OUTER
-#endif
-#ifdef TCK_DEFAULT_FB_TEST_BREAK
-#undef FB_TEST_BREAK
-#undef TCK_DEFAULT_FB_TEST_BREAK
-#endif

@@ -40,10 +40,10 @@ extern "C" {
 #include "fb_formats.h"
 #include "fb_moe.h"
 
-/* one class: FB_* as gen/templates.c's gemm_defines and the variant's parameters set them */
+/* one build per class: its FB_* as gen/templates.c's gemm_defines and the variant's parameters set them, then
+   tests/emu/gemm_sm100_class.h (the template, and every class macro undefined for the next) */
 #define FB_TILE_M 128
 #define FB_CLUSTER 1
-
 #define FB_KIND 0
 #define FB_MODE 0
 #define FB_TILE_N 128
@@ -51,15 +51,11 @@ extern "C" {
 #define FB_STAGES 3
 #define FB_KERNEL k_bf16_f32
 namespace bf16_f32 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 0
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -68,16 +64,11 @@ namespace bf16_f32 {
 #define FB_STAGES 2
 #define FB_KERNEL k_bf16_bf16
 namespace bf16_bf16 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 0
 #define FB_MODE 1
 #define FB_TILE_N 128
@@ -85,15 +76,11 @@ namespace bf16_bf16 {
 #define FB_STAGES 3
 #define FB_KERNEL k_bf16_wgrad
 namespace bf16_wgrad {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 0
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -103,17 +90,11 @@ namespace bf16_wgrad {
 #define FB_STAGES 4
 #define FB_KERNEL k_bf16_swiglubwd
 namespace bf16_swiglubwd {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_SWIGLU
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_TILE_N 256
@@ -121,15 +102,11 @@ namespace bf16_swiglubwd {
 #define FB_STAGES 2
 #define FB_KERNEL k_mx_f32
 namespace mx_f32 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -138,16 +115,11 @@ namespace mx_f32 {
 #define FB_STAGES 4
 #define FB_KERNEL k_mx_bf16
 namespace mx_bf16 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
 #define FB_MODE 1
 #define FB_TILE_N 128
@@ -155,15 +127,11 @@ namespace mx_bf16 {
 #define FB_STAGES 3
 #define FB_KERNEL k_mx_wgrad
 namespace mx_wgrad {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -173,17 +141,11 @@ namespace mx_wgrad {
 #define FB_STAGES 3
 #define FB_KERNEL k_mx_swiglu
 namespace mx_swiglu {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_SWIGLU
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -193,17 +155,11 @@ namespace mx_swiglu {
 #define FB_STAGES 3
 #define FB_KERNEL k_mx_swiglubwd
 namespace mx_swiglubwd {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_SWIGLU
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_S2F6 1
@@ -212,16 +168,11 @@ namespace mx_swiglubwd {
 #define FB_STAGES 3
 #define FB_KERNEL k_mx_s2f6
 namespace mx_s2f6 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_S2F6
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 1
 #define FB_MODE 0
 #define FB_A_OUTER 1
@@ -231,17 +182,11 @@ namespace mx_s2f6 {
 #define FB_STAGES 3
 #define FB_KERNEL k_nv_f32
 namespace nv_f32 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_A_OUTER
-#undef FB_B_OUTER
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 1
 #define FB_MODE 0
 #define FB_A_OUTER 1
@@ -253,19 +198,11 @@ namespace nv_f32 {
 #define FB_STAGES 4
 #define FB_KERNEL k_nv_swiglu
 namespace nv_swiglu {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_A_OUTER
-#undef FB_B_OUTER
-#undef FB_OUT_BF16
-#undef FB_SWIGLU
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 1
 #define FB_MODE 0
 #define FB_A_OUTER 2
@@ -277,93 +214,91 @@ namespace nv_swiglu {
 #define FB_STAGES 3
 #define FB_KERNEL k_nv_s2f6
 namespace nv_s2f6 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_A_OUTER
-#undef FB_B_OUTER
-#undef FB_S2F6
-#undef FB_RHT
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
-/* broken builds (FB_TEST_BREAK): the model must report 1-3; 4 (a wrong scale-factor id) and 5 (B's descriptor with the
-   wrong swizzle) load or multiply the wrong values, which the check must catch */
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 0
 #define FB_MODE 0
 #define FB_TILE_N 128
-#define FB_STAGES 3
-#define FB_KIND 0
 #define FB_TILE_K 64
+#define FB_STAGES 3
 #define FB_TEST_BREAK 1
 #define FB_KERNEL k_brk1
+/* broken builds (FB_TEST_BREAK): the model must report 1-3; 4 (a wrong scale-factor id) and 5 (B's descriptor with the
+   wrong swizzle) load or multiply the wrong values, which the check must catch */
 namespace brk1 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
 #define FB_TEST_BREAK 2
 #define FB_KERNEL k_brk2
 namespace brk2 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
 #define FB_TEST_BREAK 3
 #define FB_KERNEL k_brk3
 namespace brk3 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
 #define FB_TEST_BREAK 5
 #define FB_KERNEL k_brk5
 namespace brk5 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
-#undef FB_KIND
-#undef FB_TILE_K
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
 #define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
 #define FB_TILE_K 128
+#define FB_STAGES 3
 #define FB_TEST_BREAK 4
 #define FB_KERNEL k_brk4
 namespace brk4 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
-#undef FB_KIND
-#undef FB_TILE_K
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_STAGES
 
-/* the 2-CTA classes: tile_m 256 on a CTA pair (cta_group::2, M = 256; launched as clusters of 2) */
-#undef FB_TILE_M
-#undef FB_CLUSTER
 #define FB_TILE_M 256
 #define FB_CLUSTER 2
-
 #define FB_KIND 0
 #define FB_MODE 0
 #define FB_TILE_N 128
 #define FB_TILE_K 64
 #define FB_STAGES 3
 #define FB_KERNEL k_p_bf16_f32
+/* the 2-CTA classes: tile_m 256 on a CTA pair (cta_group::2, M = 256; launched as clusters of 2) */
 namespace p_bf16_f32 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 0
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -372,16 +307,11 @@ namespace p_bf16_f32 {
 #define FB_STAGES 2
 #define FB_KERNEL k_p_bf16_bf16
 namespace p_bf16_bf16 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 0
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -391,17 +321,11 @@ namespace p_bf16_bf16 {
 #define FB_STAGES 4
 #define FB_KERNEL k_p_bf16_swiglubwd
 namespace p_bf16_swiglubwd {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_SWIGLU
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 2
 #define FB_MODE 1
 #define FB_TILE_N 128
@@ -409,15 +333,11 @@ namespace p_bf16_swiglubwd {
 #define FB_STAGES 3
 #define FB_KERNEL k_p_mx_wgrad
 namespace p_mx_wgrad {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -427,17 +347,11 @@ namespace p_mx_wgrad {
 #define FB_STAGES 3
 #define FB_KERNEL k_p_mx_swiglu
 namespace p_mx_swiglu {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_SWIGLU
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_OUT_BF16 1
@@ -446,16 +360,11 @@ namespace p_mx_swiglu {
 #define FB_STAGES 4
 #define FB_KERNEL k_p_mx_bf16
 namespace p_mx_bf16 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_OUT_BF16
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 1
 #define FB_MODE 0
 #define FB_A_OUTER 1
@@ -465,17 +374,11 @@ namespace p_mx_bf16 {
 #define FB_STAGES 3
 #define FB_KERNEL k_p_nv_f32
 namespace p_nv_f32 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_A_OUTER
-#undef FB_B_OUTER
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 1
 #define FB_MODE 0
 #define FB_A_OUTER 2
@@ -487,20 +390,11 @@ namespace p_nv_f32 {
 #define FB_STAGES 3
 #define FB_KERNEL k_p_nv_s2f6
 namespace p_nv_s2f6 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_A_OUTER
-#undef FB_B_OUTER
-#undef FB_S2F6
-#undef FB_RHT
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_KERNEL
 
-/* broken pair builds: 6 B's scales in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull) */
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_TILE_N 128
@@ -508,17 +402,13 @@ namespace p_nv_s2f6 {
 #define FB_STAGES 3
 #define FB_TEST_BREAK 6
 #define FB_KERNEL k_pbrk6
+/* broken pair builds: 6 B's scales in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull) */
 namespace pbrk6 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
 
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
 #define FB_KIND 2
 #define FB_MODE 0
 #define FB_TILE_N 128
@@ -527,18 +417,8 @@ namespace pbrk6 {
 #define FB_TEST_BREAK 7
 #define FB_KERNEL k_pbrk7
 namespace pbrk7 {
-#include "gemm_sm100.cuh"
+#include "emu/gemm_sm100_class.h"
 }
-#undef FB_KIND
-#undef FB_MODE
-#undef FB_TILE_N
-#undef FB_TILE_K
-#undef FB_STAGES
-#undef FB_TEST_BREAK
-#undef FB_KERNEL
-
-#undef FB_TILE_M
-#undef FB_CLUSTER
 
 namespace tc = fbemu::tc;
 
