@@ -400,7 +400,7 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   }
   a->p[a->k] = *out, a->n[a->k++] = c;
   g->live += c;
-  if (g->trace) fprintf(stderr, "pool + %zu (%s) arena %p live %zu\n", c, g->phase ? g->phase : "-", (void *)a, g->live);
+  if (g->trace) fprintf(stderr, "pool + %zu (%s, after %s) arena %p live %zu\n", c, g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
   if (g->live > g->peak) g->peak = g->live, g->peak_phase = g->phase;
   return FB_OK;
 }
@@ -413,7 +413,7 @@ static void afree(arena *a) {
   fb_gpu_experts *g = a->g;
   for (int i = 0; i < a->k; ++i) {
     g->live -= a->n[i];
-    if (g->trace) fprintf(stderr, "pool - %zu (%s) arena %p live %zu\n", a->n[i], g->phase ? g->phase : "-", (void *)a, g->live);
+    if (g->trace) fprintf(stderr, "pool - %zu (%s, after %s) arena %p live %zu\n", a->n[i], g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
     if (g->nfree < POOL_FREE) g->fr[g->nfree++] = (blk){a->p[i], a->n[i]};
     else fb_cu.MemFree(a->p[i]), g->held -= a->n[i];
   }

@@ -44,10 +44,12 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
              "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
-             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR]\n"
+             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR] [--pool-only]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
              "--pick mma|wgmma|tcgen05[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
-             "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n");
+             "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n"
+             "--pool-only: one forward + backward on zero inputs, no checks, not timed; prints the pool's peak (with the fake\n"
+             "driver's MOCK_POOL_ONLY=1, the host's accounting at shapes too large to compute on the CPU).\n");
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -146,7 +148,7 @@ static double silu(double g) { return g / (1 + exp(-g)); }
 int main(int argc, char **argv) {
   const char *picks = NULL, *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL,
              *dump = NULL;
-  int routing_only = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
+  int routing_only = 0, pool_only = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(s) (!strcmp(a, s) && v && (++i, 1))
@@ -165,6 +167,7 @@ int main(int argc, char **argv) {
     else if (OPT("--pick")) picks = v;
     else if (OPT("--dump")) dump = v;
     else if (!strcmp(a, "--routing-only")) routing_only = 1;
+    else if (!strcmp(a, "--pool-only")) pool_only = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
   }
@@ -234,13 +237,15 @@ int main(int argc, char **argv) {
     }
   }
   if (routing_only) return 0;
-  for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
-  float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
-  for (size_t i = 0; i < nEl * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
-  for (size_t i = 0; i < nEl * nD * nF; ++i) w2[i] = nrand() * s2;
-  for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
-  if (dump) /* BF16 values: a BF16 autograd gradient carries them exactly */
-    for (size_t i = 0; i < nT * nD; ++i) dy[i] = fb_bf16_to_f32(fb_bf16_from_f32(dy[i]));
+  if (!pool_only) { /* --pool-only: the inputs stay zero (and their host pages untouched) */
+    for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
+    float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
+    for (size_t i = 0; i < nEl * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
+    for (size_t i = 0; i < nEl * nD * nF; ++i) w2[i] = nrand() * s2;
+    for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
+    if (dump) /* BF16 values: a BF16 autograd gradient carries them exactly */
+      for (size_t i = 0; i < nT * nD; ++i) dy[i] = fb_bf16_to_f32(fb_bf16_from_f32(dy[i]));
+  }
   printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
          "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
          (long long)nT * K, routing, cmin, cmax, D, F);
@@ -276,13 +281,13 @@ int main(int argc, char **argv) {
   size_t held_io = 0;
   fb_gpu_layer_io io;
   memset(&io, 0, sizeof io);
-  if (dalloc(&io.x, nT * nD * 2, xb, &held_io)) return 1;
+  if (dalloc(&io.x, nT * nD * 2, pool_only ? NULL : xb, &held_io)) return 1;
   if (dalloc(&io.topk_idx, nT * nK * 4, idx, &held_io)) return 1;
   if (dalloc(&io.topk_w, nT * nK * 4, tw, &held_io)) return 1;
-  if (dalloc(&io.w13, nEl * 2 * nF * nD * 4, w13, &held_io)) return 1;
-  if (dalloc(&io.w2, nEl * nD * nF * 4, w2, &held_io)) return 1;
+  if (dalloc(&io.w13, nEl * 2 * nF * nD * 4, pool_only ? NULL : w13, &held_io)) return 1;
+  if (dalloc(&io.w2, nEl * nD * nF * 4, pool_only ? NULL : w2, &held_io)) return 1;
   if (dalloc(&io.y, nT * nD * 2, NULL, &held_io)) return 1;
-  if (dalloc(&io.dy, nT * nD * 4, dy, &held_io)) return 1;
+  if (dalloc(&io.dy, nT * nD * 4, pool_only ? NULL : dy, &held_io)) return 1;
   if (dalloc(&io.dx, nT * nD * 4, NULL, &held_io)) return 1;
   if (dalloc(&io.dw13, nEl * 2 * nF * nD * 4, NULL, &held_io)) return 1;
   if (dalloc(&io.dw2, nEl * nD * nF * 4, NULL, &held_io)) return 1;
@@ -293,6 +298,19 @@ int main(int argc, char **argv) {
   L.layer = layer, L.prec = prec, L.tokens = T, L.d_model = D, L.d_ff = F, L.experts = E, L.top_k = K, L.seed = 1234, L.step = 1;
   L.comm = comm;
 
+  if (pool_only) { /* one forward + backward on zero inputs, no checks, no timing: the pool's accounting alone */
+    CK(fb_gpu_experts_forward_dev(g, &L, &io));
+    CK(fb_gpu_experts_backward_dev(g, &L, &io));
+    CU(fb_cu.CtxSynchronize());
+    size_t live, peak, held;
+    fb_gpu_experts_memory(g, &live, &peak, &held);
+    printf("pool only (no checks, not timed): the layer's pool peak %.3f GiB (held %.3f GiB, live after the step %.3f GiB) + "
+           "inputs, masters and gradients %.3f GiB\n", peak / 1073741824.0, held / 1073741824.0, live / 1073741824.0,
+           held_io / 1073741824.0);
+    printf("the pool's peak was reached in: %s\n", fb_gpu_experts_peak_phase(g));
+    printf("RESULT_POOL layer=%d routing=%s peak_gib=%.3f held_gib=%.3f\n", layer, routing, peak / 1073741824.0, held / 1073741824.0);
+    return 0;
+  }
   /* ---- checks: two runs byte-identical, finite, y near the FP64 layer ---- */
   struct { CUdeviceptr p; size_t n; const char *name; void *h[2]; } outs[] = {
       {io.y, nT * nD * 2, "y", {0}}, {io.dx, nT * nD * 4, "dx", {0}}, {io.dw13, nEl * 2 * nF * nD * 4, "dW13", {0}},
