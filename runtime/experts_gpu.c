@@ -158,6 +158,7 @@ struct fb_gpu_experts {
   const char *phase, *last;
   const char *peak_phase; /* the phase that set the pool's peak (NULL: outside any) */
   int trace;              /* FOURBIT_POOL_TRACE set: every pool allocation and release on stderr */
+  int bchunk;             /* FOURBIT_GPU_BCHUNK=n: the weights' dgrad B copies n experts at a time (tests); 0: by bytes */
   prec pr[PROF_MAX];
 };
 
@@ -622,8 +623,18 @@ static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUde
  * requantized as q (MXFP8 SR) along the new rows: cols x rows. kbf16: written as the GEMMs' exact BF16 copy of that
  * (requant_kbf16, one pass: no MXFP8 codes kept, no bcopy); with regroup too, per expert as regroup() lays out transposed
  * weights, (rows / group_rows) cols x group_rows. */
+/* The SR index map of an MXFP8 quantizer with SR (fb_kparams.h sr_*, as fb_mxfp8_quantize_rows_at): element (i, j) of
+ * its output draws the bits of (row0 + i) ld + col0 + j; ld 0: the identity. */
+typedef struct { long long row0, ld, col0; } srmap;
+static fb_status set_srmap(fb_kp_mem *p, const srmap *m) {
+  if (!m || !m->ld) return FB_OK;
+  if (m->ld % 32 || m->col0 % 32 || m->row0 < 0 || m->col0 < 0)
+    return FB_ERR(FB_EINVAL, "experts gpu: SR map (%lld, %lld, %lld): ld and col0 must be multiples of 32", m->row0, m->ld, m->col0);
+  p->sr_row0 = m->row0, p->sr_ld = m->ld, p->sr_col0 = m->col0;
+  return FB_OK;
+}
 static fb_status requant_(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
-                          uint32_t seed, uint32_t stream, uint32_t step, int kbf16, int regroup, dq *d) {
+                          uint32_t seed, uint32_t stream, uint32_t step, int kbf16, int regroup, const srmap *map, dq *d) {
   const kent *e;
   fb_kernel_spec k = kbf16 ? sp_requant_kbf16(g, q, sq) : sp_requant(g, q, sq);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -640,6 +651,7 @@ static fb_status requant_(fb_gpu_experts *g, arena *a, const fb_qspec *q, const 
   p.in = src->c, p.src_scales = src->s, p.src_s_dec = src->o, p.out = d->c, p.scales = d->s;
   p.out_group = regroup ? (unsigned)group_rows : 0u;
   p.rows = (long long)rows, p.cols = (long long)cols, p.seed = seed, p.stream = stream, p.step = step;
+  FB_TRY(set_srmap(&p, map));
   unsigned ng = 0;
   if (sq->format == FB_FMT_NVFP4 && sq->outer == FB_GRAN_EXPERT) {
     ng = (unsigned)(rows / group_rows);
@@ -648,10 +660,6 @@ static fb_status requant_(fb_gpu_experts *g, arena *a, const fb_qspec *q, const 
     p.group_offsets = dgo, p.ngroups = ng;
   }
   return run_mem(g, e, &p, (long long)rows, (long long)cols, ng);
-}
-static fb_status requant(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
-                         uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
-  return requant_(g, a, q, sq, src, group_rows, seed, stream, step, 0, 0, d);
 }
 
 /* The row map of a regroup of E groups by C rows (made once per (E, C) and kept, like group_offsets): the row count E C
@@ -767,12 +775,13 @@ static fb_status gemm_b(fb_gpu_experts *g, arena *a, const kent *e, const dq *B,
  * BF16 copy in one pass (requant_kbf16, into a): the requant, gather and bcopy passes of before in one. A BF16 source
  * takes the passes apart (MXFP8 codes; gemm_b makes the copy). */
 static fb_status b_requant(fb_gpu_experts *g, arena *a, arena *wt, const kent *e, const fb_moe_layer *L, const fb_qspec *q,
-                           const fb_qspec *sq, const dq *src, size_t group_rows, int regroup_, uint32_t stream, dq *d) {
+                           const fb_qspec *sq, const dq *src, size_t group_rows, int regroup_, uint32_t stream, const srmap *map,
+                           dq *d) {
   if (!takes_q_b(e) && (sq->format == FB_FMT_NVFP4 || sq->format == FB_FMT_MXFP8))
-    return requant_(g, a, q, sq, src, group_rows, L->seed, stream, L->step, 1, regroup_, d);
-  if (!regroup_) return requant(g, a, q, sq, src, group_rows, L->seed, stream, L->step, d);
+    return requant_(g, a, q, sq, src, group_rows, L->seed, stream, L->step, 1, regroup_, map, d);
+  if (!regroup_) return requant_(g, a, q, sq, src, group_rows, L->seed, stream, L->step, 0, 0, map, d);
   dq t;
-  FB_TRY(requant(g, wt, q, sq, src, group_rows, L->seed, stream, L->step, &t));
+  FB_TRY(requant_(g, wt, q, sq, src, group_rows, L->seed, stream, L->step, 0, 0, map, &t));
   FB_TRY(regroup(g, a, L, &t, src->rows / group_rows, d));
   afree(wt);
   return FB_OK;
@@ -834,12 +843,83 @@ static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   FB_TRY(kget(g, k, f, &e));
   return gemm_run(g, e, ga);
 }
-/* with B as the kernel picked multiplies it (gemm_b); a copy goes in arena a */
+/* experts a chunk of the weights' BF16 copies takes (dgrad_b, gemm_with_b): what fits BCHUNK_BYTES, or
+ * FOURBIT_GPU_BCHUNK's */
+#define BCHUNK_BYTES ((size_t)256 << 20)
+static size_t bchunk_experts(const fb_gpu_experts *g, size_t bytes_per_expert) {
+  size_t ce = g->bchunk ? (size_t)g->bchunk : BCHUNK_BYTES / (bytes_per_expert ? bytes_per_expert : 1);
+  return ce < 1 ? 1 : ce;
+}
+/* with B (E experts of N x K, quantized or BF16) as the kernel picked multiplies it (gemm_b); a copy goes in arena a.
+ * Where the kernel takes B's exact BF16 copy of a quantized B (the forward's BF16-product variants), the copy is made a
+ * chunk of experts at a time (bchunk_experts), each chunk's GEMM over the rows of its experts, so that the copy of the
+ * whole weight never exists (W13's is 1.9 GiB at S1). The copy is exact: the result does not depend on the chunking. */
 static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
   const kent *e;
   FB_TRY(kget(g, k, f, &e));
-  FB_TRY(gemm_b(g, a, e, B, ga));
-  return gemm_run(g, e, ga);
+  const size_t E = (size_t)ga->experts, per = E ? B->rows / E : 0, K = B->cols;
+  const int nv = B->f == FB_FMT_NVFP4;
+  const size_t ce = bchunk_experts(g, per * K * 2);
+  if ((takes_q_b(e) && e->spec.src.format != FB_FMT_BF16) || B->f == FB_FMT_BF16 || ce >= E || !per || B->rows % E) {
+    FB_TRY(gemm_b(g, a, e, B, ga));
+    return gemm_run(g, e, ga);
+  }
+  for (size_t e0 = 0; e0 < E; e0 += ce) {
+    const size_t n = ce < E - e0 ? ce : E - e0;
+    dq sub = *B;
+    sub.rows = n * per;
+    sub.c = B->c + e0 * per * K / (nv ? 2 : 1), sub.s = B->s + e0 * per * K / (nv ? 16 : 32);
+    fb_gemm_args c = *ga;
+    c.offsets = ga->offsets + e0 * sizeof(long long), c.experts = (int)n;
+    if (nv && B->no == E && ga->b_outer) c.b_outer = ga->b_outer + e0 * sizeof(float); /* per-expert S_dec */
+    arena ca = {.g = g};
+    fb_status rc = bf16copy(g, &ca, &sub, &c.b);
+    if (rc == FB_OK) rc = gemm_run(g, e, &c);
+    afree(&ca); /* in stream order: the next chunk's copy may take the block at once */
+    FB_TRY(rc);
+  }
+  return FB_OK;
+}
+
+/* The dgrad GEMM (kernel ge, arguments ga but B) of a saved weight src (E experts of G rows: w2 G = d, w13 G = 2f), whose
+ * B is src requantized down its other axis and regrouped per expert (b_requant). Where ge takes B's exact BF16 copy
+ * (requant_kbf16) the copy is made a chunk of experts at a time: the chunk's copy, the GEMM over the rows of its experts
+ * (the offsets from its first expert on), the copy given back to the pool before the next chunk takes it again. A chunk
+ * is bchunk_experts'. At S1 W13's copy is 1.9 GiB whole, 0.23 GiB a chunk.
+ * Every chunk draws the SR bits of its elements in the whole transposed weight of all the layer's experts (the map:
+ * the rank's first expert too), so the result is the same however the experts are chunked or spread over ranks. */
+static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge, const fb_moe_layer *L, const gsaved *s,
+                         const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t G, uint32_t stream, fb_gemm_args *ga) {
+  const size_t E = src->rows / G, cols = src->cols;
+  const srmap whole = {0, (long long)((size_t)L->experts * G), (long long)((size_t)s->e0 * G)};
+  const int kb = !takes_q_b(ge) && (sq->format == FB_FMT_NVFP4 || sq->format == FB_FMT_MXFP8);
+  const size_t ce = bchunk_experts(g, G * cols * 2);
+  if (!kb || ce >= E) { /* one piece; the map only where this rank's experts are not the first (expert parallelism) */
+    dq B;
+    FB_TRY(b_requant(g, ph, wt, ge, L, q, sq, src, G, 1, stream, s->e0 ? &whole : NULL, &B));
+    FB_TRY(gemm_b(g, ph, ge, &B, ga));
+    return gemm_run(g, ge, ga);
+  }
+  const int nv = src->f == FB_FMT_NVFP4;
+  for (size_t e0 = 0; e0 < E; e0 += ce) {
+    const size_t n = ce < E - e0 ? ce : E - e0;
+    dq sub = *src, B;
+    sub.rows = n * G;
+    sub.c = src->c + e0 * G * cols / (nv ? 2 : 1), sub.s = src->s + e0 * G * cols / (nv ? 16 : 32);
+    if (nv && sq->outer == FB_GRAN_EXPERT) sub.o = src->o + e0 * sizeof(float), sub.no = n;
+    srmap m = whole;
+    m.col0 += (long long)(e0 * G);
+    arena ca = {.g = g};
+    fb_status rc = requant_(g, &ca, q, sq, &sub, G, L->seed, stream, L->step, 1, 1, &m, &B);
+    if (rc == FB_OK) {
+      fb_gemm_args c = *ga;
+      c.offsets = ga->offsets + e0 * sizeof(long long), c.experts = (int)n, c.b = B.c;
+      rc = gemm_run(g, ge, &c);
+    }
+    afree(&ca); /* in stream order: the next chunk's copy may take the block at once */
+    FB_TRY(rc);
+  }
+  return FB_OK;
 }
 
 /* ---- checks ------------------------------------------------------------------------------------------------- */
@@ -1567,20 +1647,18 @@ static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tm
                               CUdeviceptr *dH) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  dq dYq, W2g;
+  dq dYq;
   CUdeviceptr dA;
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)F, (int)D};
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
   FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
-  FB_TRY(b_requant(g, ph, wt, ge, L, &p->bwd_saved, &p->fwd_weight, &s->W2, D, 1, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), &W2g));
-  saved_drop(s, &s->W2); /* its last reader */
   FB_TRY(aalloc(ph, &dA, R * F * 2));
   fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
-  FB_TRY(gemm_b(g, ph, ge, &W2g, &ga));
-  FB_TRY(gemm_run(g, ge, &ga));
+  FB_TRY(dgrad_b(g, ph, wt, ge, L, s, &p->bwd_saved, &p->fwd_weight, &s->W2, D, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), &ga));
+  saved_drop(s, &s->W2); /* its last reader */
   const kent *e;
   k = sp_swiglu(g, 1);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -1613,7 +1691,7 @@ static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
   FB_TRY(quant_cols(g, ph, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
-  FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s), &St));
+  FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s), NULL, &St));
   saved_drop(s, S); /* the saved A or X: its last reader */
   fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
@@ -1633,19 +1711,17 @@ static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_l
                                CUdeviceptr dXr) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  dq dHq, W13g;
+  dq dHq;
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
   FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
-  FB_TRY(b_requant(g, ph, wt, ge, L, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, 1, fb_moe_stream(L->layer, FB_MOE_OP_W13_T),
-                   &W13g));
-  saved_drop(s, &s->W13); /* its last reader */
   fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
-  FB_TRY(gemm_b(g, ph, ge, &W13g, &ga));
-  return gemm_run(g, ge, &ga);
+  FB_TRY(dgrad_b(g, ph, wt, ge, L, s, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), &ga));
+  saved_drop(s, &s->W13); /* its last reader */
+  return FB_OK;
 }
 static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
   g->phase = "bwd w13 dgrad";
@@ -1813,7 +1889,11 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   const char *arch = "sm_90a";
   if (!o->compile_only) FB_TRY(fb_gpu_device_arch(dev, &arch));
   fb_gpu_experts *g = calloc(1, sizeof *g);
-  if (g) g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
+  if (g) {
+    g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
+    const char *bc = getenv("FOURBIT_GPU_BCHUNK");
+    g->bchunk = bc && atoi(bc) > 0 ? atoi(bc) : 0;
+  }
   if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
   g->o = *o, g->sms = info.sm_count, g->arch = arch;
   const char *sc = getenv("FOURBIT_GPU_SYNC");

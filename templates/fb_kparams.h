@@ -22,6 +22,12 @@ typedef struct {
   unsigned seed, stream, step; /* SR: Philox key (seed, stream), counter step */
   unsigned signs;        /* RHT-32 sign mask */
   unsigned out_group;    /* requant to the BF16 copy (mx_col.cuh FB_KBF16): source rows a regrouped output row (0: none) */
+  unsigned pad_;
+  /* the SR index map of the MXFP8 quantizers with SR (quant_mxfp8.cuh, mx_col.cuh; as fb_mxfp8_quantize_rows_at):
+   * element (i, j) of the output as stored (rows of 32-blocks: the input's rows for quant_mxfp8, its columns for the
+   * transposing mx_col) draws the bits of index (sr_row0 + i) * sr_ld + sr_col0 + j, so that a slice of a matrix (a
+   * rank's rows, a chunk of experts) draws what the whole matrix draws there. sr_ld 0: the identity map. */
+  long long sr_row0, sr_ld, sr_col0;
 } fb_kp_mem;
 
 /* ---- the MoE and optimizer kernels: router.cuh, permute.cuh, unpermute.cuh, swiglu.cuh, adamw.cuh ---- */

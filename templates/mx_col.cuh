@@ -65,6 +65,13 @@ static __device__ __forceinline__ void kbf16_store(const fb_kp_mem &p, long long
 }
 #endif
 
+/* The SR index of output element o (output row i: the source's column) under p's map (fb_kparams.h sr_*); the
+ * identity without one. Kept a multiple of 32 for a block's first element (the host checks sr_ld and sr_col0). */
+static __device__ __forceinline__ unsigned long long sr_at(const fb_kp_mem &p, unsigned long long o, long long i) {
+  if (!p.sr_ld) return o;
+  return o + (unsigned long long)(i * (p.sr_ld - p.rows) + p.sr_row0 * p.sr_ld + p.sr_col0);
+}
+
 /* S_dec of source row `row` (NVFP4 sources), found once per tile row */
 static __device__ __forceinline__ float row_sdec(const fb_kp_mem &p, long long row) {
 #if FB_SRC == 1
@@ -352,7 +359,7 @@ extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         for (int j = 0; j < 32; ++j) v[j] = __uint_as_float((unsigned)cp[j * FB_COLS] << 16);
         unsigned w[8];
         const long long o = it_o[n] + (long long)i * TR; /* output element index, row-major in the transposed layout */
-        const unsigned e = col_block(p, v, o, w);
+        const unsigned e = col_block(p, v, (long long)sr_at(p, (unsigned long long)o, c0 + it_cc[n]), w);
         unsigned x[4], sa[4], sb[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -583,7 +590,7 @@ static __device__ __forceinline__ void rq2_columns(const fb_kp_mem &p, const rq2
     for (int j = 0; j < 32; ++j) v[j] = cp[j * PITCH];
     unsigned w[8];
     const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
-    const unsigned e = col_block2(p, q, v, o, w);
+    const unsigned e = col_block2(p, q, v, sr_at(p, o, c0 + ic_cc[n]), w);
 #if FB_KBF16
     (void)ic_st, (void)scj, (void)odd;
     if (whole || ic_in[n]) kbf16_store(p, c0 + ic_cc[n], r0 + 32 * ic_rb[n], w, e);
@@ -943,8 +950,8 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           unsigned w[8];
-          if (c == 0) rh_col<0>(p, q, h, e0, o, sdu, sdr, xmin, w);
-          else rh_col<1>(p, q, h, e1, o + 2ull * (unsigned long long)p.rows, sdu, sdr, xmin, w);
+          if (c == 0) rh_col<0>(p, q, h, e0, sr_at(p, o, c0 + ic_cc[n]), sdu, sdr, xmin, w);
+          else rh_col<1>(p, q, h, e1, sr_at(p, o + 2ull * (unsigned long long)p.rows, c0 + ic_cc[n] + 2), sdu, sdr, xmin, w);
 #if FB_KBF16
           if (whole || ic_in[n]) kbf16_store(p, c0 + ic_cc[n] + 2 * c, r0 + 32 * ic_rb[n], w, c ? e1 : e0);
           continue;

@@ -48,8 +48,13 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) FB_KERNEL(const fb_kp_m
     unsigned w[8];
 #if FB_SR
     unsigned r[8];
+    unsigned long long c0 = (unsigned long long)b * 2; /* the block's first element / 16 */
+    if (p.sr_ld) { /* the map (fb_kparams.h): row i = 32 b / cols */
+      const long long i = b * 32 / p.cols;
+      c0 = (unsigned long long)((i + p.sr_row0) * p.sr_ld + p.sr_col0 + (b * 32 - i * p.cols)) >> 4;
+    }
     for (int h = 0; h < 2; ++h) {
-      unsigned long long c = (unsigned long long)b * 2 + h;
+      unsigned long long c = c0 + h;
       fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
       fb_philox4x32_10(ctr, key, r + 4 * h);
     }

@@ -246,28 +246,32 @@ static void emu_gemm(const fb_kernel_spec *k, const fb_kp_gemm *p, int fp8) {
           Y[r * N + n] = acc;
         }
       }
+    /* the kernel writes the rows of its experts only, [off[0], off[E]) (a launch over a chunk of the experts leaves
+       the others' rows alone): so here */
+    size_t r0 = E ? (size_t)off[0] : 0, nr = E ? (size_t)(off[E] - off[0]) : 0;
+    const float *Yr = Y + r0 * N;
     if (k->op == FB_OP_GEMM_FWD13) { /* w13 fwd, SwiGLU epilogue: H = bf16(Y) to aux (if set), A = SwiGLU(H) to out */
-      uint16_t *h = malloc(R * N * 2 + 2);
-      for (size_t i = 0; i < R * N; ++i)
-        h[i] = fb_bf16_from_f32(Y[i]);
+      uint16_t *h = malloc(nr * N * 2 + 2);
+      for (size_t i = 0; i < nr * N; ++i)
+        h[i] = fb_bf16_from_f32(Yr[i]);
       if (p->aux) {
         find(p->aux, R * N * 2, "swiglu H");
-        memcpy((void *)p->aux, h, R * N * 2);
+        memcpy((uint16_t *)p->aux + r0 * N, h, nr * N * 2);
       }
       find(p->out, R * N, "swiglu A");
-      CHK(fb_swiglu_fwd_ref(h, R, N / 2, (uint16_t *)p->out));
+      if (nr) CHK(fb_swiglu_fwd_ref(h, nr, N / 2, (uint16_t *)p->out + r0 * N / 2));
       free(h);
     } else if (s2f6) {
       find(p->out, R * N, "s2f6 out");
       find(p->out_sf, R * N / 32, "s2f6 sf");
-      CHK(fb_s2f6_quantize(Y, R, N, k->q.rht == 32, p->signs, (int8_t *)p->out, (uint8_t *)p->out_sf));
+      if (nr) CHK(fb_s2f6_quantize(Yr, nr, N, k->q.rht == 32, p->signs, (int8_t *)p->out + r0 * N, (uint8_t *)p->out_sf + r0 * N / 32));
     } else if (obf) {
       find(p->out, R * N * 2, "gemm out bf16");
-      for (size_t i = 0; i < R * N; ++i)
-        ((uint16_t *)p->out)[i] = fb_bf16_from_f32(Y[i]);
+      for (size_t i = 0; i < nr * N; ++i)
+        ((uint16_t *)p->out)[r0 * N + i] = fb_bf16_from_f32(Yr[i]);
     } else {
       find(p->out, R * N * 4, "gemm out");
-      memcpy((void *)p->out, Y, R * N * 4);
+      memcpy((float *)p->out + r0 * N, Yr, nr * N * 4);
     }
     free(A), free(B), free(Y);
   } else {
@@ -326,6 +330,18 @@ static void bcopy_ref(const char *nm, int nv, const uint8_t *codes, const uint8_
     }
   free(v);
 }
+/* an MXFP8 quantizer's SR index map (fb_kparams.h sr_*): y (R x C, already in the output's layout: rows of 32-blocks)
+   quantized as fb_mxfp8_quantize_rows_at does under the map */
+static void mx_rows_mapped(const char *nm, const float *y, size_t R, size_t C, const fb_sr_opts *so, const fb_kp_mem *p, uint8_t *codes,
+                           uint8_t *sf) {
+  CHK(fb_mxfp8_quantize_rows_at(y, R, C, so, (size_t)p->sr_row0, (size_t)p->sr_ld, (size_t)p->sr_col0, codes, sf));
+}
+static float *transposed(const float *y, size_t R, size_t C) {
+  float *t = malloc(R * C * 4 + 4);
+  for (size_t i = 0; i < R; ++i)
+    for (size_t j = 0; j < C; ++j) t[j * R + i] = y[i * C + j];
+  return t;
+}
 static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
   const char *nm = k->name;
   size_t R = p->rows, C = p->cols, n = R * C;
@@ -354,7 +370,12 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
     fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
     find(p->out, n, "mx out");
     find(p->scales, n / 32, "mx sf");
-    CHK(fb_mxfp8_quantize(x, R, C, col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, (uint8_t *)p->out, (uint8_t *)p->scales));
+    if (p->sr_ld) { /* the map: the output's element (i, j) draws at (sr_row0 + i) sr_ld + sr_col0 + j */
+      float *t = col ? transposed(x, R, C) : x;
+      mx_rows_mapped(nm, t, col ? C : R, col ? R : C, &so, p, (uint8_t *)p->out, (uint8_t *)p->scales);
+      if (col) free(t);
+    } else
+      CHK(fb_mxfp8_quantize(x, R, C, col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, (uint8_t *)p->out, (uint8_t *)p->scales));
   } else if (k->op == FB_OP_REQUANT) {
     fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
     /* kbf16 (mx_col.cuh FB_KBF16): the codes and scales made apart, then their BF16 copy, regrouped by out_group */
@@ -368,12 +389,26 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
       find(p->in, n / 2, "rq in");
       find(p->src_scales, n / 16, "rq src sf");
       find(p->src_s_dec, fb_nvfp4_nouter(&o, R) * 4, "rq src sdec");
-      CHK(fb_requant_nvfp4_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, R, C, &o, &so, rq_c, rq_s));
+      if (p->sr_ld) { /* the map: dequantized, transposed, quantized along the new rows under it */
+        float *y = malloc(n * 4 + 4), *t;
+        CHK(fb_nvfp4_dequantize((uint8_t *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, R, C, &o, y));
+        t = transposed(y, R, C);
+        mx_rows_mapped(nm, t, C, R, &so, p, rq_c, rq_s);
+        free(y), free(t);
+      } else
+        CHK(fb_requant_nvfp4_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, (float *)p->src_s_dec, R, C, &o, &so, rq_c, rq_s));
       free(go);
     } else {
       find(p->in, n, "rq in");
       find(p->src_scales, n / 32, "rq src sf");
-      CHK(fb_requant_mxfp8_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, &so, rq_c, rq_s));
+      if (p->sr_ld) {
+        float *y = malloc(n * 4 + 4), *t;
+        CHK(fb_mxfp8_dequantize((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, y));
+        t = transposed(y, R, C);
+        mx_rows_mapped(nm, t, C, R, &so, p, rq_c, rq_s);
+        free(y), free(t);
+      } else
+        CHK(fb_requant_mxfp8_to_mxfp8t((uint8_t *)p->in, (uint8_t *)p->src_scales, R, C, &so, rq_c, rq_s));
     }
     if (kb) { /* the copy of the C x R codes; output row g C + c: source rows [g G, (g + 1) G) of column c */
       size_t G = p->out_group ? p->out_group : R;
