@@ -350,11 +350,28 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
     const int kb = k->op == FB_OP_REQUANT && k->out_bf16;
     const long long G = kb && (seed & 1) && R % 64 == 0 ? R / 2 : R;
     p.out_group = G < R ? (unsigned)G : 0u;
+    /* SR under an index map (fb_kparams.h sr_*: a slice of a larger matrix, as a chunk of experts or a rank's rows
+       draws) on a third of the seeds: the output's element (i, j) draws at (row0 + i) ld + col0 + j */
+    const int tr = k->op == FB_OP_REQUANT || k->col; /* the output is the transpose: rows of R */
+    const long long nat = tr ? R : C;
+    const int mapped = k->q.rounding == FB_ROUND_SR && seed % 3 == 1;
+    if (mapped) p.sr_row0 = 1 + seed % 7, p.sr_ld = nat + 32 * (1 + seed % 4), p.sr_col0 = 32 * (1 + seed % 5);
     TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
     TRY_CU(fb_cu.CtxSynchronize());
     uint8_t *rc_ = hnew(&S, n), *rsc = hnew(&S, n / 32), *gc = hnew(&S, n), *gsc = hnew(&S, n / 32);
     TRY(S.rc);
-    if (k->op == FB_OP_QUANT) TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, k->col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, rc_, rsc));
+    if (mapped) { /* the values the kernel quantizes, in its output's layout, then fb_mxfp8_quantize_rows_at */
+      float *v = hnew(&S, n * 4), *t = hnew(&S, n * 4);
+      TRY(S.rc);
+      if (k->op == FB_OP_QUANT) memcpy(v, x, (size_t)n * 4);
+      else if (k->src.format == FB_FMT_NVFP4) TRY(fb_nvfp4_dequantize(srcq, srcs, srcd, (size_t)R, (size_t)C, &no, v));
+      else TRY(fb_mxfp8_dequantize(srcq, srcs, (size_t)R, (size_t)C, v));
+      if (tr)
+        for (long long i = 0; i < R; ++i)
+          for (long long j = 0; j < C; ++j) t[j * R + i] = v[i * C + j];
+      TRY(fb_mxfp8_quantize_rows_at(tr ? t : v, (size_t)(tr ? C : R), (size_t)nat, &so, (size_t)p.sr_row0, (size_t)p.sr_ld,
+                                    (size_t)p.sr_col0, rc_, rsc));
+    } else if (k->op == FB_OP_QUANT) TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, k->col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, rc_, rsc));
     else if (k->src.format == FB_FMT_NVFP4) TRY(fb_requant_nvfp4_to_mxfp8t(srcq, srcs, srcd, (size_t)R, (size_t)C, &no, &so, rc_, rsc));
     else TRY(fb_requant_mxfp8_to_mxfp8t(srcq, srcs, (size_t)R, (size_t)C, &so, rc_, rsc));
     if (kb) { /* the reference's codes as their BF16 copy (C x R, K permuted), regrouped: row g C + c holds rows [g G, g G + G) */
