@@ -106,13 +106,27 @@ typedef struct {
   int shared; /* k belongs to an earlier entry (the same variant for another shape) */
 } kent;
 
-/* Device memory is pooled: a freed block goes to a free list by size class and the next request of that class takes
- * it, so that a step allocates nothing once the first step has run (cuMemAlloc synchronizes the device). */
+/* Device memory is pooled, so that a step allocates nothing once the first steps have run (cuMemAlloc synchronizes
+ * the device). Small blocks (size classes up to 2 MiB) go to a free list by class and the next request of that class
+ * takes them. Large ones (multiples of 2 MiB) are ranges of slabs: a request takes the smallest free range that holds
+ * it (best fit; the lowest address among equals), a freed range merges with its free neighbours, so a block the
+ * forward freed serves the backward's requests of other sizes (exact size classes held 4.8 GiB for a 2.9 GiB peak at
+ * S1). A request no range holds gets a slab of its own; once the pool is empty again (after a backward) and more than
+ * one slab exists, they are given back and one slab replaces them, of the step's peak of large blocks plus an eighth (fragmentation:
+ * best fit needed 1.07 to 1.09 times the peak at S1), or of their sum where the slab was already that size. */
 #define POOL_FREE 512
+#define SLABS 64
+#define SLAB_RANGES 256
 typedef struct {
   CUdeviceptr p;
   size_t n;
 } blk;
+typedef struct {
+  CUdeviceptr p;
+  size_t n;
+  int nfr;
+  blk fr[SLAB_RANGES]; /* free ranges, by address, merged */
+} slab;
 
 /* profiling: an event pair around each launch, read at fb_gpu_experts_profile_end */
 #define PROF_MAX 256
@@ -148,6 +162,9 @@ struct fb_gpu_experts {
   fb_gpu_experts_stats st;
   blk fr[POOL_FREE];
   int nfree;
+  slab sl[SLABS];
+  int nsl;
+  size_t slive, step_peak; /* live bytes in slabs; their most since the pool was last empty */
   size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
   gofs go[GO_MAX]; /* group_offsets' cache */
   int ngo;
@@ -378,31 +395,109 @@ static size_t size_class(size_t n) {
 /* Pool memory is not zeroed (a step would otherwise write gigabytes of zeros at S1): every buffer below is written
  * whole by its kernel before it is read, except those taken with aalloc_z (kernels that leave rows alone or
  * accumulate into them). tests/gpu/mock_libcuda.c fills fresh allocations with a NaN pattern to hold us to that. */
+/* large blocks: the best-fit range of the slabs, or a new slab (see above) */
+static int slab_take(fb_gpu_experts *g, size_t c, CUdeviceptr *out) {
+  int bs = -1, bi = -1;
+  for (int s = 0; s < g->nsl; ++s)
+    for (int i = 0; i < g->sl[s].nfr; ++i) {
+      const blk *r = &g->sl[s].fr[i];
+      if (r->n >= c && (bs < 0 || r->n < g->sl[bs].fr[bi].n || (r->n == g->sl[bs].fr[bi].n && r->p < g->sl[bs].fr[bi].p))) bs = s, bi = i;
+    }
+  if (bs < 0) return 0;
+  slab *sl = &g->sl[bs];
+  *out = sl->fr[bi].p;
+  if (sl->fr[bi].n == c) memmove(&sl->fr[bi], &sl->fr[bi + 1], (size_t)(--sl->nfr - bi) * sizeof *sl->fr);
+  else sl->fr[bi].p += c, sl->fr[bi].n -= c;
+  return 1;
+}
+static fb_status slab_new(fb_gpu_experts *g, size_t n) {
+  if (g->nsl == SLABS) return FB_ERR(FB_ENOMEM, "experts gpu: more than %d pool slabs", SLABS);
+  CUdeviceptr p;
+  CUresult r = fb_cu.MemAlloc(&p, n);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) { /* give the free lists and the wholly free slabs back and try once more */
+    for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p), g->held -= g->fr[i].n;
+    g->nfree = 0;
+    for (int s = g->nsl - 1; s >= 0; --s)
+      if (g->sl[s].nfr == 1 && g->sl[s].fr[0].n == g->sl[s].n) {
+        fb_cu.MemFree(g->sl[s].p), g->held -= g->sl[s].n;
+        g->sl[s] = g->sl[--g->nsl];
+      }
+    r = fb_cu.MemAlloc(&p, n);
+  }
+  if (r) return FB_ERR(FB_ECUDA, "experts gpu: cuMemAlloc(%zu): %s", n, fb_cu_errstr(r));
+  slab *sl = &g->sl[g->nsl++];
+  sl->p = p, sl->n = n, sl->nfr = 1, sl->fr[0] = (blk){p, n};
+  g->held += n;
+  if (g->trace) fprintf(stderr, "pool slab %zu (%s; %d slabs, held %zu)\n", n, g->phase ? g->phase : "-", g->nsl, g->held);
+  return FB_OK;
+}
+static void slab_give(fb_gpu_experts *g, CUdeviceptr p, size_t c) {
+  for (int s = 0; s < g->nsl; ++s) {
+    slab *sl = &g->sl[s];
+    if (p < sl->p || p >= sl->p + sl->n) continue;
+    int i = 0;
+    while (i < sl->nfr && sl->fr[i].p < p) ++i;
+    const int left = i > 0 && sl->fr[i - 1].p + sl->fr[i - 1].n == p, right = i < sl->nfr && p + c == sl->fr[i].p;
+    if (left && right) {
+      sl->fr[i - 1].n += c + sl->fr[i].n;
+      memmove(&sl->fr[i], &sl->fr[i + 1], (size_t)(--sl->nfr - i) * sizeof *sl->fr);
+    } else if (left) {
+      sl->fr[i - 1].n += c;
+    } else if (right) {
+      sl->fr[i].p = p, sl->fr[i].n += c;
+    } else if (sl->nfr < SLAB_RANGES) {
+      memmove(&sl->fr[i + 1], &sl->fr[i], (size_t)(sl->nfr - i) * sizeof *sl->fr);
+      sl->fr[i] = (blk){p, c};
+      sl->nfr++;
+    } /* else: a range lost until the slab is replaced (never seen: a step leaves a few dozen ranges) */
+    return;
+  }
+}
+/* the pool is empty: more than one slab becomes one (see above) */
+static void slab_consolidate(fb_gpu_experts *g) {
+  if (g->nsl < 2) return;
+  size_t tot = 0, big = 0;
+  for (int s = 0; s < g->nsl; ++s) tot += g->sl[s].n, big = g->sl[s].n > big ? g->sl[s].n : big;
+  size_t want = g->step_peak + g->step_peak / 8;
+  if (want <= big) want = tot; /* the one slab of the peak's size was too small: all that was needed */
+  want = (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  for (int s = 0; s < g->nsl; ++s) fb_cu.MemFree(g->sl[s].p), g->held -= g->sl[s].n;
+  g->nsl = 0;
+  (void)slab_new(g, want); /* on failure (its message stays set, nothing returns it) the next request makes a slab of its own */
+}
 static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   fb_gpu_experts *g = a->g;
   *out = 0;
   if (a->k == (int)(sizeof a->p / sizeof a->p[0])) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
   size_t c = size_class(n);
-  for (int i = g->nfree - 1; i >= 0; --i)
-    if (g->fr[i].n == c) {
-      *out = g->fr[i].p;
-      g->fr[i] = g->fr[--g->nfree];
-      break;
+  if (c > (2u << 20)) {
+    if (!slab_take(g, c, out)) {
+      FB_TRY(slab_new(g, c));
+      slab_take(g, c, out);
     }
-  if (!*out) {
-    CUresult r = fb_cu.MemAlloc(out, c);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && g->nfree) { /* give the free list back and try once more */
-      for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p), g->held -= g->fr[i].n;
-      g->nfree = 0;
-      r = fb_cu.MemAlloc(out, c);
+  } else {
+    for (int i = g->nfree - 1; i >= 0; --i)
+      if (g->fr[i].n == c) {
+        *out = g->fr[i].p;
+        g->fr[i] = g->fr[--g->nfree];
+        break;
+      }
+    if (!*out) {
+      CUresult r = fb_cu.MemAlloc(out, c);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && g->nfree) { /* give the free list back and try once more */
+        for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p), g->held -= g->fr[i].n;
+        g->nfree = 0;
+        r = fb_cu.MemAlloc(out, c);
+      }
+      if (r) return FB_ERR(FB_ECUDA, "experts gpu: cuMemAlloc(%zu): %s", c, fb_cu_errstr(r));
+      g->held += c;
     }
-    if (r) return FB_ERR(FB_ECUDA, "experts gpu: cuMemAlloc(%zu): %s", c, fb_cu_errstr(r));
-    g->held += c;
   }
   a->p[a->k] = *out, a->n[a->k++] = c;
   g->live += c;
   if (g->trace) fprintf(stderr, "pool + %zu (%s, after %s) arena %p live %zu\n", c, g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
   if (g->live > g->peak) g->peak = g->live, g->peak_phase = g->phase;
+  if (c > (2u << 20) && (g->slive += c) > g->step_peak) g->step_peak = g->slive;
   return FB_OK;
 }
 static fb_status aalloc_z(arena *a, CUdeviceptr *out, size_t n) {
@@ -415,10 +510,15 @@ static void afree(arena *a) {
   for (int i = 0; i < a->k; ++i) {
     g->live -= a->n[i];
     if (g->trace) fprintf(stderr, "pool - %zu (%s, after %s) arena %p live %zu\n", a->n[i], g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
-    if (g->nfree < POOL_FREE) g->fr[g->nfree++] = (blk){a->p[i], a->n[i]};
+    if (a->n[i] > (2u << 20)) slab_give(g, a->p[i], a->n[i]), g->slive -= a->n[i];
+    else if (g->nfree < POOL_FREE) g->fr[g->nfree++] = (blk){a->p[i], a->n[i]};
     else fb_cu.MemFree(a->p[i]), g->held -= a->n[i];
   }
   a->k = 0;
+  if (!g->live) {
+    slab_consolidate(g);
+    g->step_peak = 0;
+  }
 }
 /* Give block p of arena a back to the pool now (before the arena ends); a pointer a does not hold (0, or another
  * arena's) is left alone. Reuse is in stream order, so the launches already queued that read p are unaffected. */
@@ -1638,24 +1738,31 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
 
 /* The MXFP8 backward's phases (the owner's rows, R > 0): every operand quantized to MXFP8 (the saved ones requantized
  * down the other axis from what the forward stored); the GEMM multiplies both as E4M3 on the FP8 tensor cores (weights_bf16
- * 0), or A decoded in the GEMM times an exact BF16 copy of B (weights_bf16 1, or a recipe with gemm.accumulate "exact"). */
-/* w2 dgrad: dA = Q(dY along d) Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16) */
-/* Each phase below keeps its scratch in arenas of its own, given back to the pool when the phase ends (the transposed
- * weights as soon as their regrouped copy exists); only what a later phase reads (dH) goes in tmp. Pool blocks are
- * reused in stream order, so a later phase may take them at once. */
-static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY,
+ * 0), or A decoded in the GEMM times an exact BF16 copy of B (weights_bf16 1, or a recipe with gemm.accumulate "exact").
+ * A gradient (dY, then dH) is quantized both ways as soon as it exists (along its rows for the dgrad, down them for the
+ * wgrad: separate SR streams, so the order changes no bit) and its BF16 rows go back to the pool at once: at S1 that
+ * holds 0.34 GiB of MXFP8 in place of 0.66 GiB of BF16 dY through the w2 dgrad, and likewise dH through the w13 dgrad.
+ * Each phase keeps its scratch in arenas of its own, given back to the pool when the phase ends. Pool blocks are reused
+ * in stream order, so a later phase may take them at once. */
+/* G (R x M BF16) quantized along its rows (*r, arena ar: a dgrad's A) and down them (*t, arena at: the wgrad's A) */
+static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer *L, CUdeviceptr G, size_t R, size_t M, int op_r,
+                           int op_t, dq *r, dq *t) {
+  const fb_layer_prec *p = L->prec;
+  FB_TRY(quant_rows(g, ar, &p->bwd_grad, 0, G, R, M, 0, L->seed, fb_moe_stream(L->layer, op_r), L->step, r));
+  return quant_cols(g, at, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_t), L->step, t);
+}
+/* w2 dgrad: dA = dYq Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16, arena tmp) */
+static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tmp, fb_moe_layer *L, gsaved *s, const dq *dYq,
                               CUdeviceptr *dH) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  dq dYq;
   CUdeviceptr dA;
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)F, (int)D};
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
-  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dY, R, D, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DY_ROW), L->step, &dYq));
   FB_TRY(aalloc(ph, &dA, R * F * 2));
-  fb_gemm_args ga = {.a = dYq.c, .out = dA, .offsets = s->d_off, .a_sf = dYq.s,
+  fb_gemm_args ga = {.a = dYq->c, .out = dA, .offsets = s->d_off, .a_sf = dYq->s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)F, .K = (int)D};
   FB_TRY(dgrad_b(g, ph, wt, ge, L, s, &p->bwd_saved, &p->fwd_weight, &s->W2, D, fb_moe_stream(L->layer, FB_MOE_OP_W2_T), &ga));
   saved_drop(s, &s->W2); /* its last reader */
@@ -1671,80 +1778,94 @@ static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tm
   s->H = 0;
   return FB_OK;
 }
-static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dY, CUdeviceptr *dH) {
+static fb_status mx_w2_dgrad(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const dq *dYq, CUdeviceptr *dH) {
   g->phase = "bwd w2 dgrad";
   arena ph = {.g = g}, wt = {.g = g};
-  fb_status rc = mx_w2_dgrad_(g, &ph, &wt, tmp, L, s, dY, dH);
+  fb_status rc = mx_w2_dgrad_(g, &ph, &wt, tmp, L, s, dYq, dH);
   afree(&wt), afree(&ph);
   return rc;
 }
 
-/* wgrad: out (E x M x N FP32) = Q(G down the rows)^T Q(S requantized down the rows), G = dY or dH (R x M BF16), S the
+/* wgrad: out (E x M x N FP32) = Gt^T Q(S requantized down the rows), Gt = dY or dH quantized down its rows (M x R), S the
  * saved A or X */
-static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, dq *S,
-                           size_t N, int op_g, int op_s, CUdeviceptr out) {
+static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved *s, const dq *Gt, size_t M, dq *S, size_t N,
+                           int op_s, CUdeviceptr out) {
   const fb_layer_prec *p = L->prec;
   size_t E = (size_t)s->nE, R = s->R;
-  dq Gt, St;
+  dq St;
   fb_kernel_spec k = sp_gemm(g, p, 3);
   gfit f = {1, 1, (int)M, (int)N, 0};
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
-  FB_TRY(quant_cols(g, ph, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_g), L->step, &Gt));
   FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s), NULL, &St));
   saved_drop(s, S); /* the saved A or X: its last reader */
-  fb_gemm_args ga = {.a = Gt.c, .out = out, .offsets = s->d_off, .a_sf = Gt.s,
+  fb_gemm_args ga = {.a = Gt->c, .out = out, .offsets = s->d_off, .a_sf = Gt->s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
   FB_TRY(gemm_b(g, ph, ge, &St, &ga));
   return gemm_run(g, ge, &ga);
 }
-static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr G, size_t M, dq *S, size_t N, int op_g,
-                          int op_s, CUdeviceptr out) {
+static fb_status mx_wgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, const dq *Gt, size_t M, dq *S, size_t N, int op_s,
+                          CUdeviceptr out) {
   arena ph = {.g = g};
-  fb_status rc = mx_wgrad_(g, &ph, L, s, G, M, S, N, op_g, op_s, out);
+  fb_status rc = mx_wgrad_(g, &ph, L, s, Gt, M, S, N, op_s, out);
   afree(&ph);
   return rc;
 }
 
-/* w13 dgrad: dX rows (R x D BF16) = Q(dH along 2f) Q(W13 requantized along 2f)^T */
-static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_layer *L, gsaved *s, CUdeviceptr dH,
+/* w13 dgrad: dX rows (R x D BF16) = dHq Q(W13 requantized along 2f)^T */
+static fb_status mx_w13_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, fb_moe_layer *L, gsaved *s, const dq *dHq,
                                CUdeviceptr dXr) {
   const fb_layer_prec *p = L->prec;
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, E = (size_t)s->nE, R = s->R;
-  dq dHq;
   fb_kernel_spec k = sp_gemm(g, p, 2);
   gfit f = {1, 0, 0, (int)D, (int)(2 * F)};
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
-  FB_TRY(quant_rows(g, ph, &p->bwd_grad, 0, dH, R, 2 * F, 0, L->seed, fb_moe_stream(L->layer, FB_MOE_OP_DH_ROW), L->step, &dHq));
-  fb_gemm_args ga = {.a = dHq.c, .out = dXr, .offsets = s->d_off, .a_sf = dHq.s,
+  fb_gemm_args ga = {.a = dHq->c, .out = dXr, .offsets = s->d_off, .a_sf = dHq->s,
                      .rows = (long long)R, .experts = (int)E, .N = (int)D, .K = (int)(2 * F)};
   FB_TRY(dgrad_b(g, ph, wt, ge, L, s, &p->bwd_saved, &p->fwd_weight, &s->W13, 2 * F, fb_moe_stream(L->layer, FB_MOE_OP_W13_T), &ga));
   saved_drop(s, &s->W13); /* its last reader */
   return FB_OK;
 }
-static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, CUdeviceptr dH, CUdeviceptr dXr) {
+static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, const dq *dHq, CUdeviceptr dXr) {
   g->phase = "bwd w13 dgrad";
   arena ph = {.g = g}, wt = {.g = g};
-  fb_status rc = mx_w13_dgrad_(g, &ph, &wt, L, s, dH, dXr);
+  fb_status rc = mx_w13_dgrad_(g, &ph, &wt, L, s, dHq, dXr);
   afree(&wt), afree(&ph);
   return rc;
 }
 
-/* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16, in arena gy: given back after the w2 wgrad, its last
- * reader) -> *dXr (R x D BF16, allocated in tmp then, so that it may take dY's block), io->dw13, io->dw2. */
+/* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16, in arena gy: given back once quantized both ways)
+ * -> *dXr (R x D BF16, allocated in tmp), io->dw13, io->dw2. */
+static fb_status bwd_mx_(fb_gpu_experts *g, arena *tmp, arena *gy, arena *gh, arena *qr, arena *qt, fb_moe_layer *L, gsaved *s,
+                         const fb_gpu_layer_io *io, CUdeviceptr dY, CUdeviceptr *dXr) {
+  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, R = s->R;
+  dq Yr, Yt, Hr, Ht;
+  g->phase = "bwd w2 dgrad";
+  FB_TRY(grad_both(g, qr, qt, L, dY, R, D, FB_MOE_OP_DY_ROW, FB_MOE_OP_DY_COL, &Yr, &Yt));
+  afree(gy); /* dY's BF16 rows: quantized both ways */
+  CUdeviceptr dH;
+  FB_TRY(mx_w2_dgrad(g, gh, L, s, &Yr, &dH));
+  afree(qr);
+  g->phase = "bwd w2 wgrad"; /* dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
+  FB_TRY(mx_wgrad(g, L, s, &Yt, D, &s->A, F, FB_MOE_OP_A_T, io->dw2));
+  afree(qt);
+  g->phase = "bwd w13 dgrad";
+  fb_status rc = grad_both(g, qr, qt, L, dH, R, 2 * F, FB_MOE_OP_DH_ROW, FB_MOE_OP_DH_COL, &Hr, &Ht);
+  afree(gh); /* dH's BF16 rows: quantized both ways */
+  FB_TRY(rc);
+  FB_TRY(aalloc(tmp, dXr, R * D * 2));
+  FB_TRY(mx_w13_dgrad(g, L, s, &Hr, *dXr));
+  afree(qr);
+  g->phase = "bwd w13 wgrad"; /* dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
+  return mx_wgrad(g, L, s, &Ht, 2 * F, &s->X, D, FB_MOE_OP_X_T, io->dw13);
+}
 static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, arena *gy, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
                         CUdeviceptr dY, CUdeviceptr *dXr) {
-  size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, R = s->R;
-  CUdeviceptr dH;
-  FB_TRY(mx_w2_dgrad(g, tmp, L, s, dY, &dH));
-  g->phase = "bwd w2 wgrad"; /* dW2_e = Q(dY down the rows)^T Q(A requantized down the rows) */
-  FB_TRY(mx_wgrad(g, L, s, dY, D, &s->A, F, FB_MOE_OP_DY_COL, FB_MOE_OP_A_T, io->dw2));
-  afree(gy);
-  FB_TRY(aalloc(tmp, dXr, R * D * 2));
-  FB_TRY(mx_w13_dgrad(g, L, s, dH, *dXr));
-  g->phase = "bwd w13 wgrad"; /* dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
-  return mx_wgrad(g, L, s, dH, 2 * F, &s->X, D, FB_MOE_OP_DH_COL, FB_MOE_OP_X_T, io->dw13);
+  arena gh = {.g = g}, qr = {.g = g}, qt = {.g = g}; /* dH; a gradient quantized along its rows, and down them */
+  fb_status rc = bwd_mx_(g, tmp, gy, &gh, &qr, &qt, L, s, io, dY, dXr);
+  afree(&gh), afree(&qr), afree(&qt);
+  return rc;
 }
 
 /* dX rows (R x D BF16, the owner's) back to their sources in the order they were sent, summed there per token into
@@ -1930,6 +2051,7 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
     if (!g->o.compile_only && !g->kt[i].shared) fb_kernel_unload(&g->kt[i].k);
   if (!g->o.compile_only) {
     for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p);
+    for (int s = 0; s < g->nsl; ++s) fb_cu.MemFree(g->sl[s].p);
     for (int i = 0; i < g->ngo; ++i) fb_cu.MemFree(g->go[i].p);
     for (int i = 0; i < g->nrm; ++i) fb_cu.MemFree(g->rm[i].p);
     for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);

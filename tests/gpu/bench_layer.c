@@ -48,7 +48,7 @@ static void usage(FILE *f) {
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
              "--pick mma|wgmma|tcgen05[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
              "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n"
-             "--pool-only: one forward + backward on zero inputs, no checks, not timed; prints the pool's peak (with the fake\n"
+             "--pool-only: three forwards + backwards on zero inputs, no checks, not timed; prints the pool's peak (with the fake\n"
              "driver's MOCK_POOL_ONLY=1, the host's accounting at shapes too large to compute on the CPU).\n");
 }
 
@@ -298,12 +298,16 @@ int main(int argc, char **argv) {
   L.layer = layer, L.prec = prec, L.tokens = T, L.d_model = D, L.d_ff = F, L.experts = E, L.top_k = K, L.seed = 1234, L.step = 1;
   L.comm = comm;
 
-  if (pool_only) { /* one forward + backward on zero inputs, no checks, no timing: the pool's accounting alone */
-    CK(fb_gpu_experts_forward_dev(g, &L, &io));
-    CK(fb_gpu_experts_backward_dev(g, &L, &io));
-    CU(fb_cu.CtxSynchronize());
+  if (pool_only) { /* three forwards + backwards on zero inputs, no checks, no timing: the pool's accounting alone (the
+                      pool settles its slabs after the first step: docs/design.md) */
     size_t live, peak, held;
-    fb_gpu_experts_memory(g, &live, &peak, &held);
+    for (int st = 0; st < 3; ++st) {
+      CK(fb_gpu_experts_forward_dev(g, &L, &io));
+      CK(fb_gpu_experts_backward_dev(g, &L, &io));
+      CU(fb_cu.CtxSynchronize());
+      fb_gpu_experts_memory(g, &live, &peak, &held);
+      printf("pool only: step %d: peak %.3f GiB, held %.3f GiB\n", st + 1, peak / 1073741824.0, held / 1073741824.0);
+    }
     printf("pool only (no checks, not timed): the layer's pool peak %.3f GiB (held %.3f GiB, live after the step %.3f GiB) + "
            "inputs, masters and gradients %.3f GiB\n", peak / 1073741824.0, held / 1073741824.0, live / 1073741824.0,
            held_io / 1073741824.0);
