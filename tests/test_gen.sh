@@ -66,7 +66,7 @@ k3=$(ls "$W/k" | grep -c '_sm103a_tc_m.*_k96\.sm_103a\.cubin$'); k0=$(ls "$W/k" 
 t3=$(ls "$W/k" | grep -c '_sm103a_tc_m.*k768_s2_c[12]\.sm_103a\.cubin$'); t0=$(ls "$W/k" | grep -c '_sm100a_tc_m.*k768_s2_c[12]\.sm_100a\.cubin$')
 [ $rc -eq 0 ] && [ "$k3" -eq 2 ] && [ "$k0" -eq 0 ] && [ "$t3" -eq 2 ] && [ "$t0" -eq 2 ] &&
   grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m128n128k768_s2_c1_k96.cu && grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m256n128k768_s2_c2_k96.cu &&
-  ! grep -q "FB_MMA_K" "$W/k"/*_sm103a_tc_m128n128k768_s2_c1.cu && grep -q "_sm100a: [0-9]* variants pruned (gemm_sm100: K = 96 MMAs .* sm_103a" "$W/log4" && ok \
+  ! grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m128n128k768_s2_c1.cu && grep -q "_sm100a: [0-9]* variants pruned (gemm_sm100: K = 96 MMAs .* sm_103a" "$W/log4" && ok \
   || { bad "K = 96: exit $rc, $k3 sm_103a K = 96 cubins (2 expected), $k0 on sm_100a (0), $t3 / $t0 K = 64 ones (2 / 2)"; ls "$W/k"; tail -5 "$W/log4"; }
 expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "gen $*: exit $rc"; }
 # a kernel with one fixed variant and no tune family (dense.cuh, the resident step's) is generated, and the run exits 0
