@@ -109,12 +109,11 @@ inline Sdesc decode_sdesc(uint64_t d) {
  *   MN-major none: ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))   swizzled: ((T,S/16,m),(8,k)):((1,T,LBO),(S/16 T,SBO))
  * then the swizzle on the address itself: bits [4, 4+b) ^= bits [7, 7+b), b = log2(S/16) (Swizzle<b,4,3>).
  * For FP4 the byte holding the element; its nibble is k % 2 (K-major only).
- * The LBO mode (descriptor bit 52; PTX ISA 9.7.16.3.1: "0: byte offset relative, 1: byte address absolute"). In the
- * absolute mode the LBO field is the address of a second chunk: "The tcgen05.mma instruction with K-dimension of 48B
- * would overflow the 128B shared memory boundary if the data is packed contiguously. In this case, the absolute address
- * mode can be used to break up the data in the shared memory into two chunks such that both these chunks are laid out
- * within the aligned 128-byte address boundary. The leading dimension absolute address can point to the second data
- * chunk" (9.7.16.3.1.2), restricted to the 128-byte swizzle, K-major operands and a base offset of 0 (9.7.16.3.1.2.1).
+ * The LBO mode (descriptor bit 52; PTX ISA 9.7.16.3.1: 0 a relative byte offset, 1 an absolute byte address). In the
+ * absolute mode the LBO field is the address of a second chunk: a K of 48 bytes would overflow the 128-byte boundary if
+ * packed contiguously, so the mode splits it into two chunks, each within an aligned 128-byte boundary, the LBO pointing
+ * at the second (9.7.16.3.1.2, paraphrased); only with the 128-byte swizzle, K-major operands and a base offset of 0
+ * (9.7.16.3.1.2.1).
  * The model's reading [unverified: the text does not say where the split falls nor how the second chunk's rows are
  * placed]: a row's K bytes up to the end of its 128-byte row come from the start address, the rest (start % 128 + kb -
  * 128 on) from the LBO address, at the same row offsets ((r % 8) 128 + (r / 8) SBO) and the same swizzle of the address;
