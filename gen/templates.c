@@ -339,7 +339,7 @@ static unsigned gemm_mma_smem(const fb_kernel_spec *k, const fb_variant *v) {
 
 /* ---- gemm_sm100.cuh: the grouped GEMMs on tcgen05 (Blackwell: sm_100a, sm_103a; TMA producer warp, one MMA-issuing
  * thread, four epilogue warps reading TMEM). Compiled and run under the functional model only: never on a Blackwell GPU. */
-PARAMS(P_TC, "tile_m", "tile_n", "tile_k", "stages", "cluster");
+PARAMS(P_TC, "tile_m", "tile_n", "tile_k", "stages", "cluster", "mma_k");
 static int gemm_tc_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
   if (!is_gemm(k->op)) return FB_TMPL_NOT_MINE;
   if (!strstr(k->name, "_sm100a") && !strstr(k->name, "_sm103a")) return NO("tcgen05 is Blackwell's (sm_100a, sm_103a)");
@@ -361,7 +361,15 @@ static const char *gemm_tc_illegal(const fb_kernel_spec *k, const fb_variant *v)
   if (cl != 1 && cl != 2) return "gemm_sm100: cluster 1 or 2 (clusters of 4: B multicast across pairs, not written)";
   if (tn % 32 || tn < 32 || tn > 256) return "gemm_sm100: tile_n must be a multiple of 32 in [32, 256] (the MMA's N, 32-column TMEM loads)";
   if (k->op == FB_OP_GEMM_FWD13 && tn % 64) return "gemm_sm100: SwiGLU takes tile_n a multiple of 64 (gate and up halves of 32-column blocks)";
-  int mk = kind == 1 ? 64 : kind == 2 ? 32 : 16, rb = fb_gemm_tc_row_bytes(kind, tk);
+  int mk = kind == 1 ? 64 : kind == 2 ? 32 : 16, rb = fb_gemm_tc_row_bytes(kind, tk), k96 = param(v, "mma_k", 0);
+  if (k96 != 0 && k96 != 96) return "gemm_sm100: mma_k takes 0 (the kind's K: 16 BF16, 32 MXFP8, 64 NVFP4) or 96 (NVFP4 on sm_103a)";
+  if (k96 && kind != 1) return "gemm_sm100: K = 96 MMAs (mma_k 96) are NVFP4's only here (kind::mxf4nvf4 .block16; MXFP4 has no GEMM)";
+  if (k96 && !strstr(k->name, "_sm103a"))
+    return "gemm_sm100: K = 96 MMAs (idesc bit 31) are sm_103a's (GB300); sm_100a has K = 64 only (ptxas accepts the form there "
+           "too: only this rule keeps it out)";
+  if (k96 && tk % 768)
+    return "gemm_sm100: K = 96 takes tile_k a multiple of 768 (a stage row of 384 bytes: three 128-byte swizzle rows hold eight "
+           "48-byte MMA chunks, the two across a row split by the absolute-LBO mode, which allows the 128-byte swizzle only)";
   if (tk < mk || tk % mk) return "gemm_sm100: tile_k must be a multiple of the MMA's K (16 BF16, 32 MXFP8, 64 NVFP4)";
   if (rb != 32 && rb != 64 && rb % 128) return "gemm_sm100: a stage row of 32, 64 or a multiple of 128 bytes (the TMA swizzle spans)";
   if (st < 2) return "gemm_sm100: at least 2 stages";
@@ -370,10 +378,11 @@ static const char *gemm_tc_illegal(const fb_kernel_spec *k, const fb_variant *v)
   if (fb_gemm_tc_smem_total(kind, tm, tn, tk, st) > 232448) return "gemm_sm100: the pipeline stages exceed 227 KiB of shared memory";
   return NULL;
 }
-/* _tc_m128n256k128_s4_c1: tile, stages, cluster */
+/* _tc_m128n256k128_s4_c1: tile, stages, cluster; _k96 for K = 96 MMAs */
 static void gemm_tc_tag(const fb_variant *v, char *name, size_t size, int len) {
-  snprintf(name + len, size - (size_t)len, "_tc_m%dn%dk%d_s%d_c%d", param(v, "tile_m", 0), param(v, "tile_n", 0), param(v, "tile_k", 0),
-           param(v, "stages", 0), param(v, "cluster", 0));
+  len += snprintf(name + len, size - (size_t)len, "_tc_m%dn%dk%d_s%d_c%d", param(v, "tile_m", 0), param(v, "tile_n", 0),
+                  param(v, "tile_k", 0), param(v, "stages", 0), param(v, "cluster", 0));
+  if (param(v, "mma_k", 0)) snprintf(name + len, size - (size_t)len, "_k%d", param(v, "mma_k", 0));
 }
 static void gemm_tc_grid(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ng,
                          unsigned *gx, unsigned *gy, unsigned *threads) { /* persistent: gx = 0, one CTA per SM */

@@ -1204,8 +1204,8 @@ typedef struct {
 } family_def;
 
 static const family_def FAMILIES[] = {
-    {"gemm", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe"},
-     {{128}, {128, 256}, {64, 128}, {3, 4, 5}, {1, 2}, {1, 2}, {-1, 1}, {-1}}}, /* pipe: 0 */
+    {"gemm", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe", "mma_k"},
+     {{128}, {128, 256}, {64, 128}, {3, 4, 5}, {1, 2}, {1, 2}, {-1, 1}, {-1}, {-1}}}, /* pipe, mma_k: 0 */
     {"amax", {"rows", "threads"}, {{1, 4}, {256, 512}}},
     {"quant", {"rows", "cols", "threads", "stage"}, {{16, 32}, {256, 512}, {128, 256}, {-1}}}, /* stage: 0 */
     {"requant", {"rows", "cols", "threads", "slots", "half"}, {{32, 64}, {32, 64}, {128, 256}, {-1}, {-1}}}, /* slots, half: 0 */
@@ -1221,7 +1221,9 @@ static int is_pow2(long long x) { return x > 0 && !(x & (x - 1)); }
 #define CHECK(fn, cond, msg) static const char *fn(long long x) { return (cond) ? NULL : (msg); }
 CHECK(ck_tile_m, x == 64 || x == 128 || x == 256, "tile_m takes 64, 128 or 256")
 CHECK(ck_tile_n, x >= 8 && x <= 256 && x % 8 == 0, "tile_n takes multiples of 8 up to 256 (wgmma N)")
-CHECK(ck_tile_k, x >= 32 && x <= 512 && x % 32 == 0, "tile_k takes multiples of 32 up to 512")
+CHECK(ck_tile_k, (x >= 32 && x <= 512 && x % 32 == 0) || x == 768 || x == 1536,
+      "tile_k takes multiples of 32 up to 512, or 768 / 1536 (tcgen05's K = 96 stages)")
+CHECK(ck_mma_k, x == 0 || x == 96, "mma_k takes 0 (the MMA's own K) or 96 (tcgen05's K = 96 NVFP4 form, sm_103a)")
 CHECK(ck_stages, x >= 1 && x <= 8, "stages takes 1..8")
 CHECK(ck_cluster, x == 1 || x == 2 || x == 4, "cluster takes 1, 2 or 4")
 CHECK(ck_consumers, x == 1 || x == 2, "consumers takes 1 or 2 warpgroups")
@@ -1239,7 +1241,7 @@ const fb_tune_param FB_TUNE_PARAMS[] = {
     {"tile_m", ck_tile_m, 0}, {"tile_n", ck_tile_n, 0}, {"tile_k", ck_tile_k, 0}, {"stages", ck_stages, 0},
     {"cluster", ck_cluster, 0}, {"consumers", ck_consumers, 0}, {"weights_bf16", ck_bool, 0}, {"pipe", ck_pipe, 1},
     {"rows", ck_rows, 0}, {"cols", ck_cols, 0}, {"threads", ck_threads, 0}, {"vec", ck_vec, 0},
-    {"slots", ck_slots, 1}, {"half", ck_half, 1}, {"stage", ck_stage, 1}, {NULL, NULL, 0},
+    {"slots", ck_slots, 1}, {"half", ck_half, 1}, {"stage", ck_stage, 1}, {"mma_k", ck_mma_k, 1}, {NULL, NULL, 0},
 };
 
 const fb_tune_param *fb_tune_param_find(const char *name) {

@@ -12,9 +12,17 @@
  *      (FB_A_OUTER) and S_dec(B) per expert / tensor (FB_B_OUTER) in the epilogue. (gemm_sm90.cuh's kind 1 multiplies
  *      a BF16 copy of B; here B is the NVFP4 weights themselves: the host's fb_gemm_cfg says kind 4.)
  *   2  MXFP8 x MXFP8 on kind::mxf8f6f4.block_scale.block32 (K = 32 an MMA): E4M3 codes, UE8M0 per 32 along K.
- *   Each MMA reads 32 bytes of every row. The hardware sums inside the instruction as it does (NUMERICS.md: block-scaled
- *   tcgen05 within 1e-4 of the FP64 reference); the model sums each MMA's products exactly, rounds once to FP32 and
- *   adds in FP32 (docs/tc_model.md).
+ *   Each MMA reads 32 bytes of every row, but with FB_MMA_K 96.
+ * FB_MMA_K 96 (NVFP4 on sm_103a only; the generator prunes it elsewhere): K = 96 MMAs (idesc bit 31), 48 bytes of every
+ *   row, 6 UE4M3 scales a row an MMA. As CUTLASS's sm103 kernels: FB_TILE_K a multiple of 768, so that a stage row of
+ *   384 bytes (three 128-byte swizzle rows) holds 8 MMAs' K; MMA j reads from byte 48 j, and the two whose 48 bytes
+ *   cross a 128-byte row (from byte 96 and from byte 112 of a row) take the rest from the next row's start through the
+ *   descriptor's absolute-LBO mode (bit 52; every K = 96 MMA is issued in that mode, the LBO the next row's start where
+ *   it crosses, else its own row's). Scales: MMA j reads k-blocks 6 j .. 6 j + 5, from the atom of k-block 6 j on, the
+ *   scale-factor id its byte (0 or 2): the run continues in the next atom's columns (docs/tc_model.md's reading).
+ *   1-CTA and pair alike; the 1-CTA K = 96 MMA is CUTLASS's reading of the ISA [unverified, docs/tc_model.md].
+ * The hardware sums inside the instruction as it does (NUMERICS.md: block-scaled tcgen05 within 1e-4 of the FP64
+ * reference); the model sums each MMA's products exactly, rounds once to FP32 and adds in FP32 (docs/tc_model.md).
  * FB_MODE 0 (fwd, dgrad: rows grouped) and 1 (wgrad: K grouped, K of expert e = its rows, offsets multiples of
  *   FB_TILE_K; an expert with no rows gets zeros). FB_OUT_BF16, FB_SWIGLU 1 / 2, FB_S2F6 (+ FB_RHT): as gemm_sm90.cuh,
  *   bit-exact with the CPU epilogue applied to the FP32 result. Each epilogue thread owns one row of the tile (TMEM lane),
@@ -27,8 +35,8 @@
  *
  * Persistent: CTA b takes tiles b, b + gridDim.x, ... of fb_gemm_dev.h's walk (per expert, m-tiles fastest). 192 threads:
  *   warp 0     TMA producer (one elected lane issues; the warp writes the scale atoms),
- *   warp 1     TMEM allocator and MMA issuer (one elected lane): full[s] -> tcgen05.cp of the atoms, RB / 32 MMAs,
- *              commit to empty[s]; after a tile's last stage, commit to tmem_full[a],
+ *   warp 1     TMEM allocator and MMA issuer (one elected lane): full[s] -> tcgen05.cp of the atoms, RB / 32 MMAs
+ *              (K = 96: RB / 48), commit to empty[s]; after a tile's last stage, commit to tmem_full[a],
  *   warps 2-5  the epilogue, warp w reading TMEM lanes 32 (w % 4) .. + 31: tmem_full[a] -> tcgen05.ld -> outputs ->
  *              tmem_empty[a] (128 arrivals). FB_ACC accumulator stages of FB_TILE_N columns (2 when they fit).
  * Rows of an expert's last m-tile past its end are loaded (the next expert's rows, zeros past the tensor) and never
@@ -73,11 +81,16 @@
 #ifndef FB_B_OUTER
 #define FB_B_OUTER 0
 #endif
+#ifndef FB_MMA_K
+#define FB_MMA_K 0 /* 0: the kind's K (16 BF16, 32 MXFP8, 64 NVFP4); 96: NVFP4's K = 96 form (sm_103a) */
+#endif
 #ifndef FB_TEST_BREAK /* test builds only (test_gemm_sm100): 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after
                          tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor; the pair: 6 B's scales
                          in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull), 8 a CTA
                          barrier, not the cluster's, before the TMEM is freed (runs clean: the model does not track
-                         accesses to a CTA that has exited, docs/tc_model.md) */
+                         accesses to a CTA that has exited, docs/tc_model.md); K = 96: 9 a crossing MMA's absolute LBO at
+                         its own row's start (not the next row's), 10 the scale-factor id 0 where it is 2, 11 the
+                         crossing MMAs in the relative-LBO mode */
 #define FB_TEST_BREAK 0
 #endif
 #if FB_S2F6
@@ -100,7 +113,9 @@
 #define TCK_RB fb_gemm_tc_row_bytes(FB_KIND, FB_TILE_K)            /* bytes of a stage row */
 #define TCK_SW (TCK_RB >= 128 ? 128 : TCK_RB)                       /* the swizzle span */
 #define TCK_NATOM (TCK_RB / TCK_SW)                                 /* boxes along K a stage */
-#define TCK_NMMA (TCK_RB / 32)                                      /* MMAs a stage */
+#define TCK_K96 (FB_MMA_K == 96)                                    /* K = 96 MMAs (sm_103a) */
+#define TCK_MB (TCK_K96 ? 48 : 32)                                  /* bytes of a row an MMA reads */
+#define TCK_NMMA (TCK_RB / TCK_MB)                                  /* MMAs a stage */
 #define TCK_LAYOUT (TCK_SW == 128 ? FB_TC_SW128 : TCK_SW == 64 ? FB_TC_SW64 : FB_TC_SW32)
 #define TCK_A_BYTES (TCK_CM * TCK_RB)
 #define TCK_B_BYTES (TCK_BCTA * TCK_RB)
@@ -126,6 +141,8 @@ static_assert(((FB_TILE_M == 128 && FB_CLUSTER == 1) || (FB_TILE_M == 256 && FB_
                   (TCK_RB == 32 || TCK_RB == 64 || TCK_RB % 128 == 0),
               "gemm_sm100: FB_TILE_M 128 with FB_CLUSTER 1 (cta_group::1) or 256 with 2 (cta_group::2), and a stage row of 32, "
               "64 or a multiple of 128 bytes");
+static_assert(FB_MMA_K == 0 || (FB_MMA_K == 96 && FB_KIND == 1 && TCK_RB % 384 == 0),
+              "gemm_sm100: FB_MMA_K 96 takes NVFP4 (FB_KIND 1) and FB_TILE_K a multiple of 768 (384-byte stage rows)");
 /* the instruction forms of the path: every tcgen05 instruction of a kernel takes the same .cta_group (PTX ISA) */
 #if TCK_PAIR
 #define TCK_ALLOC fbt_alloc_cg2
@@ -359,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         tck_sched sc = {0, 0, -1, 0};
         tck_tile T;
 #if FB_KIND == 1
-        const uint32_t idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
+        const uint32_t idesc = fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, TCK_TM, TCK_TN, 0, 0, 0, 0, TCK_K96);
 #elif FB_KIND == 2
         const uint32_t idesc = fb_tc_idesc_bs(FB_TC_E4M3, FB_TC_E4M3, 1, TCK_TM, TCK_TN, 0, 0, 0, 0, 0);
 #else
@@ -387,13 +404,28 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
             for (int x = 0; x < TCK_KATOMS * TCK_NR; ++x)
               TCK_CP(sfb_col + 4 * x, fb_tc_sdesc(sf_smem + TCK_SFA_BYTES + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
 #endif
-            for (int j = 0; j < TCK_NMMA; ++j) { /* MMA j: 32 bytes of every row, box j / (SW / 32) at byte 32 (j % (SW / 32)) */
+            for (int j = 0; j < TCK_NMMA; ++j) {
+#if TCK_K96
+              /* MMA j: 48 bytes of every row from byte 48 j of the stage row: box x at byte o; where they cross the box's
+                 128-byte row, the rest from the next box's start (the absolute LBO; 9: its own box's, 11: relative) */
+              const int x = 48 * j / 128, o = 48 * j % 128, cross = o + 48 > 128;
+              const int nx = cross && FB_TEST_BREAK != 9 ? x + 1 : x, abs_mode = !(cross && FB_TEST_BREAK == 11);
+              const uint64_t ad = fb_tc_sdesc(sa + x * TCK_CM * 128 + o, abs_mode ? sa + nx * TCK_CM * 128 : 16, 1024, FB_TC_SW128, 0, abs_mode);
+              const uint64_t bd = fb_tc_sdesc(sb + x * TCK_BCTA * 128 + o, abs_mode ? sb + nx * TCK_BCTA * 128 : 16, 1024, FB_TC_SW128, 0, abs_mode);
+#else
+              /* MMA j: 32 bytes of every row, box j / (SW / 32) at byte 32 (j % (SW / 32)) */
               const int x = j / (TCK_SW / 32), o = 32 * (j % (TCK_SW / 32));
               const uint64_t ad = fb_tc_sdesc(sa + x * TCK_CM * TCK_SW + o, 16, 8 * TCK_SW, TCK_LAYOUT, 0, 0);
               const uint64_t bd = fb_tc_sdesc(sb + x * TCK_BCTA * TCK_SW + o, 16, 8 * TCK_SW,
                                               FB_TEST_BREAK == 5 ? (TCK_LAYOUT == FB_TC_SW128 ? FB_TC_SW64 : FB_TC_SW128) : TCK_LAYOUT, 0, 0);
+#endif
               const uint32_t acc = kb > 0 || j > 0;
-#if FB_KIND == 1 /* one atom (4 k-blocks of 16) per MMA, sf id 0 */
+#if FB_KIND == 1 && TCK_K96
+              /* k-blocks 6 j .. 6 j + 5: from atom 6 j / 4 on, the scale-factor id the byte 6 j % 4 (0 or 2; 10: 0) */
+              const int a0 = 6 * j / 4;
+              const uint32_t sid = FB_TEST_BREAK == 10 ? 0u : (uint32_t)(6 * j % 4);
+              TCK_MMA_NVF4(d, ad, bd, idesc | sid << 29 | sid << 4, sfa_col + 4 * a0, sfb_col + 4 * TCK_NR * a0, acc);
+#elif FB_KIND == 1 /* one atom (4 k-blocks of 16) per MMA, sf id 0 */
               TCK_MMA_NVF4(d, ad, bd, idesc, sfa_col + 4 * j, sfb_col + 4 * TCK_NR * j, acc);
 #elif FB_KIND == 2 /* k-block j of the stage: atom j / 4, byte j % 4 (the scale-factor ids) */
               const uint32_t sid = FB_TEST_BREAK == 4 ? (uint32_t)(j + 1) % 4 : (uint32_t)j % 4;
@@ -551,6 +583,8 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #undef TCK_LAYOUT
 #undef TCK_NATOM
 #undef TCK_NMMA
+#undef TCK_K96
+#undef TCK_MB
 #undef TCK_NR
 #undef TCK_RB
 #undef TCK_SFA_BYTES

@@ -3,12 +3,14 @@
  * generator keeps (operands BF16 / MXFP8 / NVFP4 x epilogue: FP32, BF16, SwiGLU, SwiGLU backward, S2F6 with and without
  * RHT-32, the wgrad; 32-, 64- and 128-byte swizzled stage rows; NVFP4 outer scales per row / expert and per tensor), each
  * run on grouped problems with uneven experts (an empty one, partial 128-row blocks; in the wgrad an expert with no rows)
- * by fewer persistent CTAs than tiles, and checked:
+ * by fewer persistent CTAs than tiles, and checked; NVFP4's K = 96 form (FB_MMA_K 96, tile_k 768, the absolute-LBO split
+ * of the 48-byte chunks that cross a 128-byte row) 1-CTA and pair, run as sm_103a (tc::set_arch):
  *   - the FP32 result bit for bit against a reference in the model's documented order (each MMA's K products exact,
  *     summed in double, rounded once to FP32; FP32 adds across MMAs), and within NUMERICS.md's GEMM tolerance of the FP64
  *     product (1e-5 BF16, 1e-4 block-scaled);
  *   - every fused output bit for bit against the CPU epilogue (runtime/ops.c, numerics.c, fb_moe.h) of that FP32 result.
- * Broken builds (FB_TEST_BREAK: a missing wait or fence, a wrong scale-factor id, a wrong swizzle) must be reported by
+ * Broken builds (FB_TEST_BREAK: a missing wait or fence, a wrong scale-factor id, a wrong swizzle; K = 96: a wrong
+ * absolute LBO, a wrong scale-factor id, the relative mode across a row, the form run as sm_100a) must be reported by
  * the model or fail the check. The same sources compile with NVRTC for sm_100a and sm_103a. It has never run on a
  * Blackwell GPU: what is checked is the kernels against the model, and the model against the PTX ISA as written in
  * tests/emu/tc_model.h (docs/tc_model.md). Run from the repository root. */
@@ -420,6 +422,116 @@ namespace pbrk7 {
 #include "emu/gemm_sm100_class.h"
 }
 
+/* K = 96 (FB_MMA_K 96: NVFP4 on sm_103a, run as such: tc::set_arch(103)): tile_k 768, 8 MMAs a stage, two of them split
+   across 128-byte swizzle rows by the absolute-LBO mode; 1-CTA and the pair (tile_n 192 there: B's scale words 8
+   columns apart) */
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_nv96_f32
+namespace nv96_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 2
+#define FB_B_OUTER 2
+#define FB_OUT_BF16 1
+#define FB_TILE_N 64
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_nv96_bf16
+namespace nv96_bf16 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_TILE_N 192
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_p_nv96_f32
+namespace p_nv96_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_p_nv96_swiglu
+namespace p_nv96_swiglu {
+#include "emu/gemm_sm100_class.h"
+}
+
+/* broken K = 96 builds: 9 a crossing MMA's absolute LBO at its own row, 10 the scale-factor id 0 where 2 (both load or
+   scale the wrong values: the check must catch them), 11 the crossing MMAs in the relative mode (reported) */
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_TEST_BREAK 9
+#define FB_KERNEL k_brk9
+namespace brk9 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_TEST_BREAK 10
+#define FB_KERNEL k_pbrk10
+namespace pbrk10 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_TEST_BREAK 11
+#define FB_KERNEL k_brk11
+namespace brk11 {
+#include "emu/gemm_sm100_class.h"
+}
+
 namespace tc = fbemu::tc;
 
 namespace {
@@ -440,6 +552,7 @@ struct Class {
   int kind, mode, epi, tile_n, tile_k, stages, outer; /* outer (NVFP4): 1 per row / expert, 2 per tensor */
   void (*kernel)(fb_kp_gemm);
   int pair; /* tile_m 256 on a CTA pair (cluster 2): the grid is 2 x the shape's clusters */
+  int k96;  /* FB_MMA_K 96 (NVFP4, sm_103a): K = 96 MMAs, run as sm_103a (1: as sm_100a, where the model must report it) */
 };
 struct Shape {
   int N, K, M, grid;       /* mode 0: N, K; mode 1: M, N (K from the rows) */
@@ -492,7 +605,7 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   const size_t nout = mode ? (size_t)E * M * N : (size_t)R * N;
   std::vector<float> Y(nout);
   std::vector<double> Y64(nout);
-  const int kmma = kind == 1 ? 64 : kind == 2 ? 32 : 16;
+  const int kmma = c.k96 ? 96 : kind == 1 ? 64 : kind == 2 ? 32 : 16;
   for (int e = 0; e < E; ++e) {
     const long long r0 = mode ? 0 : off[e], r1 = mode ? M : off[e + 1];
     for (long long r = r0; r < r1; ++r)
@@ -540,7 +653,10 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   const unsigned smem = (unsigned)fb_gemm_tc_smem_total(kind, c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages);
   void (*kern)(fb_kp_gemm) = c.kernel;
   const unsigned cl = c.pair ? 2 : 1;
-  if (const char *err = tc::launch((unsigned)s.grid * cl, 1, 192, cl, smem, [&p, kern] { kern(p); })) return err;
+  if (c.k96) tc::set_arch(c.k96 == 1 ? 103 : 100);
+  const char *lerr = tc::launch((unsigned)s.grid * cl, 1, 192, cl, smem, [&p, kern] { kern(p); });
+  tc::set_arch(100);
+  if (lerr) return lerr;
   /* the FP32 result against FP64 */
   double num = 0, den = 0;
   for (size_t i = 0; i < nout; ++i) num += ((double)Y[i] - Y64[i]) * ((double)Y[i] - Y64[i]), den += Y64[i] * Y64[i];
@@ -593,13 +709,14 @@ void check_class(const Class &c) {
     Shape s = c.mode ? s1[i] : s0[i];
     if (c.mode == 0 && s.N % c.tile_n) s.N = c.tile_n * 2;
     if (c.mode == 0 && c.kind == 1 && s.K % 256) s.K = 256;
+    if (c.k96) s.K = i ? 768 : 1536; /* K = 96 stages: multiples of 768 */
     if (c.mode == 1 && c.pair && s.M % 256) s.M = 256; /* wgrad: M a multiple of the pair's 256 rows */
     long bad = -1;
     double rel = 0;
     const char *err = run_class(c, s, &bad, &rel);
     const double tol = c.kind ? 1e-4 : 1e-5;
-    printf("  %-16s %-5s %-13s m%d n%-3d k%-3d s%d: experts (", c.name, kind_name[c.kind], c.mode ? "wgrad" : epi_name[c.epi],
-           c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages);
+    printf("  %-16s %-5s %-13s m%d n%-3d k%-3d s%d%s: experts (", c.name, kind_name[c.kind], c.mode ? "wgrad" : epi_name[c.epi],
+           c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages, c.k96 ? " K=96 sm_103a" : "");
     for (size_t j = 0; j < s.rows.size(); ++j) printf("%s%d", j ? " " : "", s.rows[j]);
     if (c.pair) printf(") %s %d, %d clusters of 2: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
     else printf(") %s %d, %d CTAs: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
@@ -614,28 +731,33 @@ void check_class(const Class &c) {
 }
 
 const Class classes[] = {
-    {"bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, bf16_f32::k_bf16_f32, 0},
-    {"bf16_bf16", 0, 0, E_BF16, 64, 128, 2, 0, bf16_bf16::k_bf16_bf16, 0},
-    {"bf16_wgrad", 0, 1, E_F32, 128, 64, 3, 0, bf16_wgrad::k_bf16_wgrad, 0},
-    {"bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, bf16_swiglubwd::k_bf16_swiglubwd, 0},
-    {"mx_f32", 2, 0, E_F32, 256, 128, 2, 0, mx_f32::k_mx_f32, 0},
-    {"mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, mx_bf16::k_mx_bf16, 0},
-    {"mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, mx_wgrad::k_mx_wgrad, 0},
-    {"mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, mx_swiglu::k_mx_swiglu, 0},
-    {"mx_swiglubwd", 2, 0, E_SWIGLU_BWD, 128, 128, 3, 0, mx_swiglubwd::k_mx_swiglubwd, 0},
-    {"mx_s2f6", 2, 0, E_S2F6, 128, 128, 3, 0, mx_s2f6::k_mx_s2f6, 0},
-    {"nv_f32", 1, 0, E_F32, 128, 128, 3, 1, nv_f32::k_nv_f32, 0},
-    {"nv_swiglu", 1, 0, E_SWIGLU, 256, 64, 4, 1, nv_swiglu::k_nv_swiglu, 0},
-    {"nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, nv_s2f6::k_nv_s2f6, 0},
+    {"bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, bf16_f32::k_bf16_f32, 0, 0},
+    {"bf16_bf16", 0, 0, E_BF16, 64, 128, 2, 0, bf16_bf16::k_bf16_bf16, 0, 0},
+    {"bf16_wgrad", 0, 1, E_F32, 128, 64, 3, 0, bf16_wgrad::k_bf16_wgrad, 0, 0},
+    {"bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, bf16_swiglubwd::k_bf16_swiglubwd, 0, 0},
+    {"mx_f32", 2, 0, E_F32, 256, 128, 2, 0, mx_f32::k_mx_f32, 0, 0},
+    {"mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, mx_bf16::k_mx_bf16, 0, 0},
+    {"mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, mx_wgrad::k_mx_wgrad, 0, 0},
+    {"mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, mx_swiglu::k_mx_swiglu, 0, 0},
+    {"mx_swiglubwd", 2, 0, E_SWIGLU_BWD, 128, 128, 3, 0, mx_swiglubwd::k_mx_swiglubwd, 0, 0},
+    {"mx_s2f6", 2, 0, E_S2F6, 128, 128, 3, 0, mx_s2f6::k_mx_s2f6, 0, 0},
+    {"nv_f32", 1, 0, E_F32, 128, 128, 3, 1, nv_f32::k_nv_f32, 0, 0},
+    {"nv_swiglu", 1, 0, E_SWIGLU, 256, 64, 4, 1, nv_swiglu::k_nv_swiglu, 0, 0},
+    {"nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, nv_s2f6::k_nv_s2f6, 0, 0},
     /* the CTA pair (tile_m 256, cluster 2) */
-    {"p_bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, p_bf16_f32::k_p_bf16_f32, 1},
-    {"p_bf16_bf16", 0, 0, E_BF16, 32, 128, 2, 0, p_bf16_bf16::k_p_bf16_bf16, 1},
-    {"p_bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, p_bf16_swiglubwd::k_p_bf16_swiglubwd, 1},
-    {"p_mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, p_mx_wgrad::k_p_mx_wgrad, 1},
-    {"p_mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, p_mx_swiglu::k_p_mx_swiglu, 1},
-    {"p_mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, p_mx_bf16::k_p_mx_bf16, 1},
-    {"p_nv_f32", 1, 0, E_F32, 256, 128, 3, 1, p_nv_f32::k_p_nv_f32, 1},
-    {"p_nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, p_nv_s2f6::k_p_nv_s2f6, 1},
+    {"p_bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, p_bf16_f32::k_p_bf16_f32, 1, 0},
+    {"p_bf16_bf16", 0, 0, E_BF16, 32, 128, 2, 0, p_bf16_bf16::k_p_bf16_bf16, 1, 0},
+    {"p_bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 64, 4, 0, p_bf16_swiglubwd::k_p_bf16_swiglubwd, 1, 0},
+    {"p_mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, p_mx_wgrad::k_p_mx_wgrad, 1, 0},
+    {"p_mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, p_mx_swiglu::k_p_mx_swiglu, 1, 0},
+    {"p_mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, p_mx_bf16::k_p_mx_bf16, 1, 0},
+    {"p_nv_f32", 1, 0, E_F32, 256, 128, 3, 1, p_nv_f32::k_p_nv_f32, 1, 0},
+    {"p_nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, p_nv_s2f6::k_p_nv_s2f6, 1, 0},
+    /* K = 96 (sm_103a) */
+    {"nv96_f32", 1, 0, E_F32, 128, 768, 2, 1, nv96_f32::k_nv96_f32, 0, 1},
+    {"nv96_bf16", 1, 0, E_BF16, 64, 768, 2, 2, nv96_bf16::k_nv96_bf16, 0, 1},
+    {"p_nv96_f32", 1, 0, E_F32, 192, 768, 2, 1, p_nv96_f32::k_p_nv96_f32, 1, 1},
+    {"p_nv96_swiglu", 1, 0, E_SWIGLU, 128, 768, 2, 1, p_nv96_swiglu::k_p_nv96_swiglu, 1, 1},
 };
 
 void test_classes(void **state) {
@@ -645,22 +767,28 @@ void test_classes(void **state) {
 
 void test_broken(void **state) {
   (void)state;
-  const Shape s{256, 512, 0, 1, {300, 200}}; /* one CTA, 8 tiles: accumulator stages reused, stages wrap */
+  const Shape s0{256, 512, 0, 1, {300, 200}}; /* one CTA, 8 tiles: accumulator stages reused, stages wrap */
   struct {
     Class c;
     const char *expect; /* a report containing any of these |-separated symptoms; NULL: the check must fail */
   } cases[] = {
-      {{"no tmem_empty wait", 0, 0, E_F32, 128, 64, 3, 0, brk1::k_brk1, 0}, "read without an ordering"},
-      {{"no empty-stage wait", 0, 0, E_F32, 128, 64, 3, 0, brk2::k_brk2, 0}, "may not have read yet|arrivals on an mbarrier phase that expects"},
-      {{"no fence after tmem_full", 0, 0, E_F32, 128, 64, 3, 0, brk3::k_brk3, 0}, "fence::after_thread_sync"},
-      {{"wrong sf id", 2, 0, E_F32, 128, 128, 3, 0, brk4::k_brk4, 0}, NULL},
-      {{"wrong B swizzle", 0, 0, E_F32, 128, 64, 3, 0, brk5::k_brk5, 0}, NULL},
-      {{"pair: B's scales in the even CTA only", 2, 0, E_F32, 128, 128, 3, 0, pbrk6::k_pbrk6, 1}, "differs between the CTAs of the pair"},
-      {{"pair: no wait for the odd CTA's stage", 2, 0, E_F32, 128, 128, 3, 0, pbrk7::k_pbrk7, 1}, "TMA load is still writing"},
+      {{"no tmem_empty wait", 0, 0, E_F32, 128, 64, 3, 0, brk1::k_brk1, 0, 0}, "read without an ordering"},
+      {{"no empty-stage wait", 0, 0, E_F32, 128, 64, 3, 0, brk2::k_brk2, 0, 0}, "may not have read yet|arrivals on an mbarrier phase that expects"},
+      {{"no fence after tmem_full", 0, 0, E_F32, 128, 64, 3, 0, brk3::k_brk3, 0, 0}, "fence::after_thread_sync"},
+      {{"wrong sf id", 2, 0, E_F32, 128, 128, 3, 0, brk4::k_brk4, 0, 0}, NULL},
+      {{"wrong B swizzle", 0, 0, E_F32, 128, 64, 3, 0, brk5::k_brk5, 0, 0}, NULL},
+      {{"pair: B's scales in the even CTA only", 2, 0, E_F32, 128, 128, 3, 0, pbrk6::k_pbrk6, 1, 0}, "differs between the CTAs of the pair"},
+      {{"pair: no wait for the odd CTA's stage", 2, 0, E_F32, 128, 128, 3, 0, pbrk7::k_pbrk7, 1, 0}, "TMA load is still writing"},
+      {{"K = 96: a crossing MMA's LBO at its own row", 1, 0, E_F32, 128, 768, 2, 0, brk9::k_brk9, 0, 1}, NULL},
+      {{"K = 96 pair: scale-factor id 0 where 2", 1, 0, E_F32, 128, 768, 2, 0, pbrk10::k_pbrk10, 1, 1}, NULL},
+      {{"K = 96: crossing MMAs in the relative-LBO mode", 1, 0, E_F32, 128, 768, 2, 0, brk11::k_brk11, 0, 1}, "relative-LBO mode"},
+      {{"K = 96 run as sm_100a", 1, 0, E_F32, 128, 768, 2, 1, nv96_f32::k_nv96_f32, 0, 2}, "sm_103a only"},
   };
   for (auto &x : cases) {
     long bad = -1;
     double rel = 0;
+    Shape s = s0;
+    if (x.c.k96) s.K = 768;
     const char *err = run_class(x.c, s, &bad, &rel);
     printf("  broken build (%s): %s", x.c.name, err ? err : "ran");
     if (!err) printf(", %ld outputs wrong", bad);
@@ -715,22 +843,26 @@ void test_nvrtc(void **state) {
   const char *one = "#define FB_TILE_M 128\n#define FB_CLUSTER 1\n", *two = "#define FB_TILE_M 256\n#define FB_CLUSTER 2\n";
   struct {
     const char *tile, *pre, *mma; /* mma: the pair's MMA as cuobjdump 13.5 spells it (NVFP4: per arch, below) */
+    int sm103_only;               /* the K = 96 form: the generator prunes it on sm_100a */
   } cases[] = {
-      {one, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", NULL},
-      {one, "#define FB_KIND 0\n#define FB_MODE 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 3\n", NULL},
-      {one, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL},
-      {one, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 2\n#define FB_OUT_BF16 1\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 6\n", NULL},
-      {one, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL},
-      {two, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", "UTCHMMA.2CTA"},
-      {two, "#define FB_KIND 2\n#define FB_MODE 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 3\n", "UTCQMMA.2CTA"},
-      {two, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", "UTCQMMA.2CTA"},
-      {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 2\n#define FB_B_OUTER 2\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", ""},
-      {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 256\n#define FB_TILE_K 256\n#define FB_STAGES 4\n", ""},
+      {one, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", NULL, 0},
+      {one, "#define FB_KIND 0\n#define FB_MODE 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 3\n", NULL, 0},
+      {one, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL, 0},
+      {one, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 2\n#define FB_OUT_BF16 1\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 6\n", NULL, 0},
+      {one, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL, 0},
+      {two, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", "UTCHMMA.2CTA", 0},
+      {two, "#define FB_KIND 2\n#define FB_MODE 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 3\n", "UTCQMMA.2CTA", 0},
+      {two, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", "UTCQMMA.2CTA", 0},
+      {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 2\n#define FB_B_OUTER 2\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", "", 0},
+      {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 256\n#define FB_TILE_K 256\n#define FB_STAGES 4\n", "", 0},
+      {one, "#define FB_KIND 1\n#define FB_MMA_K 96\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 768\n#define FB_STAGES 2\n", NULL, 1},
+      {two, "#define FB_KIND 1\n#define FB_MMA_K 96\n#define FB_MODE 0\n#define FB_OUT_BF16 1\n#define FB_SWIGLU 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 768\n#define FB_STAGES 2\n", "", 1},
   };
   const char *co = cuobjdump();
   if (!co) printf("  (no cuobjdump: the SASS checks do not run; make inspect fetches it, or set CUOBJDUMP)\n");
   for (auto &x : cases)
     for (const char *arch : {"sm_100a", "sm_103a"}) {
+      if (x.sm103_only && strcmp(arch, "sm_103a")) continue;
       fb_cubin c;
       memset(&c, 0, sizeof c);
       std::string s = std::string(x.tile) + "#define FB_KERNEL fbs_gemm_sm100\n" + x.pre + "#include \"gemm_sm100.cuh\"\n";
@@ -755,8 +887,8 @@ void test_nvrtc(void **state) {
           what = ", SASS: no .2CTA form, no LDL / STL";
         }
       }
-      printf("  NVRTC %s %s: %zu-byte cubin  (%.*s)%s\n", arch, x.tile == two ? "m256 c2" : "m128 c1", c.size,
-             (int)(strchr(x.pre + 17, '\n') - x.pre), x.pre, what.c_str());
+      printf("  NVRTC %s %s%s: %zu-byte cubin  (%.*s)%s\n", arch, x.tile == two ? "m256 c2" : "m128 c1", x.sm103_only ? " K = 96" : "",
+             c.size, (int)(strchr(x.pre + 17, '\n') - x.pre), x.pre, what.c_str());
       fb_cubin_free(&c);
     }
 }

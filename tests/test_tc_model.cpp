@@ -10,9 +10,12 @@
  *    MMA's K products exact and summed in double, rounded once to FP32, added to D in FP32), bit for bit;
  *  - a CTA pair (cta_group::2, M = 256): BF16, and the block-scaled kinds with tcgen05.cp.cta_group::2 (MXFP8, NVFP4,
  *    MXFP4 .block32), K = 64 and, as sm_103a (tc::set_arch), K = 96 (NVFP4 6 scales a row, MXFP4 3), bit for bit;
+ *    K = 96 on one CTA too (CUTLASS's 1-SM reading, unverified);
+ *  - the absolute-LBO descriptor mode (bit 52) read element by element, and its ISA restrictions reported;
  *  - a deliberately wrong swizzle, SBO, LBO, scale-factor id, format code or majorness is caught (the result
  *    differs or the model reports it), and each protocol error is reported; so are K = 96 on sm_100a, an MMA from
- *    the pair's odd CTA and B's scales held by one CTA of the pair;
+ *    the pair's odd CTA, B's scales held by one CTA of the pair, and a 48-byte K chunk across its row in the relative
+ *    LBO mode;
  *  - the kernel compiles with NVRTC for sm_100a and sm_103a.
  * Everything runs under the functional model, never on a Blackwell GPU. */
 #define FBEMU_KERNEL
@@ -106,6 +109,26 @@ void test_decoders_agree(void **state) {
   assert_int_equal(n.m, 128), assert_int_equal(n.n, 256), assert_int_equal(n.a_fmt, 1), assert_int_equal(n.bit23, 0);
   tc::Sdesc s = tc::decode_sdesc(0x4000404000010000ull);
   assert_int_equal(s.layout, 2), assert_int_equal(s.sbo, 1024), assert_int_equal(s.lbo, 16), assert_int_equal(s.version, 1);
+  /* the LBO mode (bit 52): the absolute mode's second chunk. A K = 96 FP4 row (48 bytes) from byte 96 of a 128-byte
+     swizzle row at 0x2000 (8-row groups 1024 apart), the rest from the row at 0x6000: K bytes 0..31 from the first
+     chunk, 32..47 from the second's bytes 0..15, the same row offsets and swizzle; a chunk that does not cross (from
+     byte 48) ignores the LBO; the relative mode reads on in the same row (e_mma reports that crossing) */
+  const uint64_t da = fb_tc_sdesc(0x2000 + 96, 0x6000, 1024, FB_TC_SW128, 0, 1);
+  tc::Sdesc a = tc::decode_sdesc(da);
+  assert_int_equal(a.lbo_abs, 1), assert_int_equal(a.lbo, 0x6000), assert_int_equal(a.start, 0x2000 + 96);
+  int checked = 0;
+  for (unsigned r = 0; r < 16; ++r)
+    for (unsigned k = 0; k < 96; ++k) {
+      const unsigned kb = k / 2, row = (r / 8) * 1024 + (r % 8) * 128;
+      const unsigned want = kb < 32 ? tc::swizzle_addr(0x2000 + row + 96 + kb, 128) : tc::swizzle_addr(0x6000 + row + kb - 32, 128);
+      assert_int_equal(tc::operand_addr(a, 0, 4, r, k), want);
+      tc::Sdesc b = tc::decode_sdesc(fb_tc_sdesc(0x2000 + 48, 0x6000, 1024, FB_TC_SW128, 0, 1));
+      assert_int_equal(tc::operand_addr(b, 0, 4, r, k), tc::swizzle_addr(0x2000 + row + 48 + kb, 128));
+      tc::Sdesc c = tc::decode_sdesc(fb_tc_sdesc(0x2000 + 96, 0x6000, 1024, FB_TC_SW128, 0, 0));
+      assert_int_equal(tc::operand_addr(c, 0, 4, r, k), tc::swizzle_addr(0x2000 + row + 96 + kb, 128));
+      ++checked;
+    }
+  printf("  the absolute-LBO mode: %d element addresses of a 48-byte K row split at its 128-byte row as operand_addr reads them\n", checked);
 }
 
 /* ---- 2. TMA -------------------------------------------------------------------------------------------------- */
@@ -636,7 +659,8 @@ struct BsCase {
   unsigned n;
   int k96, ue8m0; /* ue8m0: NVFP4 (.block16) with UE8M0 scales; .block32 and MXFP8 always */
 };
-enum { BSM_NONE, BSM_SF_ID, BSM_SFB_LEADER_ONLY, BSM_ISSUE_ODD, BSM_CROSS_ROW, BSM_UE4M3, BSM_SF_ID2, BSM_SFB_GROUP4 };
+enum { BSM_NONE, BSM_SF_ID, BSM_SFB_LEADER_ONLY, BSM_ISSUE_ODD, BSM_CROSS_ROW, BSM_UE4M3, BSM_SF_ID2, BSM_SFB_GROUP4,
+       BSM_ABS_K64, BSM_ABS_SW64, BSM_ABS_LBO_MID, BSM_ABS_BASE_OFF };
 struct BsProblem {
   BsCase c;
   unsigned M, N, kmma, steps, kt, blk, nsf, ntot;
@@ -707,6 +731,10 @@ void build_bs(BsProblem &P, const BsCase &c, int mut) {
     unsigned t0 = s * P.nsf, id = t0 % 4, kb = s * P.kmma * eb / 8;
     if (mut == BSM_CROSS_ROW && s == 1) kb = 96; /* 48 bytes from byte 96 of a 128-byte row */
     q.adesc = fb_tc_sdesc(offA + kb, 16, 1024, FB_TC_SW128, 0, 0), q.bdesc = fb_tc_sdesc(offB + kb, 16, 1024, FB_TC_SW128, 0, 0);
+    /* the absolute-LBO mode where the ISA does not allow it, or the model does not take it */
+    if (mut == BSM_ABS_K64 || mut == BSM_ABS_SW64 || mut == BSM_ABS_LBO_MID || mut == BSM_ABS_BASE_OFF)
+      q.adesc = fb_tc_sdesc(offA + kb, mut == BSM_ABS_LBO_MID ? offA + 16 : offA, 1024, mut == BSM_ABS_SW64 ? FB_TC_SW64 : FB_TC_SW128,
+                            mut == BSM_ABS_BASE_OFF ? 1 : 0, 1);
     q.sfa_col = SFA + 4 * (t0 / 4), q.sfb_col = SFB + gb * (t0 / 4), q.acc = s > 0;
     unsigned aid = mut == BSM_SF_ID && s == 0 ? 1 : mut == BSM_SF_ID2 && s == 0 ? 2 : id;
     if (mut == BSM_SFB_GROUP4) q.sfb_col = SFB + 4 * (t0 / 4); /* B's second scale word 4 columns on, not 8 */
@@ -776,6 +804,10 @@ void test_mma_block_scaled_pair(void **state) {
     for (int ue8m0 = 0; ue8m0 < (kind == BS_NVF4 ? 2 : 1); ++ue8m0)
       for (unsigned n : {128u, 256u}) bs_exact(BsCase{kind, 2, n, 1, kind == BS_MXF4 ? 1 : ue8m0}, 103);
   printf("  K = 96 on sm_103a, cta_group::2 M256 x N 128/256: NVFP4 (6 scales a row, ids 0 / 2) and MXFP4 (3, ids 0 / 3): bit-exact\n");
+  /* cta_group::1 at K = 96: CUTLASS's 1-SM atom (the ISA's shape table lists cta_group::2 only) [unverified] */
+  for (unsigned n : {128u, 256u}) bs_exact(BsCase{BS_NVF4, 1, n, 1, 0}, 103);
+  bs_exact(BsCase{BS_MXF4, 1, 128, 1, 1}, 103);
+  printf("  K = 96 on sm_103a, cta_group::1 M128 (CUTLASS's 1-SM reading, unverified) x N 128/256 NVFP4, N 128 MXFP4: bit-exact\n");
 }
 void bs_reported(const BsCase &c, int mut, unsigned arch, const char *want, const char *what) {
   BsProblem P;
@@ -794,8 +826,10 @@ void test_block_scaled_reported(void **state) {
   bs_reported(k64b32, BSM_SF_ID, 100, "scale-factor ids A 1", "MXFP4 K = 64 A scale-factor id 1 (0 or 2)");
   bs_reported(k96, BSM_NONE, 100, "sm_103a only", "K = 96 idesc on sm_100a");
   bs_reported(k96b32, BSM_NONE, 100, "sm_103a only", "K = 96 (.block32) idesc on sm_100a");
-  BsCase k96cg1 = {BS_NVF4, 1, 128, 1, 0};
-  bs_reported(k96cg1, BSM_NONE, 103, "K = 96 with cta_group::1", "K = 96 with cta_group::1 (M = 128)");
+  bs_reported(k96, BSM_ABS_SW64, 103, "only the 128-byte swizzle", "absolute-LBO mode with the 64-byte swizzle");
+  bs_reported(k64b32, BSM_ABS_K64, 100, "absolute-LBO mode with 32-byte K rows", "absolute-LBO mode at K = 64");
+  bs_reported(k96, BSM_ABS_LBO_MID, 103, "starts inside a 128-byte row", "absolute LBO inside a 128-byte row");
+  bs_reported(k96, BSM_ABS_BASE_OFF, 103, "base offset 1 (the ISA requires 0)", "absolute-LBO mode with a base offset");
   bs_reported(k64b32, BSM_ISSUE_ODD, 100, "outside the even CTA", "2-CTA MXFP4 MMA issued from the odd CTA");
   BsCase f8 = {BS_MXF8, 2, 128, 0, 0};
   bs_reported(f8, BSM_ISSUE_ODD, 100, "outside the even CTA", "2-CTA MXFP8 MMA issued from the odd CTA");

@@ -43,7 +43,7 @@ typedef struct {
 } fb_model;
 
 /* Tuning space of one kernel family: the variants left after the recipe's keep() predicate. */
-#define FB_TUNE_MAXPARAMS 8
+#define FB_TUNE_MAXPARAMS 10
 typedef struct {
   char family[16];
   int nparams;

@@ -3,9 +3,11 @@
 // grid of (kind, A/B format, M, N, majorness, scale type, scale-factor ids, K size) the instruction descriptor equals the
 // one CUTLASS's InstrDescriptor / InstrDescriptorBlockScaled bitfields give, and CUTLASS's make_instr_desc templates
 // for the recipe's types; for a grid of (start address, LBO, SBO, layout, base offset, LBO mode) the shared-memory
-// descriptor equals UMMA::SmemDescriptor's; the scale-factor byte offsets equal CuTe's layout
-// Sm1xxBlockScaledConfig<16 | 32>::tile_atom_to_shape_SFA over whole matrices. Exit 0 when all agree, 1 otherwise.
+// descriptor equals UMMA::SmemDescriptor's, and the absolute-LBO descriptors of K = 96 MMAs equal SM103::mma_unpack's
+// (sm_103a); the scale-factor byte offsets equal CuTe's layout Sm1xxBlockScaledConfig<16 | 32>::tile_atom_to_shape_SFA
+// over whole matrices. Exit 0 when all agree, 1 otherwise.
 #include <cute/arch/mma_sm100_desc.hpp>
+#include <cute/atom/mma_traits_sm100.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/detail/sm100_blockscaled_layout.hpp>
 #include <cutlass/numeric_types.h>
@@ -96,6 +98,26 @@ static void sdesc_grid() {
       }
 }
 
+/* K = 96 (sm_103a): CUTLASS's SM103::mma_unpack (cute/atom/mma_traits_sm100.hpp) takes the K-major descriptor of an MMA's
+   48-byte chunk and of the next 128-byte K slice, sets lbo_mode_ = 1 and the LBO field to the next one's start address:
+   the same bits as fb_tc_sdesc(start, next, SBO, SW128, 0, 1), the descriptors gemm_sm100.cuh issues at FB_MMA_K 96 */
+static void sdesc_k96() {
+  using namespace cute;
+  auto L = tile_to_shape(UMMA::Layout_K_SW128_Atom<uint8_t>{}, Shape<_128, _128>{});
+  /* (on the host CuTe prints "ERROR: cast_smem_ptr_to_uint not supported but used." and takes the start address as 0:
+     the start fields are set below) */
+  UMMA::SmemDescriptor base = UMMA::make_umma_desc<UMMA::Major::K>(make_tensor(make_smem_ptr((uint8_t *)nullptr), L));
+  for (uint32_t stage = 0x400; stage < 0x30000; stage += 0x6400)
+    for (int j = 0; j < 8; ++j) { /* MMA j of a 384-byte stage row: three 128-row x 128-byte boxes, 16 KiB apart */
+      const uint32_t x = 48 * j / 128, o = 48 * j % 128, nx = o + 48 > 128 ? x + 1 : x;
+      const uint32_t start = stage + x * 16384 + o, next = stage + nx * 16384;
+      UMMA::SmemDescriptor a = base, n = base;
+      a.start_address_ = uint16_t((start & 0x3FFFF) >> 4), n.start_address_ = uint16_t((next & 0x3FFFF) >> 4);
+      a.lbo_mode_ = 1, a.leading_byte_offset_ = n.start_address_; /* SM103::mma_unpack */
+      EXPECT_EQ(fb_tc_sdesc(start, next, 1024, FB_TC_SW128, 0, 1), uint64_t(a), "K = 96 MMA %d of the stage at 0x%x", j, stage);
+    }
+}
+
 template <int V> static void sf_layout(int M, int K) {
   using namespace cute;
   auto L = cutlass::detail::Sm1xxBlockScaledConfig<V>::tile_atom_to_shape_SFA(make_shape(M, 128, K, 1));
@@ -108,6 +130,7 @@ template <int V> static void sf_layout(int M, int K) {
 int main() {
   idesc_grid();
   sdesc_grid();
+  sdesc_k96();
   sf_layout<16>(256, 1024);
   sf_layout<16>(384, 512);
   sf_layout<32>(128, 2048);

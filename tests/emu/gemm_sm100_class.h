@@ -16,5 +16,6 @@
 #undef FB_TILE_N
 #undef FB_TILE_K
 #undef FB_STAGES
+#undef FB_MMA_K
 #undef FB_TEST_BREAK
 #undef FB_KERNEL

@@ -22,7 +22,9 @@
  * changed after the last fence.proxy.async (a shadow copy of shared memory is the async proxy's view: refreshed
  * at every fence.proxy.async and by TMA writes, compared at every async read); an MMA or cp issued on shared
  * memory a TMA load still writes; descriptors or forms the model does not know (unmodelled, never guessed), and
- * sm_103a-only forms (K = 96) when the kernel runs as sm_100a (set_arch: the arch the emulated kernel stands for). */
+ * sm_103a-only forms (K = 96) when the kernel runs as sm_100a (set_arch: the arch the emulated kernel stands for).
+ * The descriptor's absolute-LBO mode (K = 96's 48-byte chunks split across 128-byte rows) is read as operand_addr
+ * documents; K = 96 with cta_group::1 is taken as CUTLASS has it (M = 128) [unverified]. */
 #ifndef FB_TC_MODEL_H
 #define FB_TC_MODEL_H
 #include <math.h>
@@ -106,7 +108,17 @@ inline Sdesc decode_sdesc(uint64_t d) {
  *   K-major  none: ((8,m),(T,2k)):((1T,SBO),(1,LBO))      swizzled (span S): ((8,m),(T,S/16)):((S/16 T,SBO),(1,T))
  *   MN-major none: ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))   swizzled: ((T,S/16,m),(8,k)):((1,T,LBO),(S/16 T,SBO))
  * then the swizzle on the address itself: bits [4, 4+b) ^= bits [7, 7+b), b = log2(S/16) (Swizzle<b,4,3>).
- * For FP4 the byte holding the element; its nibble is k % 2 (K-major only). */
+ * For FP4 the byte holding the element; its nibble is k % 2 (K-major only).
+ * The LBO mode (descriptor bit 52; PTX ISA 9.7.16.3.1: 0 a relative byte offset, 1 an absolute byte address). In the
+ * absolute mode the LBO field is the address of a second chunk: a K of 48 bytes would overflow the 128-byte boundary if
+ * packed contiguously, so the mode splits it into two chunks, each within an aligned 128-byte boundary, the LBO pointing
+ * at the second (9.7.16.3.1.2, paraphrased); only with the 128-byte swizzle, K-major operands and a base offset of 0
+ * (9.7.16.3.1.2.1).
+ * The model's reading [unverified: the text does not say where the split falls nor how the second chunk's rows are
+ * placed]: a row's K bytes up to the end of its 128-byte row come from the start address, the rest (start % 128 + kb -
+ * 128 on) from the LBO address, at the same row offsets ((r % 8) 128 + (r / 8) SBO) and the same swizzle of the address;
+ * a chunk that does not cross leaves the LBO unused. That is CUTLASS's use (SM103::mma_unpack: the next 128-byte K slice
+ * of the stage, its start address as the LBO, every K = 96 MMA in this mode); e_mma reports the rest. */
 inline unsigned swizzle_span(unsigned layout) { return layout == 2 ? 128 : layout == 4 ? 64 : layout == 6 ? 32 : 0; }
 inline unsigned swizzle_addr(unsigned a, unsigned span) {
   return span ? a ^ (((a >> 7) & (span / 16 - 1)) << 4) : a;
@@ -117,6 +129,8 @@ inline unsigned operand_addr(const Sdesc &s, int mn_major, unsigned ebits, unsig
     unsigned kb = k * ebits / 8;
     if (!S)
       a = s.start + (r / 8) * s.sbo + (r % 8) * 16 + (kb / 16) * s.lbo + kb % 16;
+    else if (s.lbo_abs && s.start % S + kb >= S) /* the absolute-LBO mode: the bytes past the row's end, from the second chunk */
+      a = s.lbo + (r / 8) * s.sbo + (r % 8) * S + (s.start % S + kb - S);
     else
       a = s.start + (r / 8) * s.sbo + (r % 8) * S + kb;
   } else {
@@ -831,11 +845,9 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
               "idesc for sm_100a too)", what, M.arch);
         return;
       }
-      if (cg != 2) {
-        fault("%s: K = 96 with cta_group::1 (the PTX ISA's shape table has K = 96 for cta_group::2, M = 256 only; CUTLASS "
-              "has a 1-SM K = 96 atom: which is right is [unverified], so the model reports it)", what);
-        return;
-      }
+      /* cta_group::1 at M = 128 as well: the PTX ISA's shape table lists K = 96 for cta_group::2, M = 256; CUTLASS has
+         a 1-SM K = 96 atom (SM103_MXF4_ULTRA_SS_VS, M = 128) that its example 89 builds a 1-SM kernel on. The model
+         takes CUTLASS's reading [unverified: which is right needs a GB300]; M is checked below as for K = 64. */
     }
     bool ids_ok = true;
     for (unsigned v : {id.asf, id.d_fmt_or_bsf})
@@ -861,16 +873,35 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
       fault("%s: smem descriptor layout code %u (%s)", what, s->layout, s->layout == 1 ? "128B_BASE32B: not modelled" : "invalid");
       return;
     }
-    if (s->base_off || s->lbo_abs) { fault("%s: smem descriptor base offset / absolute LBO mode: not modelled", what); return; }
+    if (s->lbo_abs) {
+      /* the absolute-LBO mode (PTX ISA 9.7.16.3.1.2): for a K of 48 bytes; only the 128-byte swizzle, K-major, base offset 0
+         (9.7.16.3.1.2.1) */
+      const char c = s == &sa ? 'A' : 'B';
+      if (op.k * ebits / 8 != 48) {
+        fault("%s: %c's descriptor in the absolute-LBO mode with %u-byte K rows (the ISA gives the mode for a K of 48 bytes, "
+              "K = 96 FP4: not modelled otherwise)", what, c, op.k * ebits / 8);
+        return;
+      }
+      if (s->layout != 2) { fault("%s: %c's descriptor in the absolute-LBO mode with layout code %u (the ISA allows only the 128-byte swizzle, code 2)", what, c, s->layout); return; }
+      if (s->base_off) { fault("%s: %c's descriptor in the absolute-LBO mode with base offset %u (the ISA requires 0)", what, c, s->base_off); return; }
+      if (s->lbo % 128) {
+        fault("%s: %c's second chunk (the absolute LBO 0x%x) starts inside a 128-byte row: not modelled (only chunks from a "
+              "row's start are, as CUTLASS places them [unverified])", what, c, s->lbo);
+        return;
+      }
+    }
+    if (s->base_off) { fault("%s: smem descriptor base offset: not modelled", what); return; }
   }
+  if ((sa.lbo_abs && id.a_mn) || (sb.lbo_abs && id.b_mn)) { fault("%s: the absolute-LBO mode with an MN-major operand (the ISA allows K-major only)", what); return; }
   /* a K-major swizzled operand's K bytes must stay inside the swizzle row they start in: K = 96 FP4 (48 bytes) packed
-     contiguously would cross the 128-byte boundary, which the ISA's absolute-LBO mode (not modelled) splits instead */
+     contiguously would cross the 128-byte boundary, which the ISA's absolute-LBO mode splits instead (operand_addr) */
   for (int w = 0; w < 2; ++w) {
     const Sdesc &s = w ? sb : sa;
     unsigned S = swizzle_span(s.layout), kb = op.k * ebits / 8;
-    if (S && !(w ? id.b_mn : id.a_mn) && s.start % S + kb > S) {
-      fault("%s: %c's K bytes %u..%u of its %u-byte swizzle row cross the row's end (48-byte K chunks need the absolute-LBO "
-            "mode: not modelled)", what, w ? 'B' : 'A', s.start % S, s.start % S + kb - 1, S);
+    if (S && !s.lbo_abs && !(w ? id.b_mn : id.a_mn) && s.start % S + kb > S) {
+      fault("%s: %c's K bytes %u..%u of its %u-byte swizzle row cross the row's end in the relative-LBO mode (48-byte K "
+            "chunks across a row take the absolute-LBO mode, descriptor bit 52)", what, w ? 'B' : 'A', s.start % S,
+            s.start % S + kb - 1, S);
       return;
     }
   }
