@@ -9,8 +9,13 @@
  * FB_STAGE (tune value stage; 0 when the generator leaves it out): KiB of shared memory per warp that keep the first
  * FB_STAGE * 32 blocks of the row from pass 1 for pass 2 (the per-token 4/6 BF16 RN path), so that pass 2 reads them
  * from shared memory instead of again through L1/L2 (ncu at S1: 52% more L2 reads than the input, 13% of it read twice
- * from DRAM, pass 2's loads the largest stall). */
+ * from DRAM, pass 2's loads the largest stall).
+ * sm_100a / sm_103a (fb_cvt.h FBF_E2M1_HW): the RN paths (nv_quant_block_rn, nv46_block) take their E2M1 codes from
+ * cvt.rn.satfinite.e2m1x2.f32 of |x| * enc, the sign bits set in software; with 4/6 the two candidates' errors are
+ * computed as before and only the winner is converted. SR, 2D and blocks with a NaN keep the software forms, and every
+ * other arch keeps them all, as before. */
 #include "fb_formats.h"
+#include "fb_cvt.h"
 #include "fb_kparams.h"
 #include "fb_philox.h"
 
@@ -145,7 +150,24 @@ static __device__ __forceinline__ void nv_quant_block_rn(const fb_kp_mem &p, lon
   float base = abn * k;
   unsigned sfc = fbf_e4m3_rn(fminf(base, 448.0f));
   uint2 packed;
+#if FBF_E2M1_HW
+  /* Blackwell: the codes of |x| * enc by the E2M1 conversion (the same RN-even grid point as fbf_e2m1_rn_grid's, the
+   * inputs non-negative and never NaN here), the signs in software; with 4/6 the errors alone, then the winner's codes */
+  float av[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) av[j] = fabsf(v[j]);
 #if FB_FOUR_OVER_SIX
+  const unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f));
+  const float sf6v = fbf_e4m3_dec_cvt(sfc), sf4v = fbf_e4m3_dec_cvt(sf4);
+  const bool four = fbf_nvfp4_err_rn(v, sf4v, s_dec) < fbf_nvfp4_err_rn(v, sf6v, s_dec);
+  sfc = four ? sf4 : sfc;
+  const float enc = fbf_nvfp4_enc(four ? sf4v : sf6v, s_dec);
+#else
+  const float enc = fbf_nvfp4_enc(fbf_e4m3_dec_cvt(sfc), s_dec);
+#endif
+  packed.x = sfc ? fbf_e2m1x8_hw(av, enc) + fbf_nvfp4_signs8(v) : 0u;
+  packed.y = sfc ? fbf_e2m1x8_hw(av + 8, enc) + fbf_nvfp4_signs8(v + 8) : 0u;
+#elif FB_FOUR_OVER_SIX
   /* each candidate's codes packed as they are made (two words kept, not sixteen grid values: fewer registers) */
   unsigned sf4 = fbf_e4m3_rn(fminf(1.5f * base, 448.0f)), p6[2], p4[2];
   float e6 = fbf_nvfp4_cand_rn_codes(v, fbf_e4m3_dec_cvt(sfc), s_dec, p6);
@@ -240,6 +262,21 @@ static __device__ __forceinline__ float nv46_cand(const float v[16], float encs,
   }
   return err;
 }
+#if FBF_E2M1_HW
+/* nv46_cand's squared error alone (the same operations in the same order): the codes come from the E2M1 conversion */
+static __device__ __forceinline__ float nv46_err(const float v[16], float encs, float sf64, float s_dec) {
+  float err = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float av = fabsf(v[j]), a = av * encs;
+    const float pw = __uint_as_float(__float_as_uint(fmaxf(a, 0.015625f)) & 0x7F800000u);
+    const float g = fmaf(pw, -6291456.0f, fmaf(pw, 6291456.0f, a));
+    const float d = (g * sf64) * s_dec - av;
+    err = fmaf(d, d, err);
+  }
+  return err;
+}
+#endif
 /* Eight nibbles from the even (A) and odd (B) elements' code bytes and the signs of the four BF16 words w0..w3 (elements
  * 0..7): the sign bytes replicated (X = s0 s2 s1 s3, Y = s4 s6 s5 s7), gathered into even and odd, put on bit 5 of each
  * code byte, then A >> 2 leaves code | sign << 3 in the low nibble and B << 2 the same in the high one. */
@@ -262,6 +299,19 @@ static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long 
     return;
   }
   const float enc4s = r4 * __uint_as_float((128u - (sf4 >> 3)) << 23);
+#if FBF_E2M1_HW
+  /* Blackwell: both errors, then the winner's codes by the E2M1 conversion of |x| * enc (enc = encs * 64 exactly) */
+  const bool four = nv46_err(v, enc4s, __uint_as_float((sf4 << 20) + (126u << 23)), s_dec) <
+                    nv46_err(v, enc6s, __uint_as_float((sf6 << 20) + (126u << 23)), s_dec);
+  const float enc = (four ? enc4s : enc6s) * 64.0f;
+  float av[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) av[j] = fabsf(v[j]);
+  uint2 packed;
+  packed.x = fbf_e2m1x8_hw(av, enc) + fbf_nvfp4_signs8(v);
+  packed.y = fbf_e2m1x8_hw(av + 8, enc) + fbf_nvfp4_signs8(v + 8);
+  (void)r;
+#else
   unsigned q6[4], q4[4];
   const float e6 = nv46_cand(v, enc6s, __uint_as_float((sf6 << 20) + (126u << 23)), s_dec, q6);
   const float e4 = nv46_cand(v, enc4s, __uint_as_float((sf4 << 20) + (126u << 23)), s_dec, q4);
@@ -269,6 +319,7 @@ static __device__ __forceinline__ void nv46_block(const fb_kp_mem &p, long long 
   uint2 packed;
   packed.x = nv46_pack(four ? q4[0] : q6[0], four ? q4[1] : q6[1], r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w);
   packed.y = nv46_pack(four ? q4[2] : q6[2], four ? q4[3] : q6[3], r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w);
+#endif
   reinterpret_cast<uint2 *>(p.out)[i0 >> 4] = packed;
   reinterpret_cast<unsigned char *>(p.scales)[i0 >> 4] = (unsigned char)(four ? sf4 : sf6);
 }

@@ -2,7 +2,8 @@
 # inspect_sass.sh — `make inspect`: the machine code of the generated kernels for every arch, read with
 # cuobjdump (CUDA's, or the copy `pip install triton` brings): no local memory (LDL/STL: spills or stack
 # arrays) in any kernel, and the conversion instructions we mean to use: F2FP...E4M3 (sm_89+, RN E4M3) and, on
-# sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8); every wgmma GEMM (gemm_*, sm_90a) runs its products
+# sm_100a/sm_103a, F2FP...E8...RP (the rounded-up E8M0 of MXFP8) and F2FP.SATFINITE.E2M1 (the E2M1 codes of every RN NVFP4
+# quantizer, quant_nvfp4_* without _sr / _2d: templates/fb_cvt.h; on no other arch); every wgmma GEMM (gemm_*, sm_90a) runs its products
 # on the tensor cores (HGMMA) and loads by TMA (UTMALDG), every portable one (gemm_*_mma_*, every arch) on mma.sync
 # (HMMA, or QMMA for FP8 where the arch has it) with cp.async loads (LDGSTS), every tcgen05 one (gemm_*_tc_*, sm_100a /
 # sm_103a) on the Blackwell tensor cores (UTCHMMA BF16, UTCQMMA MXFP8, UTCOMMA NVFP4) with TMA loads (UTMALDG), the
@@ -21,9 +22,9 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 ARCHS=${INSPECT_ARCHS:-sm_89 sm_90a sm_100a sm_103a sm_120a}
 "$FB" gen recipes/inkling2_small.lua --arch "$(tr ' ' , <<<"$ARCHS")" --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
 fail=0; n=0; ng=0; nm=0; nt=0
-printf '%-8s %8s %10s %10s %10s %8s %8s %8s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt" "wgmma" "tcgen05" "mma"
+printf '%-8s %8s %10s %10s %10s %10s %8s %8s %8s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt" "E2M1 cvt" "wgmma" "tcgen05" "mma"
 for arch in $ARCHS; do
-  nl=0; ne4=0; ne8=0; nc=0; gw=0; gm=0; gt=0
+  nl=0; ne4=0; ne8=0; ne2=0; nc=0; gw=0; gm=0; gt=0
   for c in "$W"/*.$arch.cubin; do
     s=$("$CO" -sass "$c")
     nc=$((nc+1))
@@ -40,6 +41,13 @@ for arch in $ARCHS; do
     fi
     grep -q 'F2FP.SATFINITE.E4M3' <<<"$s" && ne4=$((ne4+1))
     grep -qE 'F2FP.*E8.*RP' <<<"$s" && ne8=$((ne8+1))
+    e2=0; grep -q 'F2FP.SATFINITE.E2M1' <<<"$s" && e2=1 && ne2=$((ne2+1))
+    case $arch/$(basename "$c") in
+    sm_100a/quant_nvfp4_*_sr_*|sm_103a/quant_nvfp4_*_sr_*|sm_100a/quant_nvfp4_*_2d_*|sm_103a/quant_nvfp4_*_2d_*) ;;
+    sm_100a/quant_nvfp4_*|sm_103a/quant_nvfp4_*) [ $e2 = 1 ] || { echo "  no E2M1 conversion in $(basename "$c")"; fail=1; } ;;
+    sm_100a/*|sm_103a/*) ;;
+    *) [ $e2 = 0 ] || { echo "  an E2M1 conversion instruction on $arch: $(basename "$c")"; fail=1; } ;;
+    esac
     case $(basename "$c") in
     gemm_*_tc_m*)
       gt=$((gt+1))
@@ -58,7 +66,7 @@ for arch in $ARCHS; do
       { grep -q 'HGMMA' <<<"$s" && grep -q 'UTMALDG' <<<"$s"; } || { echo "  no HGMMA or no UTMALDG in $(basename "$c")"; fail=1; } ;;
     esac
   done
-  printf '%-8s %8d %10d %10d %10d %8d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $gw $gt $gm
+  printf '%-8s %8d %10d %10d %10d %10d %8d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $ne2 $gw $gt $gm
   ng=$((ng+gw)); nm=$((nm+gm)); nt=$((nt+gt))
   case $arch in sm_100a|sm_103a) [ $gt -gt 0 ] || { echo "  no tcgen05 GEMM for $arch"; fail=1; } ;; esac
   [ $gm -gt 0 ] || { echo "  no portable GEMM for $arch"; fail=1; }

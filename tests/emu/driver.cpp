@@ -96,6 +96,9 @@ void *compile_kernel(const char *name) {
   const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
   std::string flags = std::string(cxx) + " -std=c++17 -O1 -fPIC -shared -ffp-contract=off -w -Wno-psabi -fsanitize=undefined "
                       "-fno-sanitize-recover=all -DFBEMU_KERNEL -include tests/emu/fb_emu.h -Itemplates";
+  /* a kernel for sm_100a / sm_103a is built as one: templates/fb_cvt.h's conversion wrappers call their models */
+  if (strstr(name, "_sm100a")) flags += " -DFB_EMU_SM=100";
+  else if (strstr(name, "_sm103a")) flags += " -DFB_EMU_SM=103";
   std::string cmd = flags + " -o " + so + " " + f;
   /* make test's memo (FB_EMU_MEMO=DIR: the tuner's sweeps, whose replacement workers load the same kernels again):
      the library of an earlier compile of the same command and preprocessed source is copied in; a new one goes to

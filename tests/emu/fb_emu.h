@@ -60,6 +60,9 @@ typedef struct {
 #include <stdint.h>
 #include <string.h>
 
+/* the conversion instructions' models (templates/fb_cvt.h calls them in a kernel built with FB_EMU_SM = 100 / 103) */
+#include "fb_cvt_model.h"
+
 extern "C" {
 __attribute__((weak)) fbemu_api *fbemu_table = 0; /* set by the emulator after dlopen */
 }
