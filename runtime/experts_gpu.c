@@ -112,9 +112,11 @@ typedef struct {
  * it (best fit; the lowest address among equals), a freed range merges with its free neighbours, so a block the
  * forward freed serves the backward's requests of other sizes (exact size classes held 4.8 GiB for a 2.9 GiB peak at
  * S1). A request no range holds gets a slab of its own; once the pool is empty again (after a backward) and more than
- * one slab exists, they are given back and one slab replaces them, of the step's peak of large blocks plus an eighth (fragmentation:
- * best fit needed 1.07 to 1.09 times the peak at S1), or of their sum where the slab was already that size. */
+ * one slab exists, they are given back and one slab replaces them: the smallest in which the large blocks' allocations
+ * and releases since the pool was last empty, replayed with the same best fit, all find room (at S1 1.07 to 1.09 times
+ * their peak), and never smaller than the largest slab before (so that a step whose sizes vary settles). */
 #define POOL_FREE 512
+#define POOL_EV 2048
 #define SLABS 64
 #define SLAB_RANGES 256
 typedef struct {
@@ -165,6 +167,8 @@ struct fb_gpu_experts {
   slab sl[SLABS];
   int nsl;
   size_t slive, step_peak; /* live bytes in slabs; their most since the pool was last empty */
+  struct { CUdeviceptr p; size_t n; int alloc; } ev[POOL_EV]; /* the large blocks' allocations and releases since then */
+  int nev;                  /* POOL_EV + 1: too many to replay */
   size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
   gofs go[GO_MAX]; /* group_offsets' cache */
   int ngo;
@@ -453,14 +457,57 @@ static void slab_give(fb_gpu_experts *g, CUdeviceptr p, size_t c) {
     return;
   }
 }
+/* whether the step's large-block events (g->ev) all find room in one slab of cap bytes, replayed with slab_take's best
+ * fit and slab_give's merging (offsets from 0) */
+static int slab_replay(const fb_gpu_experts *g, size_t cap) {
+  static blk fr[POOL_EV + 1];
+  static size_t at[POOL_EV];
+  int nfr = 1;
+  fr[0] = (blk){0, cap};
+  for (int e = 0; e < g->nev; ++e) {
+    size_t c = g->ev[e].n;
+    if (g->ev[e].alloc) {
+      int bi = -1;
+      for (int i = 0; i < nfr; ++i)
+        if (fr[i].n >= c && (bi < 0 || fr[i].n < fr[bi].n)) bi = i;
+      if (bi < 0) return 0;
+      at[e] = fr[bi].p;
+      if (fr[bi].n == c) memmove(&fr[bi], &fr[bi + 1], (size_t)(--nfr - bi) * sizeof *fr);
+      else fr[bi].p += c, fr[bi].n -= c;
+    } else {
+      int a = e - 1; /* the live allocation of this address */
+      while (a >= 0 && !(g->ev[a].alloc && g->ev[a].p == g->ev[e].p)) --a;
+      if (a < 0) return 0;
+      size_t p = at[a];
+      int i = 0;
+      while (i < nfr && fr[i].p < p) ++i;
+      const int left = i > 0 && fr[i - 1].p + fr[i - 1].n == p, right = i < nfr && p + c == fr[i].p;
+      if (left && right) fr[i - 1].n += c + fr[i].n, memmove(&fr[i], &fr[i + 1], (size_t)(--nfr - i) * sizeof *fr);
+      else if (left) fr[i - 1].n += c;
+      else if (right) fr[i].p = p, fr[i].n += c;
+      else memmove(&fr[i + 1], &fr[i], (size_t)(nfr - i) * sizeof *fr), fr[i] = (blk){p, c}, ++nfr;
+    }
+  }
+  return 1;
+}
 /* the pool is empty: more than one slab becomes one (see above) */
 static void slab_consolidate(fb_gpu_experts *g) {
   if (g->nsl < 2) return;
+  const size_t G2 = 2u << 20;
   size_t tot = 0, big = 0;
   for (int s = 0; s < g->nsl; ++s) tot += g->sl[s].n, big = g->sl[s].n > big ? g->sl[s].n : big;
-  size_t want = g->step_peak + g->step_peak / 8;
-  if (want <= big) want = tot; /* the one slab of the peak's size was too small: all that was needed */
-  want = (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  size_t want = tot; /* the replay's smallest slab, in 2 MiB steps (tot always holds the step: it did) */
+  if (g->nev <= POOL_EV) {
+    size_t lo = g->step_peak / G2, hi = tot / G2; /* lo fails or is the peak; hi holds */
+    if (lo && slab_replay(g, lo * G2)) hi = lo;
+    while (hi - lo > 1) {
+      size_t mid = (lo + hi) / 2;
+      if (slab_replay(g, mid * G2)) hi = mid;
+      else lo = mid;
+    }
+    want = hi * G2;
+  }
+  if (want < big) want = big;
   for (int s = 0; s < g->nsl; ++s) fb_cu.MemFree(g->sl[s].p), g->held -= g->sl[s].n;
   g->nsl = 0;
   (void)slab_new(g, want); /* on failure (its message stays set, nothing returns it) the next request makes a slab of its own */
@@ -497,7 +544,11 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   g->live += c;
   if (g->trace) fprintf(stderr, "pool + %zu (%s, after %s) arena %p live %zu\n", c, g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
   if (g->live > g->peak) g->peak = g->live, g->peak_phase = g->phase;
-  if (c > (2u << 20) && (g->slive += c) > g->step_peak) g->step_peak = g->slive;
+  if (c > (2u << 20)) {
+    if ((g->slive += c) > g->step_peak) g->step_peak = g->slive;
+    if (g->nev < POOL_EV) g->ev[g->nev].p = *out, g->ev[g->nev].n = c, g->ev[g->nev++].alloc = 1;
+    else g->nev = POOL_EV + 1;
+  }
   return FB_OK;
 }
 static fb_status aalloc_z(arena *a, CUdeviceptr *out, size_t n) {
@@ -510,14 +561,18 @@ static void afree(arena *a) {
   for (int i = 0; i < a->k; ++i) {
     g->live -= a->n[i];
     if (g->trace) fprintf(stderr, "pool - %zu (%s, after %s) arena %p live %zu\n", a->n[i], g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
-    if (a->n[i] > (2u << 20)) slab_give(g, a->p[i], a->n[i]), g->slive -= a->n[i];
+    if (a->n[i] > (2u << 20)) {
+      slab_give(g, a->p[i], a->n[i]), g->slive -= a->n[i];
+      if (g->nev < POOL_EV) g->ev[g->nev].p = a->p[i], g->ev[g->nev].n = a->n[i], g->ev[g->nev++].alloc = 0;
+      else g->nev = POOL_EV + 1;
+    }
     else if (g->nfree < POOL_FREE) g->fr[g->nfree++] = (blk){a->p[i], a->n[i]};
     else fb_cu.MemFree(a->p[i]), g->held -= a->n[i];
   }
   a->k = 0;
   if (!g->live) {
     slab_consolidate(g);
-    g->step_peak = 0;
+    g->step_peak = 0, g->nev = 0;
   }
 }
 /* Give block p of arena a back to the pool now (before the arena ends); a pointer a does not hold (0, or another
