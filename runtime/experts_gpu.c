@@ -8,7 +8,8 @@
  *              backward reuses.
  *   weights    the FP32 masters are quantized by quant_*_f32_row (NVFP4 per-expert or per-tensor outer scales: the amax
  *              kernel first; streams W13 / W2); where the GEMM picked multiplies BF16 products, bcopy makes the exact BF16
- *              copy it takes as B (an FP8 variant of an MXFP8 GEMM, weights_bf16 0, takes the codes and scales). (The GPU
+ *              copy it takes as B, a chunk of experts at a time (gemm_with_b), each chunk's GEMM over its experts' rows
+ *              (an FP8 variant of an MXFP8 GEMM, weights_bf16 0, takes the codes and scales). (The GPU
  *              AdamW kernel writes these directly once the optimizer runs on the GPU; runtime/train.c's AdamW is on the host.)
  *   w13        GEMM with the SwiGLU epilogue: H = X W13^T rounded to BF16 (R x 2F, kept for the backward) and A =
  *              bf16(silu(g) * u) of the BF16 g, u (R x F), as swiglu.cuh would make it from the stored H; then A quantized
@@ -18,6 +19,8 @@
  * backward (MXFP8 with SR, the recipe's)
  *   combine    combine_bwd: dY[row] = bf16(w * bf16(dy[t])) in expert order (padding rows zero) and dtopk_w[t,s] =
  *              <dy[t], Y^[row]> in double, Y^ the S2F6 payload dequantized.
+ *   (dY and dH are quantized along and down their rows as soon as they exist, and their BF16 rows given back: grad_both;
+ *   the requantized weights' BF16 copies are made a chunk of experts at a time, dgrad_b, under an SR index map.)
  *   w2 dgrad   quant_mxfp8_sr_row(dY, stream DY_ROW); requant W2 (NVFP4/MXFP8 -> FP32 -> transposed MXFP8 SR, stream
  *              W2_T) as one E*D x F matrix, as the CPU does (so the SR element indices agree), then its F x (E*D) result
  *              regrouped per expert into (E*F) x D by one launch of the permute kernel's gather pass (a fixed row map;
