@@ -50,9 +50,10 @@
  *            SwiGLU, A, w2 on them; the S2F6 combine rows regathered by source (the permute with top_k 1, index: the
  *            source of each row, -1 on padding; S2F6 rows move as MXFP8's bytes) and sent back; the source combines.
  *   backward dY rows (BF16) out and regrouped as the forward's, dX rows (BF16) back the forward's way back.
- *   random   the owner's SR operands (dY, dH rows and columns, A_T, X_T, the weights' transposes) are indexed by
- *            their local rows (the kernels take no index offset; the CPU path maps them to one rank's): with an RN
- *            backward N ranks reproduce one rank's step as the CPU path does, with SR they differ by the SR noise.
+ *   random   every MXFP8 quantizer with SR draws by the one-rank index of its element (the SR maps, map_rows /
+ *            map_cols / dgrad_b: the owner's rows are rows [g0, g0 + R) of one rank's Rg, its experts [e0, e0 + nE),
+ *            a source's tokens [me T, (me + 1) T)), as the CPU path's srmap does: N ranks give one rank's layer outputs
+ *            byte for byte, SR included (tests/test_bench_layer.sh, --global, at 2 and 4 ranks on the fake driver).
  * The device entry points (fb_gpu_experts_forward_dev / _backward_dev) take and give device tensors and synchronize
  * with the host in the forward only: the row counts (one rank: nothing else), and with the exchange the owner's row maps
  * (one synchronous copy up); the fb_expert_ops copy the host arrays up and down around them. A layer's saved tensors
@@ -637,6 +638,7 @@ typedef struct {
 typedef struct {
   arena mem;
   int N, me, nE, e0;
+  size_t g0, Rg; /* N > 1: the owner's rows are rows [g0, g0 + R) of one rank's layout of Rg rows (the SR maps) */
   int direct;            /* one rank without the exchange: the dispatch permute writes the owner's padded rows, d_rowof
                             holds owner rows, ycq / yce the w2 GEMM's R rows (padding rows included, never read) */
   int32_t *cnt;          /* N x E: rows of every rank for every expert (the allgathered counts) */
@@ -713,10 +715,33 @@ static fb_status group_offsets(fb_gpu_experts *g, unsigned ng, size_t per, CUdev
   return FB_OK;
 }
 
+/* The SR index map of an MXFP8 quantizer with SR (fb_kparams.h sr_*, as fb_mxfp8_quantize_rows_at): element (i, j) of
+ * its output draws the bits of (row0 + i) ld + col0 + j; ld 0: the identity. */
+typedef struct { long long row0, ld, col0; } srmap;
+static fb_status set_srmap(fb_kp_mem *p, const srmap *m) {
+  if (!m || !m->ld) return FB_OK;
+  if (m->ld % 32 || m->col0 % 32 || m->row0 < 0 || m->col0 < 0)
+    return FB_ERR(FB_EINVAL, "experts gpu: SR map (%lld, %lld, %lld): ld and col0 must be multiples of 32", m->row0, m->ld, m->col0);
+  p->sr_row0 = m->row0, p->sr_ld = m->ld, p->sr_col0 = m->col0;
+  return FB_OK;
+}
+/* The SR maps of the owner's operands under expert parallelism (N > 1; NULL on one rank: the identity), so that N ranks
+ * draw the bits one rank draws for the same (token, expert) row (model_experts.c's srmap does the same on the CPU):
+ * a row-wise operand's rows are rows [g0, g0 + R) of one rank's; a column-wise one (stored transposed) its columns */
+static const srmap *map_rows(int N, size_t row0, size_t cols, srmap *m) {
+  if (N < 2) return NULL;
+  *m = (srmap){(long long)row0, (long long)cols, 0};
+  return m;
+}
+static const srmap *map_cols(int N, size_t Rg, size_t g0, srmap *m) {
+  if (N < 2) return NULL;
+  *m = (srmap){0, (long long)Rg, (long long)g0};
+  return m;
+}
 /* Quantize rows x cols (BF16, or FP32 with in_f32) along the rows as q says into *d. NVFP4 per-expert/tensor outer
  * scales (FP32 masters only): the amax of each group of `grows` rows by the amax kernel first. */
-static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
-                            size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+static fb_status quant_rows_m(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
+                              size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, const srmap *map, dq *d) {
   const kent *e;
   fb_kernel_spec k = sp_quant(g, q, 0, in_f32);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -757,12 +782,17 @@ static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int 
   FB_TRY(aalloc(a, &d->c, rows * cols));
   FB_TRY(aalloc(a, &d->s, rows * cols / 32));
   p.out = d->c, p.scales = d->s;
+  FB_TRY(set_srmap(&p, map));
   return run_mem(g, e, &p, (long long)rows, (long long)cols, 0);
+}
+static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
+                            size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+  return quant_rows_m(g, a, q, in_f32, in, rows, cols, grows, seed, stream, step, NULL, d);
 }
 
 /* MXFP8 down the columns of a BF16 rows x cols matrix, stored transposed (cols x rows) */
 static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUdeviceptr in, size_t rows, size_t cols,
-                            uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
+                            uint32_t seed, uint32_t stream, uint32_t step, const srmap *map, dq *d) {
   const kent *e;
   fb_kernel_spec k = sp_quant(g, q, 1, 0);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -774,6 +804,7 @@ static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUde
   memset(&p, 0, sizeof p);
   p.in = in, p.out = d->c, p.scales = d->s, p.rows = (long long)rows, p.cols = (long long)cols;
   p.seed = seed, p.stream = stream, p.step = step;
+  FB_TRY(set_srmap(&p, map));
   return run_mem(g, e, &p, (long long)rows, (long long)cols, 0);
 }
 
@@ -781,16 +812,6 @@ static fb_status quant_cols(fb_gpu_experts *g, arena *a, const fb_qspec *q, CUde
  * requantized as q (MXFP8 SR) along the new rows: cols x rows. kbf16: written as the GEMMs' exact BF16 copy of that
  * (requant_kbf16, one pass: no MXFP8 codes kept, no bcopy); with regroup too, per expert as regroup() lays out transposed
  * weights, (rows / group_rows) cols x group_rows. */
-/* The SR index map of an MXFP8 quantizer with SR (fb_kparams.h sr_*, as fb_mxfp8_quantize_rows_at): element (i, j) of
- * its output draws the bits of (row0 + i) ld + col0 + j; ld 0: the identity. */
-typedef struct { long long row0, ld, col0; } srmap;
-static fb_status set_srmap(fb_kp_mem *p, const srmap *m) {
-  if (!m || !m->ld) return FB_OK;
-  if (m->ld % 32 || m->col0 % 32 || m->row0 < 0 || m->col0 < 0)
-    return FB_ERR(FB_EINVAL, "experts gpu: SR map (%lld, %lld, %lld): ld and col0 must be multiples of 32", m->row0, m->ld, m->col0);
-  p->sr_row0 = m->row0, p->sr_ld = m->ld, p->sr_col0 = m->col0;
-  return FB_OK;
-}
 static fb_status requant_(fb_gpu_experts *g, arena *a, const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t group_rows,
                           uint32_t seed, uint32_t stream, uint32_t step, int kbf16, int regroup, const srmap *map, dq *d) {
   const kent *e;
@@ -1052,9 +1073,9 @@ static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge
   const srmap whole = {0, (long long)((size_t)L->experts * G), (long long)((size_t)s->e0 * G)};
   const int kb = !takes_q_b(ge) && (sq->format == FB_FMT_NVFP4 || sq->format == FB_FMT_MXFP8);
   const size_t ce = bchunk_experts(g, G * cols * 2);
-  if (!kb || ce >= E) { /* one piece; the map only where this rank's experts are not the first (expert parallelism) */
+  if (!kb || ce >= E) { /* one piece; the map only where this rank's experts are not all the layer's (expert parallelism) */
     dq B;
-    FB_TRY(b_requant(g, ph, wt, ge, L, q, sq, src, G, 1, stream, s->e0 ? &whole : NULL, &B));
+    FB_TRY(b_requant(g, ph, wt, ge, L, q, sq, src, G, 1, stream, s->N > 1 ? &whole : NULL, &B));
     FB_TRY(gemm_b(g, ph, ge, &B, ga));
     return gemm_run(g, ge, ga);
   }
@@ -1289,6 +1310,14 @@ static fb_status plan_rows(arena *m, gsaved *s, size_t E, int upload) {
     s->off[j + 1] = s->off[j] + (long long)((g + PAD - 1) / PAD * PAD);
   }
   s->R = (size_t)s->off[nE];
+  s->g0 = s->Rg = 0; /* one rank's layout: every expert's rows from all sources, padded the same way */
+  for (size_t e = 0; e < E; ++e) {
+    size_t t = 0;
+    for (int q = 0; q < N; ++q) t += (size_t)cnt[(size_t)q * E + e];
+    t = (t + PAD - 1) / PAD * PAD;
+    if ((int)e < e0) s->g0 += t;
+    s->Rg += t;
+  }
   if (!upload) return FB_OK;
   int32_t *ridx = malloc((s->Rr + s->R + 1) * 4), *oidx = ridx ? ridx + s->Rr : NULL;
   fb_status rc = FB_OK;
@@ -1367,7 +1396,9 @@ static fb_status fwd_dispatch(fwd_ctx *x) {
     memset(&tok, 0, sizeof tok);
     tok.c = io->x, tok.rows = T, tok.cols = D, tok.f = FB_FMT_BF16;
   } else {
-    FB_TRY(quant_rows(g, x->tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, &tok));
+    srmap mt; /* this rank's tokens are tokens [me T, (me + 1) T) of one rank's */
+    FB_TRY(quant_rows_m(g, x->tmp, &p->fwd_act, 0, io->x, T, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step,
+                        map_rows(s->N, (size_t)s->me * T, D, &mt), &tok));
   }
   int per_tok = tok.f == FB_FMT_NVFP4;
   FB_TRY(fb_payload_planes(tok.f, per_tok, D, b));
@@ -1425,7 +1456,9 @@ static fb_status fwd_dispatch(fwd_ctx *x) {
   X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0, X->orow = per_tok;
   if (qarr) {
     CUdeviceptr xb = X->c;
-    FB_TRY(quant_rows(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step, X));
+    srmap mx;
+    FB_TRY(quant_rows_m(g, m, &p->fwd_act, 0, xb, R ? R : 1, D, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_X), step,
+                        map_rows(s->N, s->g0, D, &mx), X));
     X->rows = R;
     if (X->orow) X->no = R;
   }
@@ -1458,9 +1491,11 @@ static fb_status fwd_weights(fwd_ctx *x) {
       FB_TRY(tcopy(g, &k, win[i], 0, 0, wr[i], wc[i], 0, 0, 0, w[i]->c));
     }
   } else {
-    FB_TRY(quant_rows(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
-                      &s->W13));
-    FB_TRY(quant_rows(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step, &s->W2));
+    srmap m13, m2; /* this rank's experts are experts [e0, e0 + nE) of all */
+    FB_TRY(quant_rows_m(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
+                        map_rows(s->N, (size_t)s->e0 * 2 * F, D, &m13), &s->W13));
+    FB_TRY(quant_rows_m(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step,
+                        map_rows(s->N, (size_t)s->e0 * D, F, &m2), &s->W2));
   }
 
   return FB_OK;
@@ -1498,7 +1533,9 @@ static fb_status fwd_w13(fwd_ctx *x) {
     memset(&s->A, 0, sizeof s->A);
     s->A.c = dA, s->A.cols = F, s->A.f = FB_FMT_BF16;
   } else if (rc == FB_OK) {
-    rc = quant_rows(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step, &s->A);
+    srmap ma;
+    rc = quant_rows_m(g, m, &p->fwd_act, 0, dA, R ? R : 1, F, 0, seed, fb_moe_stream(L->layer, FB_MOE_OP_A), step,
+                      map_rows(s->N, s->g0, F, &ma), &s->A);
     if (s->A.orow) s->A.no = R;
   }
   afree(&da);
@@ -1803,11 +1840,13 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
  * Each phase keeps its scratch in arenas of its own, given back to the pool when the phase ends. Pool blocks are reused
  * in stream order, so a later phase may take them at once. */
 /* G (R x M BF16) quantized along its rows (*r, arena ar: a dgrad's A) and down them (*t, arena at: the wgrad's A) */
-static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer *L, CUdeviceptr G, size_t R, size_t M, int op_r,
-                           int op_t, dq *r, dq *t) {
+static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer *L, const gsaved *s, CUdeviceptr G, size_t R,
+                           size_t M, int op_r, int op_t, dq *r, dq *t) {
   const fb_layer_prec *p = L->prec;
-  FB_TRY(quant_rows(g, ar, &p->bwd_grad, 0, G, R, M, 0, L->seed, fb_moe_stream(L->layer, op_r), L->step, r));
-  return quant_cols(g, at, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_t), L->step, t);
+  srmap mr, mc;
+  FB_TRY(quant_rows_m(g, ar, &p->bwd_grad, 0, G, R, M, 0, L->seed, fb_moe_stream(L->layer, op_r), L->step,
+                      map_rows(s->N, s->g0, M, &mr), r));
+  return quant_cols(g, at, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_t), L->step, map_cols(s->N, s->Rg, s->g0, &mc), t);
 }
 /* w2 dgrad: dA = dYq Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16, arena tmp) */
 static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tmp, fb_moe_layer *L, gsaved *s, const dq *dYq,
@@ -1855,7 +1894,9 @@ static fb_status mx_wgrad_(fb_gpu_experts *g, arena *ph, fb_moe_layer *L, gsaved
   gfit f = {1, 1, (int)M, (int)N, 0};
   const kent *ge;
   FB_TRY(kget(g, &k, &f, &ge));
-  FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s), NULL, &St));
+  srmap mc;
+  FB_TRY(b_requant(g, ph, NULL, ge, L, &p->bwd_saved, &p->fwd_act, S, 0, 0, fb_moe_stream(L->layer, op_s),
+                   map_cols(s->N, s->Rg, s->g0, &mc), &St));
   saved_drop(s, S); /* the saved A or X: its last reader */
   fb_gemm_args ga = {.a = Gt->c, .out = out, .offsets = s->d_off, .a_sf = Gt->s,
                      .rows = (long long)R, .experts = (int)E, .M = (int)M, .N = (int)N};
@@ -1900,7 +1941,7 @@ static fb_status bwd_mx_(fb_gpu_experts *g, arena *tmp, arena *gy, arena *gh, ar
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, R = s->R;
   dq Yr, Yt, Hr, Ht;
   g->phase = "bwd w2 dgrad";
-  FB_TRY(grad_both(g, qr, qt, L, dY, R, D, FB_MOE_OP_DY_ROW, FB_MOE_OP_DY_COL, &Yr, &Yt));
+  FB_TRY(grad_both(g, qr, qt, L, s, dY, R, D, FB_MOE_OP_DY_ROW, FB_MOE_OP_DY_COL, &Yr, &Yt));
   afree(gy); /* dY's BF16 rows: quantized both ways */
   CUdeviceptr dH;
   FB_TRY(mx_w2_dgrad(g, gh, L, s, &Yr, &dH));
@@ -1909,7 +1950,7 @@ static fb_status bwd_mx_(fb_gpu_experts *g, arena *tmp, arena *gy, arena *gh, ar
   FB_TRY(mx_wgrad(g, L, s, &Yt, D, &s->A, F, FB_MOE_OP_A_T, io->dw2));
   afree(qt);
   g->phase = "bwd w13 dgrad";
-  fb_status rc = grad_both(g, qr, qt, L, dH, R, 2 * F, FB_MOE_OP_DH_ROW, FB_MOE_OP_DH_COL, &Hr, &Ht);
+  fb_status rc = grad_both(g, qr, qt, L, s, dH, R, 2 * F, FB_MOE_OP_DH_ROW, FB_MOE_OP_DH_COL, &Hr, &Ht);
   afree(gh); /* dH's BF16 rows: quantized both ways */
   FB_TRY(rc);
   FB_TRY(aalloc(tmp, dXr, R * D * 2));

@@ -65,5 +65,36 @@ wait "${pids[0]}"; rc0=$?; wait "${pids[1]}"; rc1=$?
 fivesame "$W/r0" && grep -q '^RESULT_EP ranks=2 ' "$W/r0" && ! grep -q '^check y (8 tokens)' "$W/r0" && [ "$(nums "$W/r0" "check y vs the FP64 layer")" = "2 " ] && ok \
   || { bad "two ranks: rank 0's report"; grep -E '^check|RESULT' "$W/r0"; }
 [ ! -s "$W/r1" ] && ok || { bad "rank 1 printed (rank 0 alone speaks)"; head -3 "$W/r1"; }
+# N ranks = one rank with SR (issue 24): --global makes every rank build the whole problem (tokens of all ranks, masters of
+# every expert) and take its slice; one rank solves it whole. The SR bits of every backward operand are keyed by the
+# one-rank index of its element (the MXFP8 quantizers' SR index map), so each rank's y, dx, dtopk_w (its tokens) and
+# dW13, dW2 (its experts) equal the one-rank run's slice byte for byte: layer 48 (MXFP8 forward) at 2 ranks, layer 1
+# (NVFP4) at 4. Without the maps dW13, dW2 and dx differ on every rank (checked by hand when the maps were added).
+g="--top-k 2 --d-model 256 --d-ff 128 --iters 1 --routing zipf --global"
+for c in "48 2" "1 4"; do
+  set -- $c; l=$1; n=$2
+  mkdir -p "$W/g1_$l" "$W/gn_$l"
+  LD_LIBRARY_PATH=$MOCK "$BL" $g --layer $l --tokens $((256 * n)) --experts $((4 * n)) --dump "$W/g1_$l" > "$W/g1_$l.log" 2>&1 \
+    || { bad "global, one rank, layer $l: exit $?"; tail -3 "$W/g1_$l.log"; continue; }
+  port=$((29700 + RANDOM % 200)); pids=()
+  for r in $(seq 0 $((n - 1))); do
+    WORLD_SIZE=$n RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port LD_LIBRARY_PATH=$MOCK \
+      "$BL" $g --layer $l --tokens 256 --experts 4 --dump "$W/gn_$l" > "$W/gn_${l}_$r.log" 2>&1 &
+    pids+=($!)
+  done
+  rcs=0
+  for p in "${pids[@]}"; do wait "$p" || rcs=1; done
+  [ $rcs = 0 ] || { bad "global, $n ranks, layer $l: a rank failed"; tail -3 "$W/gn_${l}_0.log"; continue; }
+  same=0; diff=""
+  for r in $(seq 0 $((n - 1))); do
+    for f in "dw13.f32 $((4 * 2 * 128 * 256 * 4))" "dw2.f32 $((4 * 256 * 128 * 4))" "dx.f32 $((256 * 256 * 4))" "y.bf16 $((256 * 256 * 2))" \
+             "dtopk_w.f32 $((256 * 2 * 4))"; do
+      set -- $f
+      if cmp -s -n "$2" -i "$((r * $2)):0" "$W/g1_$l/$1" "$W/gn_$l/rank$r/$1"; then same=$((same + 1)); else diff="$diff rank$r/$1"; fi
+    done
+  done
+  [ $same = $((5 * n)) ] && ok || bad "global, $n ranks, layer $l: differs from one rank's slice:$diff"
+  echo "  layer $l, $n ranks (SR backward): $same of $((5 * n)) rank slices byte-identical to one rank's"
+done
 echo "test_bench_layer.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]

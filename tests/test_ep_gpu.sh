@@ -11,9 +11,11 @@
 #       within test_ep.c's tolerance for the CPU path (2e-3 on loss and aux, relative on |g|); the payload line equal
 #       to the CPU path's (test_ep.sh), ~75% of it to other ranks at 4.
 #   tiny (the recipe as written: SR backward), --gpus 2, 2 steps: step 1's loss and aux identical to one rank's; the
-#       SR bits of the owner's backward operands are keyed by its local rows (the kernels take no index offset), so
-#       from step 2 on it differs from one rank by the SR noise: step 2 against tiny_rn's one rank within 1e-2
-#       (measured: 4.5e-4; SR vs RN on one rank 1.2e-3; a broken expert backward is off by 0.1-1 nat).
+#       SR bits of the owner's backward operands are keyed by their one-rank index (the MXFP8 quantizers' SR maps: the
+#       layer's outputs equal one rank's byte for byte at 2 and 4 ranks, tests/test_bench_layer.sh), but from step 2 on
+#       the replicated gradients (summed over ranks in another order) move the masters apart: step 2 against
+#       tiny_rn's one rank within 1e-2 (measured before the maps: 4.5e-4; SR vs RN on one rank 1.2e-3; a broken
+#       expert backward is off by 0.1-1 nat).
 # The launcher of --gpus N loads libnccl.so.2 and makes the NCCL unique id for its ranks (FOURBIT_NCCL_ID): the NCCL
 # path loads; the ranks then find the fake driver and use the host mesh.
 # Checks read exit codes, the CSV logs and the numbers of the labelled lines (payload, kernels, digests), not sentences.

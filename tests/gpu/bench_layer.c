@@ -36,18 +36,22 @@
 #include "fourbit_train.h"
 #include "../../tuner/tune.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
              "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
-             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR] [--pool-only]\n"
+             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR] [--global] [--pool-only]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
              "--pick mma|wgmma|tcgen05[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
              "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n"
+             "--global: every rank makes the inputs of all ranks (tokens of all, masters of every expert) and takes its slice, so\n"
+             "that N ranks and one rank with N times the tokens and experts solve one problem (with --dump: DIR/rankR per rank).\n"
              "--pool-only: three forwards + backwards on zero inputs, no checks, not timed; prints the pool's peak (with the fake\n"
              "driver's MOCK_POOL_ONLY=1, the host's accounting at shapes too large to compute on the CPU).\n");
 }
@@ -148,7 +152,7 @@ static double silu(double g) { return g / (1 + exp(-g)); }
 int main(int argc, char **argv) {
   const char *picks = NULL, *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL,
              *dump = NULL;
-  int routing_only = 0, pool_only = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
+  int routing_only = 0, pool_only = 0, global = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(s) (!strcmp(a, s) && v && (++i, 1))
@@ -168,6 +172,7 @@ int main(int argc, char **argv) {
     else if (OPT("--dump")) dump = v;
     else if (!strcmp(a, "--routing-only")) routing_only = 1;
     else if (!strcmp(a, "--pool-only")) pool_only = 1;
+    else if (!strcmp(a, "--global")) global = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
   }
@@ -181,11 +186,12 @@ int main(int argc, char **argv) {
   if (nr > 1 && rk) {
     if (!freopen("/dev/null", "w", stdout)) return 1; /* rank 0 speaks */
   }
-  if (nr > 1 && dump) { fprintf(stderr, "bench_layer: --dump is one-rank\n"); return 2; }
+  if (nr > 1 && dump && !global) { fprintf(stderr, "bench_layer: --dump with WORLD_SIZE > 1 needs --global\n"); return 2; }
   if (nr > 1 && (routing_only || rout || peer)) { fprintf(stderr, "bench_layer: the PyTorch peer is one-rank: no --routing-out / --peer with WORLD_SIZE > 1\n"); return 2; }
   const int Eloc = E;
   E = Eloc * nr; /* experts in all */
-  rng ^= 0xD1B54A32D192ED03ull * (uint64_t)(rk + 1);
+  if (!global) rng ^= 0xD1B54A32D192ED03ull * (uint64_t)(rk + 1);
+  const size_t NG = global ? (size_t)nr : 1; /* --global: every rank makes the whole problem, then takes its slice */
   fb_model over = {0};
   over.experts = E, over.top_k = K, over.d_model = D, over.d_ff = F;
   fb_recipe *r = NULL;
@@ -197,15 +203,16 @@ int main(int argc, char **argv) {
 
   /* ---- host data: routing, tokens, masters, dy ---- */
   size_t nT = (size_t)T, nD = (size_t)D, nF = (size_t)F, nE = (size_t)E, nK = (size_t)K;
-  int32_t *idx = malloc(nT * nK * 4);
-  const size_t nEl = (size_t)Eloc; /* this rank's experts: their masters and gradients */
-  float *tw = malloc(nT * nK * 4), *w13 = malloc(nEl * 2 * nF * nD * 4), *w2 = malloc(nEl * nD * nF * 4), *dy = malloc(nT * nD * 4);
-  uint16_t *xb = malloc(nT * nD * 2);
+  int32_t *idx = malloc(NG * nT * nK * 4);
+  const size_t nEl = (size_t)Eloc, nEm = global ? nE : nEl; /* this rank's experts (their masters and gradients); made */
+  float *tw = malloc(NG * nT * nK * 4), *w13 = malloc(nEm * 2 * nF * nD * 4), *w2 = malloc(nEm * nD * nF * 4),
+        *dy = malloc(NG * nT * nD * 4);
+  uint16_t *xb = malloc(NG * nT * nD * 2);
   if (!idx || !tw || !w13 || !w2 || !dy || !xb) { fprintf(stderr, "bench_layer: host memory\n"); return 1; }
   double *zw = malloc(nE * sizeof *zw);
   for (size_t e = 0; e < nE; ++e) zw[e] = 1.0 / (double)(e + 1); /* Zipf, s = 1 */
   long long *cnt = calloc(nE, sizeof *cnt);
-  for (size_t t = 0; t < nT; ++t) {
+  for (size_t t = 0; t < NG * nT; ++t) {
     double ws = 0, wv[64];
     for (size_t s = 0; s < nK; ++s) {
       int e;
@@ -238,13 +245,17 @@ int main(int argc, char **argv) {
   }
   if (routing_only) return 0;
   if (!pool_only) { /* --pool-only: the inputs stay zero (and their host pages untouched) */
-    for (size_t i = 0; i < nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
+    for (size_t i = 0; i < NG * nT * nD; ++i) xb[i] = fb_bf16_from_f32(nrand());
     float s13 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
-    for (size_t i = 0; i < nEl * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
-    for (size_t i = 0; i < nEl * nD * nF; ++i) w2[i] = nrand() * s2;
-    for (size_t i = 0; i < nT * nD; ++i) dy[i] = nrand() * 1e-2f;
+    for (size_t i = 0; i < nEm * 2 * nF * nD; ++i) w13[i] = nrand() * s13;
+    for (size_t i = 0; i < nEm * nD * nF; ++i) w2[i] = nrand() * s2;
+    for (size_t i = 0; i < NG * nT * nD; ++i) dy[i] = nrand() * 1e-2f;
     if (dump) /* BF16 values: a BF16 autograd gradient carries them exactly */
-      for (size_t i = 0; i < nT * nD; ++i) dy[i] = fb_bf16_to_f32(fb_bf16_from_f32(dy[i]));
+      for (size_t i = 0; i < NG * nT * nD; ++i) dy[i] = fb_bf16_to_f32(fb_bf16_from_f32(dy[i]));
+  }
+  if (global) { /* this rank's slice: tokens [rk T, (rk + 1) T), experts [rk E / N, (rk + 1) E / N) */
+    idx += (size_t)rk * nT * nK, tw += (size_t)rk * nT * nK, xb += (size_t)rk * nT * nD, dy += (size_t)rk * nT * nD;
+    w13 += (size_t)rk * nEl * 2 * nF * nD, w2 += (size_t)rk * nEl * nD * nF;
   }
   printf("bench_layer: %s layer %d (fwd %s, bwd %s), %d tokens x top-%d of %d experts = %lld rows (%s: %lld..%lld per expert), "
          "d_model %d, d_ff %d\n", r->name, layer, fb_format_name(prec->fwd_act.format), fb_format_name(prec->bwd_grad.format), T, K, E,
@@ -403,6 +414,13 @@ int main(int argc, char **argv) {
     free(h), free(a), free(yr);
   }
   if (bad) { printf("bench_layer: FAILED a check: not timed\n"); return 1; }
+  if (dump && nr > 1) { /* --global: each rank's slice in DIR/rankR */
+    static char dr[4096];
+    if (strlen(dump) > 4000) { fprintf(stderr, "bench_layer: --dump: path too long\n"); return 2; }
+    snprintf(dr, sizeof dr, "%.4000s/rank%d", dump, rk);
+    if (mkdir(dr, 0777) && errno != EEXIST) { fprintf(stderr, "bench_layer: --dump %s: %s\n", dr, strerror(errno)); return 2; }
+    dump = dr;
+  }
   if (dump) {
     struct { const char *name; const void *p; size_t n; } files[] = {
         {"x.bf16", xb, nT * nD * 2}, {"idx.i32", idx, nT * nK * 4}, {"topk_w.f32", tw, nT * nK * 4},
