@@ -62,19 +62,11 @@ FBF_FN unsigned fbf_e2m1x8_hw(const float av[8], float enc) {
 }
 #endif
 
-/* The squared error of one RN candidate, as fbf_nvfp4_cand_rn computes it (the same grid values, in the same order),
- * without keeping the grid values: 4/6 needs only the two errors, and the winner's codes come from the instruction. */
+/* The squared error of one RN candidate: fbf_nvfp4_cand_rn's itself. 4/6 needs only the two errors (the winner's codes
+ * come from the instruction), so the grid values are dead stores once it is inlined, and the compiler drops them. */
 FBF_FN float fbf_nvfp4_err_rn(const float x[16], float sf, float s_dec) {
-  float enc = fbf_nvfp4_enc(sf, s_dec), err = 0.0f;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int j = 0; j < 16; ++j) {
-    float av = fabsf(x[j]);
-    float d = (fbf_e2m1_rn_grid(av * enc) * sf) * s_dec - av;
-    err = fmaf(d, d, err);
-  }
-  return err;
+  float g[16];
+  return fbf_nvfp4_cand_rn(x, sf, s_dec, g);
 }
 
 #endif
