@@ -243,9 +243,9 @@ tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
 # under it (tests/emu/tc_tile_mma.cuh): unit/test_tc_model, one of check's tiers; the headers it is built from
 $(BUILD)/tests/test_tc_model: tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_tile_mma.cuh \
                               tests/emu/fb_tmap_rec.h templates/fb_tc_ops.h templates/fb_tcgen05.h
-$(BUILD)/tests/test_emu: tests/emu/emu_core.h tests/emu/fb_emu.h
+$(BUILD)/tests/test_emu: tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/one_variant.h
 # the conversion models (tests/emu/fb_cvt_model.h) and the sm_100a NVFP4 quantizers run under them: unit/test_cvt_model
-$(BUILD)/tests/test_cvt_model: tests/emu/fb_cvt_model.h tests/emu/emu_core.h tests/emu/fb_emu.h templates/fb_cvt.h templates/fb_formats.h \
+$(BUILD)/tests/test_cvt_model: tests/emu/one_variant.h tests/emu/fb_cvt_model.h tests/emu/emu_core.h tests/emu/fb_emu.h templates/fb_cvt.h templates/fb_formats.h \
                                templates/quant_nvfp4.cuh
 # the fake driver writes tensor maps in the layout the functional model reads (tests/emu/fb_tmap_rec.h); make test
 # runs test_tc_model under it too, where it also loads through the maps runtime/gemm_host.c encodes

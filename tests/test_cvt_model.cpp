@@ -48,6 +48,7 @@ extern "C" {
 
 #include "fourbit.h"
 #include "fb_kparams.h"
+#include "emu/one_variant.h"
 
 #include "emu/emu_core.h"
 #include "emu/fb_cvt_model.h"
@@ -239,23 +240,9 @@ fb_kernel_spec qspec_kernel(const char *name, fb_gran outer, int four_over_six, 
 
 /* generate the variant with these tune values, compile it as the emulator's sm_100a build (FB_EMU_SM=100), load it */
 int add_kernel(const fb_kernel_spec &k, std::vector<std::pair<const char *, int>> params) {
-  fb_tune_family fam;
-  memset(&fam, 0, sizeof fam);
-  snprintf(fam.family, sizeof fam.family, "%s", k.family);
-  int vals[FB_TUNE_MAXPARAMS];
-  fam.nparams = (int)params.size(), fam.nvariants = 1, fam.values = vals;
-  for (size_t i = 0; i < params.size(); ++i) snprintf(fam.param[i], sizeof fam.param[i], "%s", params[i].first), vals[i] = params[i].second;
-  fb_variant *vs = NULL;
-  int nv = 0, pruned = 0;
-  char why[256] = "";
-  if (fb_gen_variants(&k, &fam, &vs, &nv, &pruned, why, sizeof why) != FB_OK || nv != 1) {
-    printf("    %s: no variant (%s %s)\n", k.name, fb_errmsg(), why);
-    free(vs);
-    return 0;
-  }
   Kern e;
-  e.k = k, e.v = vs[0], e.fn = NULL;
-  free(vs);
+  e.k = k, e.fn = NULL;
+  if (!fbemu_one_variant(k, params, &e.v)) return 0;
   char *src = NULL;
   if (fb_gen_source(&e.k, &e.v, "tests/test_cvt_model.cpp", "-", &src) != FB_OK) { printf("    %s\n", fb_errmsg()); return 0; }
   std::string f = std::string(tmpdir) + "/" + e.v.name + ".cpp", so = std::string(tmpdir) + "/" + e.v.name + ".so";

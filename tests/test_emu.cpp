@@ -36,6 +36,7 @@ extern "C" {
 
 #include "fourbit.h"
 #include "fb_kparams.h"
+#include "emu/one_variant.h"
 
 #include "emu/emu_core.h"
 using fbemu::api;
@@ -85,24 +86,12 @@ int g_setup_failed;
 
 /* the variant of spec k with these tune values (a one-variant family) */
 void add_kernel(const fb_kernel_spec &k, std::vector<std::pair<const char *, int>> params) {
-  fb_tune_family fam;
-  memset(&fam, 0, sizeof fam);
-  snprintf(fam.family, sizeof fam.family, "%s", k.family);
-  int vals[FB_TUNE_MAXPARAMS];
-  fam.nparams = (int)params.size(), fam.nvariants = 1, fam.values = vals;
-  for (size_t i = 0; i < params.size(); ++i) snprintf(fam.param[i], sizeof fam.param[i], "%s", params[i].first), vals[i] = params[i].second;
-  fb_variant *vs = NULL;
-  int nv = 0, pruned = 0;
-  char why[256];
-  if (fb_gen_variants(&k, &fam, &vs, &nv, &pruned, why, sizeof why) != FB_OK || nv != 1) {
-    printf("    %s: no variant (%s %s)\n", k.name, fb_errmsg(), why);
+  Kern e;
+  e.k = k, e.fn = NULL;
+  if (!fbemu_one_variant(k, params, &e.v)) {
     g_setup_failed = 1;
-    free(vs);
     return;
   }
-  Kern e;
-  e.k = k, e.v = vs[0], e.fn = NULL;
-  free(vs);
   kerns.push_back(e);
 }
 
