@@ -403,19 +403,49 @@ static size_t size_class(size_t n) {
 /* Pool memory is not zeroed (a step would otherwise write gigabytes of zeros at S1): every buffer below is written
  * whole by its kernel before it is read, except those taken with aalloc_z (kernels that leave rows alone or
  * accumulate into them). tests/gpu/mock_libcuda.c fills fresh allocations with a NaN pattern to hold us to that. */
+/* A list of free ranges, sorted by address and merged: the smallest range that holds c bytes (the lowest address among
+ * equals; -1: none), c bytes cut from the front of range i, and a range given back, merged with its neighbours (cap:
+ * the list's room; a range that finds none is lost). The slabs' lists, and slab_replay's. */
+static int ranges_best(const blk *fr, int nfr, size_t c) {
+  int bi = -1;
+  for (int i = 0; i < nfr; ++i)
+    if (fr[i].n >= c && (bi < 0 || fr[i].n < fr[bi].n)) bi = i;
+  return bi;
+}
+static CUdeviceptr ranges_cut(blk *fr, int *nfr, int i, size_t c) {
+  CUdeviceptr p = fr[i].p;
+  if (fr[i].n == c) memmove(&fr[i], &fr[i + 1], (size_t)(--*nfr - i) * sizeof *fr);
+  else fr[i].p += c, fr[i].n -= c;
+  return p;
+}
+static void ranges_put(blk *fr, int *nfr, int cap, CUdeviceptr p, size_t c) {
+  int i = 0;
+  while (i < *nfr && fr[i].p < p) ++i;
+  const int left = i > 0 && fr[i - 1].p + fr[i - 1].n == p, right = i < *nfr && p + c == fr[i].p;
+  if (left && right) {
+    fr[i - 1].n += c + fr[i].n;
+    memmove(&fr[i], &fr[i + 1], (size_t)(--*nfr - i) * sizeof *fr);
+  } else if (left) {
+    fr[i - 1].n += c;
+  } else if (right) {
+    fr[i].p = p, fr[i].n += c;
+  } else if (*nfr < cap) {
+    memmove(&fr[i + 1], &fr[i], (size_t)(*nfr - i) * sizeof *fr);
+    fr[i] = (blk){p, c};
+    ++*nfr;
+  } /* else: lost until the slab is replaced (never seen: a step leaves a few dozen ranges) */
+}
 /* large blocks: the best-fit range of the slabs, or a new slab (see above) */
 static int slab_take(fb_gpu_experts *g, size_t c, CUdeviceptr *out) {
   int bs = -1, bi = -1;
-  for (int s = 0; s < g->nsl; ++s)
-    for (int i = 0; i < g->sl[s].nfr; ++i) {
-      const blk *r = &g->sl[s].fr[i];
-      if (r->n >= c && (bs < 0 || r->n < g->sl[bs].fr[bi].n || (r->n == g->sl[bs].fr[bi].n && r->p < g->sl[bs].fr[bi].p))) bs = s, bi = i;
-    }
+  for (int s = 0; s < g->nsl; ++s) {
+    const int i = ranges_best(g->sl[s].fr, g->sl[s].nfr, c);
+    if (i < 0) continue;
+    const blk *r = &g->sl[s].fr[i], *b = bs < 0 ? NULL : &g->sl[bs].fr[bi];
+    if (!b || r->n < b->n || (r->n == b->n && r->p < b->p)) bs = s, bi = i;
+  }
   if (bs < 0) return 0;
-  slab *sl = &g->sl[bs];
-  *out = sl->fr[bi].p;
-  if (sl->fr[bi].n == c) memmove(&sl->fr[bi], &sl->fr[bi + 1], (size_t)(--sl->nfr - bi) * sizeof *sl->fr);
-  else sl->fr[bi].p += c, sl->fr[bi].n -= c;
+  *out = ranges_cut(g->sl[bs].fr, &g->sl[bs].nfr, bi, c);
   return 1;
 }
 static fb_status slab_new(fb_gpu_experts *g, size_t n) {
@@ -440,56 +470,30 @@ static fb_status slab_new(fb_gpu_experts *g, size_t n) {
   return FB_OK;
 }
 static void slab_give(fb_gpu_experts *g, CUdeviceptr p, size_t c) {
-  for (int s = 0; s < g->nsl; ++s) {
-    slab *sl = &g->sl[s];
-    if (p < sl->p || p >= sl->p + sl->n) continue;
-    int i = 0;
-    while (i < sl->nfr && sl->fr[i].p < p) ++i;
-    const int left = i > 0 && sl->fr[i - 1].p + sl->fr[i - 1].n == p, right = i < sl->nfr && p + c == sl->fr[i].p;
-    if (left && right) {
-      sl->fr[i - 1].n += c + sl->fr[i].n;
-      memmove(&sl->fr[i], &sl->fr[i + 1], (size_t)(--sl->nfr - i) * sizeof *sl->fr);
-    } else if (left) {
-      sl->fr[i - 1].n += c;
-    } else if (right) {
-      sl->fr[i].p = p, sl->fr[i].n += c;
-    } else if (sl->nfr < SLAB_RANGES) {
-      memmove(&sl->fr[i + 1], &sl->fr[i], (size_t)(sl->nfr - i) * sizeof *sl->fr);
-      sl->fr[i] = (blk){p, c};
-      sl->nfr++;
-    } /* else: a range lost until the slab is replaced (never seen: a step leaves a few dozen ranges) */
-    return;
-  }
+  for (int s = 0; s < g->nsl; ++s)
+    if (p >= g->sl[s].p && p < g->sl[s].p + g->sl[s].n) {
+      ranges_put(g->sl[s].fr, &g->sl[s].nfr, SLAB_RANGES, p, c);
+      return;
+    }
 }
 /* whether the step's large-block events (g->ev) all find room in one slab of cap bytes, replayed with slab_take's best
  * fit and slab_give's merging (offsets from 0) */
 static int slab_replay(const fb_gpu_experts *g, size_t cap) {
   static blk fr[POOL_EV + 1];
-  static size_t at[POOL_EV];
+  static CUdeviceptr at[POOL_EV];
   int nfr = 1;
   fr[0] = (blk){0, cap};
   for (int e = 0; e < g->nev; ++e) {
     size_t c = g->ev[e].n;
     if (g->ev[e].alloc) {
-      int bi = -1;
-      for (int i = 0; i < nfr; ++i)
-        if (fr[i].n >= c && (bi < 0 || fr[i].n < fr[bi].n)) bi = i;
-      if (bi < 0) return 0;
-      at[e] = fr[bi].p;
-      if (fr[bi].n == c) memmove(&fr[bi], &fr[bi + 1], (size_t)(--nfr - bi) * sizeof *fr);
-      else fr[bi].p += c, fr[bi].n -= c;
+      const int i = ranges_best(fr, nfr, c);
+      if (i < 0) return 0;
+      at[e] = ranges_cut(fr, &nfr, i, c);
     } else {
       int a = e - 1; /* the live allocation of this address */
       while (a >= 0 && !(g->ev[a].alloc && g->ev[a].p == g->ev[e].p)) --a;
       if (a < 0) return 0;
-      size_t p = at[a];
-      int i = 0;
-      while (i < nfr && fr[i].p < p) ++i;
-      const int left = i > 0 && fr[i - 1].p + fr[i - 1].n == p, right = i < nfr && p + c == fr[i].p;
-      if (left && right) fr[i - 1].n += c + fr[i].n, memmove(&fr[i], &fr[i + 1], (size_t)(--nfr - i) * sizeof *fr);
-      else if (left) fr[i - 1].n += c;
-      else if (right) fr[i].p = p, fr[i].n += c;
-      else memmove(&fr[i + 1], &fr[i], (size_t)(nfr - i) * sizeof *fr), fr[i] = (blk){p, c}, ++nfr;
+      ranges_put(fr, &nfr, POOL_EV + 1, at[a], c);
     }
   }
   return 1;
@@ -1022,6 +1026,16 @@ static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   FB_TRY(kget(g, k, f, &e));
   return gemm_run(g, e, ga);
 }
+/* experts [e0, e0 + n) of a quantized weight w of `per` rows an expert (NVFP4 or MXFP8): codes, block scales and, with
+ * one per expert, the outer scales */
+static dq dq_experts(const dq *w, size_t per, size_t e0, size_t n) {
+  const int nv = w->f == FB_FMT_NVFP4;
+  dq sub = *w;
+  sub.rows = n * per;
+  sub.c = w->c + e0 * per * w->cols / (nv ? 2 : 1), sub.s = w->s + e0 * per * w->cols / (nv ? 16 : 32);
+  if (nv && w->no > 1 && w->no * per == w->rows) sub.o = w->o + e0 * sizeof(float), sub.no = n;
+  return sub;
+}
 /* experts a chunk of the weights' BF16 copies takes (dgrad_b, gemm_with_b): what fits BCHUNK_BYTES, or
  * FOURBIT_GPU_BCHUNK's */
 #define BCHUNK_BYTES ((size_t)256 << 20)
@@ -1036,21 +1050,18 @@ static size_t bchunk_experts(const fb_gpu_experts *g, size_t bytes_per_expert) {
 static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
   const kent *e;
   FB_TRY(kget(g, k, f, &e));
-  const size_t E = (size_t)ga->experts, per = E ? B->rows / E : 0, K = B->cols;
-  const int nv = B->f == FB_FMT_NVFP4;
-  const size_t ce = bchunk_experts(g, per * K * 2);
+  const size_t E = (size_t)ga->experts, per = E ? B->rows / E : 0;
+  const size_t ce = bchunk_experts(g, per * B->cols * 2);
   if ((takes_q_b(e) && e->spec.src.format != FB_FMT_BF16) || B->f == FB_FMT_BF16 || ce >= E || !per || B->rows % E) {
     FB_TRY(gemm_b(g, a, e, B, ga));
     return gemm_run(g, e, ga);
   }
   for (size_t e0 = 0; e0 < E; e0 += ce) {
     const size_t n = ce < E - e0 ? ce : E - e0;
-    dq sub = *B;
-    sub.rows = n * per;
-    sub.c = B->c + e0 * per * K / (nv ? 2 : 1), sub.s = B->s + e0 * per * K / (nv ? 16 : 32);
+    const dq sub = dq_experts(B, per, e0, n);
     fb_gemm_args c = *ga;
     c.offsets = ga->offsets + e0 * sizeof(long long), c.experts = (int)n;
-    if (nv && B->no == E && ga->b_outer) c.b_outer = ga->b_outer + e0 * sizeof(float); /* per-expert S_dec */
+    if (ga->b_outer) c.b_outer = ga->b_outer + (sub.o - B->o); /* per-expert S_dec: the chunk's */
     arena ca = {.g = g};
     fb_status rc = bf16copy(g, &ca, &sub, &c.b);
     if (rc == FB_OK) rc = gemm_run(g, e, &c);
@@ -1079,13 +1090,10 @@ static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge
     FB_TRY(gemm_b(g, ph, ge, &B, ga));
     return gemm_run(g, ge, ga);
   }
-  const int nv = src->f == FB_FMT_NVFP4;
   for (size_t e0 = 0; e0 < E; e0 += ce) {
     const size_t n = ce < E - e0 ? ce : E - e0;
-    dq sub = *src, B;
-    sub.rows = n * G;
-    sub.c = src->c + e0 * G * cols / (nv ? 2 : 1), sub.s = src->s + e0 * G * cols / (nv ? 16 : 32);
-    if (nv && sq->outer == FB_GRAN_EXPERT) sub.o = src->o + e0 * sizeof(float), sub.no = n;
+    const dq sub = dq_experts(src, G, e0, n);
+    dq B;
     srmap m = whole;
     m.col0 += (long long)(e0 * G);
     arena ca = {.g = g};
