@@ -116,9 +116,13 @@ typedef struct {
  * it (best fit; the lowest address among equals), a freed range merges with its free neighbours, so a block the
  * forward freed serves the backward's requests of other sizes (exact size classes held 4.8 GiB for a 2.9 GiB peak at
  * S1). A request no range holds gets a slab of its own; once the pool is empty again (after a backward) and more than
- * one slab exists, they are given back and one slab replaces them: the smallest in which the large blocks' allocations
- * and releases since the pool was last empty, replayed with the same best fit, all find room (at S1 1.07 to 1.09 times
- * their peak), and never smaller than the largest slab before (so that a step whose sizes vary settles). */
+ * one slab exists, they are given back and one slab replaces them, placed knowing the whole step: the large blocks'
+ * allocations and releases since the pool was last empty are packed offline (slab_pack: each block's life is known,
+ * so blocks that never live at the same time share bytes), and the k-th large request of the next steps takes its
+ * planned address when its size is the plan's and that range is free (else best fit, else a new slab, and the next
+ * consolidation plans again). At S1 the slab is then the live peak (online best fit's replay needed 1.07 to 1.09 times
+ * it; FOURBIT_POOL_PLAN=0 keeps that). The slab is never smaller than the largest slab before (so that a step whose
+ * sizes vary settles). */
 #define POOL_FREE 512
 #define POOL_EV 2048
 #define SLABS 64
@@ -173,6 +177,8 @@ struct fb_gpu_experts {
   size_t slive, step_peak; /* live bytes in slabs; their most since the pool was last empty */
   struct { CUdeviceptr p; size_t n; int alloc; } ev[POOL_EV]; /* the large blocks' allocations and releases since then */
   int nev;                  /* POOL_EV + 1: too many to replay */
+  blk place[POOL_EV];       /* the last consolidation's placement: the k-th large allocation since the pool was empty */
+  int nplace, kal;          /* takes address place[k].p if its size is place[k].n and that range is free; kal: k now */
   size_t live, peak, held; /* bytes handed out now, the most at once, allocated from the driver */
   gofs go[GO_MAX]; /* group_offsets' cache */
   int ngo;
@@ -183,6 +189,7 @@ struct fb_gpu_experts {
   const char *phase, *last;
   const char *peak_phase; /* the phase that set the pool's peak (NULL: outside any) */
   int trace;              /* FOURBIT_POOL_TRACE set: every pool allocation and release on stderr */
+  int noplan;             /* FOURBIT_POOL_PLAN=0: the slab sized by the online best fit's replay, no planned placement */
   int bchunk;             /* FOURBIT_GPU_BCHUNK=n: the weights' dgrad B copies n experts at a time (tests); 0: by bytes */
   prec pr[PROF_MAX];
 };
@@ -435,8 +442,33 @@ static void ranges_put(blk *fr, int *nfr, int cap, CUdeviceptr p, size_t c) {
     ++*nfr;
   } /* else: lost until the slab is replaced (never seen: a step leaves a few dozen ranges) */
 }
-/* large blocks: the best-fit range of the slabs, or a new slab (see above) */
+/* c bytes at address p cut from the range of the list that holds them whole (0: none does, or no room to split) */
+static int ranges_at(blk *fr, int *nfr, int cap, CUdeviceptr p, size_t c) {
+  for (int i = 0; i < *nfr; ++i) {
+    if (fr[i].p > p) return 0;
+    if (p + c > fr[i].p + fr[i].n) continue;
+    const blk r = fr[i];
+    if (r.p == p) return ranges_cut(fr, nfr, i, c), 1;
+    if (p + c == r.p + r.n) return fr[i].n -= c, 1;
+    if (*nfr == cap) return 0;
+    memmove(&fr[i + 2], &fr[i + 1], (size_t)(*nfr - i - 1) * sizeof *fr);
+    fr[i].n = p - r.p, fr[i + 1] = (blk){p + c, r.p + r.n - p - c};
+    ++*nfr;
+    return 1;
+  }
+  return 0;
+}
+/* large blocks: the plan's address where it applies, else the best-fit range of the slabs, else a new slab (see
+ * above) */
 static int slab_take(fb_gpu_experts *g, size_t c, CUdeviceptr *out) {
+  const int k = g->kal;
+  if (k < g->nplace && g->place[k].n == c)
+    for (int s = 0; s < g->nsl; ++s)
+      if (g->place[k].p >= g->sl[s].p && g->place[k].p < g->sl[s].p + g->sl[s].n) {
+        if (!ranges_at(g->sl[s].fr, &g->sl[s].nfr, SLAB_RANGES, g->place[k].p, c)) break;
+        *out = g->place[k].p;
+        return 1;
+      }
   int bs = -1, bi = -1;
   for (int s = 0; s < g->nsl; ++s) {
     const int i = ranges_best(g->sl[s].fr, g->sl[s].nfr, c);
@@ -477,10 +509,9 @@ static void slab_give(fb_gpu_experts *g, CUdeviceptr p, size_t c) {
     }
 }
 /* whether the step's large-block events (g->ev) all find room in one slab of cap bytes, replayed with slab_take's best
- * fit and slab_give's merging (offsets from 0) */
-static int slab_replay(const fb_gpu_experts *g, size_t cap) {
+ * fit and slab_give's merging (offsets from 0, each allocation's in at[event]) */
+static int slab_replay(const fb_gpu_experts *g, size_t cap, CUdeviceptr *at) {
   static blk fr[POOL_EV + 1];
-  static CUdeviceptr at[POOL_EV];
   int nfr = 1;
   fr[0] = (blk){0, cap};
   for (int e = 0; e < g->nev; ++e) {
@@ -498,27 +529,116 @@ static int slab_replay(const fb_gpu_experts *g, size_t cap) {
   }
   return 1;
 }
+/* The step's large blocks placed knowing all of it: a block lives from its allocation event to its release (t0, t1);
+ * two blocks may share bytes only if their lives do not overlap. pack_order places them in the order ord, each in the
+ * smallest gap between the placed blocks that live at the same time (else above them all), and returns the slab size
+ * that needs (offsets in at[], blocks by offset in byoff[]). */
+typedef struct {
+  size_t n;
+  int t0, t1;
+} lblk;
+static size_t pack_order(const lblk *b, int nb, const int *ord, size_t *at, int *byoff) {
+  size_t top = 0;
+  for (int i = 0, np = 0; i < nb; ++i, ++np) {
+    const lblk *x = &b[ord[i]];
+    size_t lo = 0, best = SIZE_MAX, gap = SIZE_MAX;
+    for (int k = 0; k <= np; ++k) {
+      const lblk *y = k < np ? &b[byoff[k]] : NULL;
+      if (y && !(y->t0 < x->t1 && x->t0 < y->t1)) continue;
+      const size_t hi = y ? at[byoff[k]] : SIZE_MAX;
+      if (hi > lo && hi - lo >= x->n && (best == SIZE_MAX || hi - lo < gap)) best = lo, gap = hi - lo;
+      if (y && at[byoff[k]] + y->n > lo) lo = at[byoff[k]] + y->n;
+    }
+    at[ord[i]] = best;
+    if (best + x->n > top) top = best + x->n;
+    int k = np;
+    for (; k > 0 && at[byoff[k - 1]] > best; --k) byoff[k] = byoff[k - 1];
+    byoff[k] = ord[i];
+  }
+  return top;
+}
+/* The placement of the step's large blocks in one slab (each allocation event's offset in at[event]; returns the slab
+ * size, 0: an event without its allocation). Three orders first (largest, longest-lived, largest size x life first),
+ * then a local search from the best of them (one block moved to another place in the order, kept if the slab does not
+ * grow; a fixed seed, so the same steps give the same placement) until the slab is the live peak (floor: no placement
+ * needs less) or the work budget is spent. Online best fit needed 1.07 times the peak at S1; this reaches the peak
+ * there (docs/design.md, "Runtime"). */
+static size_t slab_pack(const fb_gpu_experts *g, size_t floor, CUdeviceptr *at) {
+  static lblk b[POOL_EV];
+  static int ev_of[POOL_EV], ord[POOL_EV], o2[POOL_EV], byoff[POOL_EV];
+  static size_t off[POOL_EV], off2[POOL_EV];
+  int nb = 0;
+  for (int e = 0; e < g->nev; ++e) {
+    if (g->ev[e].alloc) {
+      ev_of[nb] = e, b[nb++] = (lblk){g->ev[e].n, e, g->nev};
+      continue;
+    }
+    int a = nb - 1; /* the live block of this address */
+    while (a >= 0 && !(g->ev[ev_of[a]].p == g->ev[e].p && b[a].t1 == g->nev)) --a;
+    if (a < 0) return 0;
+    b[a].t1 = e;
+  }
+  if (!nb) return 0;
+  size_t top = SIZE_MAX;
+  for (int h = 0; h < 3; ++h) {
+    for (int i = 0; i < nb; ++i) o2[i] = i;
+    for (int i = 1; i < nb; ++i) /* insertion sort, stable: the earlier allocation first among equals */
+      for (int j = i; j > 0; --j) {
+        const lblk *x = &b[o2[j]], *y = &b[o2[j - 1]];
+        const double kx = h == 0 ? (double)x->n : h == 1 ? x->t1 - x->t0 : (double)x->n * (x->t1 - x->t0);
+        const double ky = h == 0 ? (double)y->n : h == 1 ? y->t1 - y->t0 : (double)y->n * (y->t1 - y->t0);
+        if (kx <= ky) break;
+        const int t = o2[j];
+        o2[j] = o2[j - 1], o2[j - 1] = t;
+      }
+    const size_t v = pack_order(b, nb, o2, off2, byoff);
+    if (v < top) top = v, memcpy(ord, o2, (size_t)nb * sizeof *ord), memcpy(off, off2, (size_t)nb * sizeof *off);
+  }
+  const long iters = 40000000L / ((long)nb * nb) < 4000 ? 40000000L / ((long)nb * nb) : 4000;
+  uint64_t r = 0x9E3779B97F4A7C15ull;
+  for (long it = 0; it < iters && top > floor; ++it) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    const int i = (int)(r % (uint64_t)nb), j = (int)((r >> 32) % (uint64_t)nb);
+    memcpy(o2, ord, (size_t)nb * sizeof *ord);
+    const int x = o2[i];
+    if (i < j) memmove(&o2[i], &o2[i + 1], (size_t)(j - i) * sizeof *o2);
+    else memmove(&o2[j + 1], &o2[j], (size_t)(i - j) * sizeof *o2);
+    o2[j] = x;
+    const size_t v = pack_order(b, nb, o2, off2, byoff);
+    if (v <= top) top = v, memcpy(ord, o2, (size_t)nb * sizeof *ord), memcpy(off, off2, (size_t)nb * sizeof *off);
+  }
+  for (int k = 0; k < nb; ++k) at[ev_of[k]] = off[k];
+  return top;
+}
 /* the pool is empty: more than one slab becomes one (see above) */
 static void slab_consolidate(fb_gpu_experts *g) {
   if (g->nsl < 2) return;
+  static CUdeviceptr at[POOL_EV], atr[POOL_EV];
   const size_t G2 = 2u << 20;
   size_t tot = 0, big = 0;
   for (int s = 0; s < g->nsl; ++s) tot += g->sl[s].n, big = g->sl[s].n > big ? g->sl[s].n : big;
   size_t want = tot; /* the replay's smallest slab, in 2 MiB steps (tot always holds the step: it did) */
+  int planned = 0;
   if (g->nev <= POOL_EV) {
     size_t lo = g->step_peak / G2, hi = tot / G2; /* lo fails or is the peak; hi holds */
-    if (lo && slab_replay(g, lo * G2)) hi = lo;
+    if (lo && slab_replay(g, lo * G2, atr)) hi = lo;
     while (hi - lo > 1) {
       size_t mid = (lo + hi) / 2;
-      if (slab_replay(g, mid * G2)) hi = mid;
+      if (slab_replay(g, mid * G2, atr)) hi = mid;
       else lo = mid;
     }
     want = hi * G2;
+    const size_t packed = g->noplan ? 0 : slab_pack(g, g->step_peak, at);
+    if (packed && packed <= want) want = packed, planned = 1;
+    else if (slab_replay(g, want, at)) planned = 1; /* the replay's own offsets */
   }
   if (want < big) want = big;
   for (int s = 0; s < g->nsl; ++s) fb_cu.MemFree(g->sl[s].p), g->held -= g->sl[s].n;
-  g->nsl = 0;
-  (void)slab_new(g, want); /* on failure (its message stays set, nothing returns it) the next request makes a slab of its own */
+  g->nsl = 0, g->nplace = 0;
+  if (slab_new(g, want) != FB_OK) return; /* its message stays set (nothing returns it); the next request makes a slab */
+  if (!planned) return;
+  for (int e = 0; e < g->nev; ++e)
+    if (g->ev[e].alloc) g->place[g->nplace++] = (blk){g->sl[0].p + at[e], g->ev[e].n};
 }
 static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   fb_gpu_experts *g = a->g;
@@ -550,12 +670,13 @@ static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   }
   a->p[a->k] = *out, a->n[a->k++] = c;
   g->live += c;
-  if (g->trace) fprintf(stderr, "pool + %zu (%s, after %s) arena %p live %zu\n", c, g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
+  if (g->trace) fprintf(stderr, "pool + %zu at %#llx (%s, after %s) arena %p live %zu\n", c, (unsigned long long)*out, g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
   if (g->live > g->peak) g->peak = g->live, g->peak_phase = g->phase;
   if (c > (2u << 20)) {
     if ((g->slive += c) > g->step_peak) g->step_peak = g->slive;
     if (g->nev < POOL_EV) g->ev[g->nev].p = *out, g->ev[g->nev].n = c, g->ev[g->nev++].alloc = 1;
     else g->nev = POOL_EV + 1;
+    ++g->kal;
   }
   return FB_OK;
 }
@@ -568,7 +689,7 @@ static void afree(arena *a) {
   fb_gpu_experts *g = a->g;
   for (int i = 0; i < a->k; ++i) {
     g->live -= a->n[i];
-    if (g->trace) fprintf(stderr, "pool - %zu (%s, after %s) arena %p live %zu\n", a->n[i], g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
+    if (g->trace) fprintf(stderr, "pool - %zu at %#llx (%s, after %s) arena %p live %zu\n", a->n[i], (unsigned long long)a->p[i], g->phase ? g->phase : "-", g->last ? g->last : "-", (void *)a, g->live);
     if (a->n[i] > (2u << 20)) {
       slab_give(g, a->p[i], a->n[i]), g->slive -= a->n[i];
       if (g->nev < POOL_EV) g->ev[g->nev].p = a->p[i], g->ev[g->nev].n = a->n[i], g->ev[g->nev++].alloc = 0;
@@ -580,7 +701,7 @@ static void afree(arena *a) {
   a->k = 0;
   if (!g->live) {
     slab_consolidate(g);
-    g->step_peak = 0, g->nev = 0;
+    g->step_peak = 0, g->nev = 0, g->kal = 0;
   }
 }
 /* Give block p of arena a back to the pool now (before the arena ends); a pointer a does not hold (0, or another
@@ -2119,6 +2240,7 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   fb_gpu_experts *g = calloc(1, sizeof *g);
   if (g) {
     g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
+    g->noplan = getenv("FOURBIT_POOL_PLAN") && !strcmp(getenv("FOURBIT_POOL_PLAN"), "0");
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");
     g->bchunk = bc && atoi(bc) > 0 ? atoi(bc) : 0;
   }

@@ -96,5 +96,25 @@ for c in "48 2" "1 4"; do
   [ $same = $((5 * n)) ] && ok || bad "global, $n ranks, layer $l: differs from one rank's slice:$diff"
   echo "  layer $l, $n ranks (SR backward): $same of $((5 * n)) rank slices byte-identical to one rank's"
 done
+# The pool at S1 (--pool-only on the fake driver's MOCK_POOL_ONLY: the host's accounting, three steps): what the pool
+# holds from the driver is at most 4 GiB (issue 21's target) for layers 1 (NVFP4) and 48 (MXFP8), the one slab is the
+# step's live peak (the planned placement, runtime/experts_gpu.c's slab_pack) and the steps after the first add no
+# slab; with FOURBIT_POOL_PLAN=0 (online best fit's replay) layer 48 holds more than 4 GiB, as before the plan.
+# "RESULT_POOL layer=L routing=R peak_gib=P held_gib=H"
+pool() { sed -n 's/^RESULT_POOL .* peak_gib=\([0-9.]*\) held_gib=\([0-9.]*\)$/\1 \2/p' "$1"; }
+for l in 1 48; do
+  FOURBIT_POOL_TRACE=1 MOCK_POOL_ONLY=1 LD_LIBRARY_PATH=$MOCK "$BL" --layer $l --routing balanced --pool-only > "$W/pool$l" 2> "$W/pool${l}_trace" \
+    || { bad "S1 pool, layer $l: exit $?"; tail -3 "$W/pool$l"; continue; }
+  set -- $(pool "$W/pool$l")
+  # the slab lines after the consolidation (the first "pool slab N (-; ...)"): none
+  late=$(awk '/^pool slab .*\(-;/ { c = 1; next } c && /^pool slab/ { n++ } END { print n + 0 }' "$W/pool${l}_trace")
+  awk -v p="${1:-9}" -v h="${2:-9}" 'BEGIN { exit !(h <= 4.0 && h - p <= 0.005) }' && [ "$late" = 0 ] && ok \
+    || bad "S1 pool, layer $l: peak ${1:-?} held ${2:-?} GiB, $late slabs after the first step (want held <= 4, = peak, 0)"
+  echo "  S1 pool, layer $l balanced: peak ${1:-?} GiB, held ${2:-?} GiB"
+done
+FOURBIT_POOL_PLAN=0 MOCK_POOL_ONLY=1 LD_LIBRARY_PATH=$MOCK "$BL" --layer 48 --routing balanced --pool-only > "$W/pool48b" 2>&1
+set -- $(pool "$W/pool48b")
+awk -v h="${2:-0}" 'BEGIN { exit !(h > 4.0) }' && ok || bad "S1 pool, layer 48, FOURBIT_POOL_PLAN=0: held ${2:-?} GiB (want > 4: the test tells the plan from best fit)"
+echo "  S1 pool, layer 48 balanced, online best fit (FOURBIT_POOL_PLAN=0): held ${2:-?} GiB"
 echo "test_bench_layer.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]
