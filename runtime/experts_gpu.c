@@ -2207,6 +2207,15 @@ fb_status fb_gpu_experts_profile_end(fb_gpu_experts *g, fb_gpu_prof *out, int ma
 void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, size_t *held) {
   *live = g->live, *peak = g->peak, *held = g->held;
 }
+fb_status fb_gpu_experts_trim(fb_gpu_experts *g) {
+  if (g->live) return FB_ERR(FB_EINVAL, "experts gpu: trim with %zu bytes of the pool live (a forward waits for its backward)", g->live);
+  CU_CHECK(fb_cu.CtxSynchronize()); /* the blocks' last readers ran */
+  for (int i = 0; i < g->nfree; ++i) fb_cu.MemFree(g->fr[i].p), g->held -= g->fr[i].n;
+  for (int s = 0; s < g->nsl; ++s) fb_cu.MemFree(g->sl[s].p), g->held -= g->sl[s].n;
+  g->nfree = 0, g->nsl = 0, g->nplace = 0, g->kal = 0, g->nev = 0, g->slive = 0, g->step_peak = 0;
+  g->peak = 0, g->peak_phase = NULL;
+  return FB_OK;
+}
 const char *fb_gpu_experts_peak_phase(const fb_gpu_experts *g) { return g->peak_phase ? g->peak_phase : "outside a phase"; }
 
 /* ---- create, probe ------------------------------------------------------------------------------------------ */

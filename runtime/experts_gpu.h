@@ -82,6 +82,10 @@ void fb_gpu_experts_profile_begin(fb_gpu_experts *g);
 fb_status fb_gpu_experts_profile_end(fb_gpu_experts *g, fb_gpu_prof *out, int max, int *n);
 /* Device memory of the pool: handed out now, the most handed out at once, held from the driver (bytes). */
 void fb_gpu_experts_memory(const fb_gpu_experts *g, size_t *live, size_t *peak, size_t *held);
+/* Give everything the pool holds back to the driver and forget its peak and its placement plan (the pool must be empty:
+ * no forward waiting for its backward; FB_EINVAL otherwise). The next step sizes the pool afresh, as the first did:
+ * bench_layer trims after its check through the other path, so that the timed path's pool is its own. */
+fb_status fb_gpu_experts_trim(fb_gpu_experts *g);
 /* the phase (bench_layer's profile names: "bwd w13 dgrad", ...) in which the pool reached its peak */
 const char *fb_gpu_experts_peak_phase(const fb_gpu_experts *g);
 
