@@ -10,6 +10,8 @@
  *                     sweep over all 2^32 patterns; the table says which classes the quantizers give the instruction
  *   e2m1_wrapper      templates/fb_cvt.h under the model (FB_EMU, FB_EMU_SM 100): the operand order (a -> bits 7:4)
  *                     and fbf_e2m1x8_hw's nibble order (element j in nibble j, fourbit's packing)
+ *   e4m3_classes      cvt.rn.satfinite.e4m3x2.f32's model (what fb_formats.h fbf_e4m3_rn / fbf_e4m3x2_rn issue from sm_89 on,
+ *                     every class) vs fb_e4m3_encode_rn and the CUDA emulation; the wrappers' operand order under the model
  *   ue8m0_classes     cvt.rp.satfinite.ue8m0x2.f32's model (what fb_formats.h fbf_e8m0_up issues on sm_100a, on |x|)
  *                     vs fb_e8m0_encode_up and the CUDA emulation
  *   quant_sm100a      quant_nvfp4.cuh generated for sm_100a (per-token 4/6 BF16 with and without staging, per-tensor
@@ -218,6 +220,96 @@ void ue8m0_classes(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* ---- E4M3 ----------------------------------------------------------------------------------------------------- */
+void e4m3_row(std::vector<Row> &t, const char *cls, const char *use, const std::function<void(std::vector<float> &)> &gen) {
+  std::vector<float> in;
+  gen(in);
+  Row r = {cls, use, (long)in.size(), 0, 0};
+  for (float x : in) {
+    unsigned m = fbm_e4m3_rn_satfinite(x), h = fb_e4m3_encode_rn(x), c = (unsigned)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    if (m != h && r.host_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%02x, host 0x%02x\n", cls, f2u(x), m, h);
+    if (m != c && r.cuda_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%02x, CUDA emulation 0x%02x\n", cls, f2u(x), m, c);
+  }
+  t.push_back(r);
+}
+
+/* cvt.rn.satfinite.e4m3x2.f32's model against fb_e4m3_encode_rn and the CUDA emulation, per class; the sm_100a /
+ * sm_103a kernels give the instruction every class, as the sm_90a ones do (fb_formats.h fbf_e4m3_rn / _x2_rn) */
+void e4m3_classes(void **state) {
+  (void)state;
+  std::vector<Row> t;
+  std::mt19937 rng(43);
+  const char *HW = "cvt";
+  for (int neg = 0; neg < 2; ++neg) {
+    const float sg = neg ? -1.0f : 1.0f;
+    e4m3_row(t, neg ? "-grid values (all 126 finite nonzero codes)" : "+grid values (all 126 finite nonzero codes)", HW,
+             [&](std::vector<float> &v) { for (unsigned c = 1; c < 0x7F; ++c) v.push_back(sg * fb_e4m3_decode((uint8_t)c)); });
+    e4m3_row(t, neg ? "-midpoints between codes (ties)" : "+midpoints between codes (ties)", HW, [&](std::vector<float> &v) {
+      for (unsigned c = 0; c < 0x7E; ++c) v.push_back(sg * 0.5f * (fb_e4m3_decode((uint8_t)c) + fb_e4m3_decode((uint8_t)(c + 1))));
+    });
+    e4m3_row(t, neg ? "-ties' float neighbours (1-4 ulps)" : "+ties' float neighbours (1-4 ulps)", HW, [&](std::vector<float> &v) {
+      for (unsigned c = 0; c < 0x7E; ++c) {
+        float tie = 0.5f * (fb_e4m3_decode((uint8_t)c) + fb_e4m3_decode((uint8_t)(c + 1)));
+        for (int k = 1; k <= 4; ++k) v.push_back(sg * u2f(f2u(tie) + k)), v.push_back(sg * u2f(f2u(tie) - k));
+      }
+    });
+    e4m3_row(t, neg ? "-every float in [2^-10, 2^-5) (subnormal range)" : "+every float in [2^-10, 2^-5) (subnormal range)", HW,
+             [&](std::vector<float> &v) { for (uint32_t u = f2u(0x1p-10f); u < f2u(0x1p-5f); u += 1) v.push_back(sg * u2f(u)); });
+    e4m3_row(t, neg ? "-every 7th float in [2^-5, 512)" : "+every 7th float in [2^-5, 512)", HW,
+             [&](std::vector<float> &v) { for (uint32_t u = f2u(0x1p-5f); u < f2u(512.0f); u += 7) v.push_back(sg * u2f(u)); });
+    e4m3_row(t, neg ? "-normals: every exponent x 1024 mantissas" : "+normals: every exponent x 1024 mantissas", HW,
+             [&](std::vector<float> &v) {
+               for (uint32_t e = 1; e < 255; ++e)
+                 for (int k = 0; k < 1024; ++k) {
+                   uint32_t m = k == 0 ? 0u : k == 1 ? 1u : k == 2 ? 0x7FFFFFu : k == 3 ? 0x80000u : k == 4 ? 0x7FFFFu : k == 5 ? 0x80001u
+                                                                                                         : (rng() & 0x7FFFFFu);
+                   v.push_back(sg * u2f(e << 23 | m));
+                 }
+             });
+    e4m3_row(t, neg ? "-saturation range (448, FLT_MAX]" : "+saturation range (448, FLT_MAX]", HW, [&](std::vector<float> &v) {
+      for (uint32_t k = 1; k < 4096; k += 3) v.push_back(sg * u2f(f2u(448.0f) + k));
+      for (float x : {460.0f, 464.0f, 464.00003f, 479.99997f, 480.0f, 500.0f, 512.0f, 1e10f, 3e38f, FLT_MAX}) v.push_back(sg * x);
+    });
+    e4m3_row(t, neg ? "-0" : "+0", HW, [&](std::vector<float> &v) { v.push_back(sg * 0.0f); });
+    e4m3_row(t, neg ? "-below 2^-10 (to zero), f32 subnormals" : "+below 2^-10 (to zero), f32 subnormals", HW, [&](std::vector<float> &v) {
+      for (uint32_t m : {1u, 2u, 0x400000u, 0x7FFFFFu}) v.push_back(sg * u2f(m));
+      for (int k = 0; k < 4096; ++k) v.push_back(sg * u2f(1u + (rng() % (f2u(0x1p-10f) - 1u))));
+    });
+    e4m3_row(t, neg ? "-Inf" : "+Inf", HW, [&](std::vector<float> &v) { v.push_back(sg * INFINITY); });
+    e4m3_row(t, neg ? "NaN, sign bit set" : "NaN, sign bit clear", HW, [&](std::vector<float> &v) {
+      for (uint32_t p : {0x400000u, 0x000001u, 0x3FFFFFu, 0x7FFFFFu}) v.push_back(u2f((neg ? 0xFF800000u : 0x7F800000u) | p));
+      for (int k = 0; k < 1024; ++k) v.push_back(u2f((neg ? 0xFF800000u : 0x7F800000u) | (1u + (rng() % 0x7FFFFFu))));
+    });
+  }
+  e4m3_row(t, "all 2^32 patterns, every 4099th", "(the classes above)", [&](std::vector<float> &v) {
+    for (uint64_t u = 0; u < (1ull << 32); u += 4099) v.push_back(u2f((uint32_t)u));
+  });
+  print_table("cvt.rn.satfinite.e4m3x2.f32: the model against fb_e4m3_encode_rn and the CUDA headers' emulation", t);
+  long bad = 0;
+  for (const Row &r : t) bad += r.host_bad + r.cuda_bad;
+  /* the wrappers an emulated sm_100a kernel calls (FB_EMU_SM 100): fbf_e4m3x2_rn's operand order (lo -> bits 7:0, the
+     instruction's b) and fbf_e4m3_rn, both through the model */
+#if !defined(FBF_E4M3_MODEL)
+#error "fb_formats.h does not route the emulated sm_100a build's E4M3 conversions to the model"
+#endif
+  for (int i = 0; i < 200000; ++i) {
+    float a = u2f(rng()), b = u2f(rng());
+    if (i & 1) a = (float)((int)(rng() % 20001) - 10000) / 16.0f, b = (float)((int)(rng() % 20001) - 10000) / 1024.0f;
+    unsigned d = fbf_e4m3x2_rn(a, b), e = fbf_e4m3_rn(a);
+    if ((d != ((unsigned)fb_e4m3_encode_rn(b) << 8 | (unsigned)fb_e4m3_encode_rn(a)) || e != fb_e4m3_encode_rn(a)) && bad++ < 3)
+      printf("    fbf_e4m3x2_rn(0x%08x, 0x%08x) = 0x%04x, fbf_e4m3_rn = 0x%02x\n", f2u(a), f2u(b), d, e);
+  }
+  /* the model must not agree with a deliberately wrong reading (ties away from zero): the comparison can fail */
+  long wrong = 0;
+  for (unsigned c = 0; c < 0x7E; ++c) {
+    float tie = 0.5f * (fb_e4m3_decode((uint8_t)c) + fb_e4m3_decode((uint8_t)(c + 1)));
+    wrong += fbm_e4m3_rn_satfinite(tie) != c + 1;
+  }
+  printf("    ties away from zero would differ from the model on %ld of 126 ties\n", wrong);
+  assert_true(wrong > 0);
+  assert_int_equal(bad, 0);
+}
+
 /* ---- the sm_100a quantizers under the emulator ---------------------------------------------------------------- */
 struct Kern {
   fb_kernel_spec k;
@@ -371,6 +463,7 @@ int main(void) {
       cmocka_unit_test(e2m1_classes),
       cmocka_unit_test(e2m1_wrapper),
       cmocka_unit_test(ue8m0_classes),
+      cmocka_unit_test(e4m3_classes),
       cmocka_unit_test(quant_sm100a),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
