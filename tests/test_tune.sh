@@ -77,6 +77,10 @@ read -ra v <<<"$(nums "$W/f2" "[0-9]* winners stored")"
 FB_EMU_CC=10.0 "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 --cache "$W/ctc" > "$W/stc" 2>&1 &&
   grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m(128|256)n128k64_s[0-9]_c[12] .* 8 +0$" "$W/stc" &&
   grep -q "arch sm_100a" "$W/stc" && ok || { bad "tcgen05 sweep under the model"; tail -5 "$W/stc"; }
+# the MXFP8 quantizers as sm_100a: their E4M3 conversions go through the instruction's model (tests/emu/fb_cvt_model.h,
+# fb_formats.h FBF_E4M3_MODEL), every candidate checked against the CPU reference (a ties-away model fails them all)
+FB_EMU_CC=10.0 "$FB" tune recipes/tiny.lua --only quant_mxfp8_sr_row --cache "$W/cq" > "$W/sq" 2>&1 &&
+  grep -qE "^quant_mxfp8_sr_row_sm100a +256 .* [1-9][0-9]* +0$" "$W/sq" && ok || { bad "sm_100a MXFP8 quantizers under the E4M3 model"; tail -5 "$W/sq"; }
 unset FOURBIT_TUNE_WORKER
 
 # bad usage
