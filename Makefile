@@ -159,8 +159,11 @@ $(CUTLASS_INC)/cute/arch/mma_sm100_desc.hpp: mk/cutlass.sh
 $(BUILD)/tests/cutlass/%: tests/cutlass/%.cpp $(CUTLASS_INC)/cute/arch/mma_sm100_desc.hpp $(TEMPLATES)
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CXX     $< (CUTLASS headers)"
-	$(Q)$(CXX) -std=c++17 -O1 -Wno-deprecated-declarations -Itemplates -I$(CUTLASS_INC) -I$(CUDA_HOME)/include \
+	$(Q)$(CXX) -std=c++17 -O1 -Wno-deprecated-declarations -Itemplates -Itests -I$(CUTLASS_INC) -I$(CUDA_HOME)/include \
 	  -I$(CUDA_HOME)/include/cccl -o $@ $<
+# the functional model's decoders and smem operand layout against CUTLASS's (tests/emu/tc_model.h, the model's headers)
+$(BUILD)/tests/cutlass/tc_model_layout: tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/fb_tmap_rec.h \
+                                        tests/emu/fb_cvt_model.h
 
 $(BUILD)/tests/tools/gen_table: tests/tools/gen_table.c $(BUILD)/libfourbit.a
 	$(Q)mkdir -p $(dir $@)
@@ -207,7 +210,8 @@ UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
 TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
-               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass tier-tc-ops-sass \
+               tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass tier-tc-model-cutlass \
+               tier-tc-ops-sass \
                tier-asan-cli tier-portable $(CHECK_TIERS)
 EXHAUSTIVE_TIERS := tier-kernels-compile-all tier-formats-exhaustive tier-fuzz-long tier-gemm-compile-archs
 .PHONY: check test-exhaustive $(UNITTIERS) $(sort $(TEST_TIERS) $(EXHAUSTIVE_TIERS)) tier-train-gpu-compile tier-train-dev-compile
@@ -222,7 +226,7 @@ check:
 # fuzzers and the ASan CLI link, the test-only wheels
 TESTDEPS := all $(CHECKDEPS) $(NVRTCMEMO) $(BUILD)/mockcuda/libcuda.so.1 $(BUILD)/mockcuda/libcublas.so.13 \
             $(BUILD)/fuzz/fuzz_recipe $(BUILD)/fuzz/fuzz_checkpoint $(BUILD)/fuzz/fuzz_cache $(BUILD)/asan/fourbit \
-            $(BUILD)/tests/cutlass/tcgen05_desc $(CUOBJDUMP_TEST)
+            $(BUILD)/tests/cutlass/tcgen05_desc $(BUILD)/tests/cutlass/tc_model_layout $(CUOBJDUMP_TEST)
 test:
 	$(Q)$(MAKE) --no-print-directory -j$(TESTJOBS) $(TESTDEPS)
 	$(Q)rm -rf $(MEMO) && mkdir -p $(MEMO)
@@ -239,6 +243,11 @@ $(UNITTIERS): unit/%:
 # the tcgen05 descriptors and scale-factor layout (templates/fb_tcgen05.h) against CUTLASS 4.2's (test-only headers)
 tier-tcgen05-cutlass: $(BUILD)/tests/cutlass/tcgen05_desc
 	$(Q)$(TIER) "tests/cutlass/tcgen05_desc (the Blackwell descriptors against CUTLASS's)" -- $(BUILD)/tests/cutlass/tcgen05_desc
+# the functional model's descriptor decoders and smem operand layout (tests/emu/tc_model.h) against CUTLASS 4.2's
+# bitfield structs and CuTe's canonical UMMA layouts, with self-tests that must be caught
+tier-tc-model-cutlass: $(BUILD)/tests/cutlass/tc_model_layout
+	$(Q)$(TIER) "tests/cutlass/tc_model_layout (the model's decoders and operand layout against CUTLASS's)" -- \
+	  $(BUILD)/tests/cutlass/tc_model_layout
 # the functional model of the tcgen05 / TMA / mbarrier instructions (tests/emu/tc_model.h) and the tile kernel run
 # under it (tests/emu/tc_tile_mma.cuh): unit/test_tc_model, one of check's tiers; the headers it is built from
 $(BUILD)/tests/test_tc_model: tests/emu/tc_model.h tests/emu/emu_core.h tests/emu/fb_emu.h tests/emu/tc_tile_mma.cuh \
