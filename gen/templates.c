@@ -367,9 +367,10 @@ static const char *gemm_tc_illegal(const fb_kernel_spec *k, const fb_variant *v)
   if (k96 && !strstr(k->name, "_sm103a"))
     return "gemm_sm100: K = 96 MMAs (idesc bit 31) are sm_103a's (GB300); sm_100a has K = 64 only (ptxas accepts the form there "
            "too: only this rule keeps it out)";
-  if (k96 && tk % 768)
+  if (k96 && tk % 768) /* K itself need not be a multiple of tile_k or of 96: the last K tile is partial (S1's 5120, 2048) */
     return "gemm_sm100: K = 96 takes tile_k a multiple of 768 (a stage row of 384 bytes: three 128-byte swizzle rows hold eight "
-           "48-byte MMA chunks, the two across a row split by the absolute-LBO mode, which allows the 128-byte swizzle only)";
+           "48-byte MMA chunks, the two across a row split by the absolute-LBO mode, which allows the 128-byte swizzle only; "
+           "K need not divide: a partial last K tile)";
   if (tk < mk || tk % mk) return "gemm_sm100: tile_k must be a multiple of the MMA's K (16 BF16, 32 MXFP8, 64 NVFP4)";
   if (rb != 32 && rb != 64 && rb % 128) return "gemm_sm100: a stage row of 32, 64 or a multiple of 128 bytes (the TMA swizzle spans)";
   if (st < 2) return "gemm_sm100: at least 2 stages";

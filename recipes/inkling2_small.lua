@@ -33,16 +33,25 @@ return recipe {
 
   tune = {
     gemm = {
-      tile_m = { 64, 128, 256 }, tile_n = { 128, 192, 256 }, tile_k = { 64, 128 },
+      tile_m = { 64, 128, 256 }, tile_n = { 128, 192, 256 }, tile_k = { 64, 128, 768 },
       -- weights_bf16: true first, so the untuned default multiplies BF16 products; false (FP8 wgmma for MXFP8 x MXFP8,
       -- each k32 block promoted on the CUDA cores) is tried by the tuner: on the H200 it loses to BF16 products on every
       -- MXFP8 GEMM at S1 (the best FP8 variant about 0.6x their rate since its scale stagers were mended; BENCHMARKS.md)
-      stages = { 3, 4, 5, 6 }, cluster = { 1, 2 }, consumers = { 1, 2 }, weights_bf16 = { true, false },
+      stages = { 2, 3, 4, 5, 6 }, cluster = { 1, 2 }, consumers = { 1, 2 }, weights_bf16 = { true, false },
       -- pipe 2: the next half k-block's A decoded while the previous one's wgmmas run (NVFP4 / MXFP8 x BF16 copy);
       -- on the H200 it gains with NVFP4 BF16 outputs and epilogues (+1..9%) and loses elsewhere (up to -14%): the tuner picks
       pipe = { 0, 2 },
+      -- mma_k 96: the tcgen05 family's K = 96 NVFP4 MMAs (sm_103a; the generator prunes them on other archs and on MXFP8
+      -- GEMMs), on 768-wide K tiles of which 2 stages fit; S1's K (5120, 2048) ends in a partial K tile
+      mma_k = { 0, 96 },
       -- the generator prunes what does not fit (shared memory, registers) or is not written yet, and says why
       keep = function(v)
+        -- K = 96 variants: tile_k 768 and 2 stages with it only, one CTA (tile_m 128) or the pair (256, cluster 2), and the
+        -- parameters tcgen05 does not read at one value each
+        if v.mma_k == 96 or v.tile_k == 768 or v.stages == 2 then
+          return v.mma_k == 96 and v.tile_k == 768 and v.stages == 2 and v.tile_m == 128 * v.cluster and v.consumers == 1
+                 and v.weights_bf16 and v.pipe == 0
+        end
         return v.tile_m * v.tile_n * v.stages <= 256 * 256 * 5
       end,
     },

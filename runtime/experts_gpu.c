@@ -203,7 +203,7 @@ static int fits(const fb_variant *v, const gfit *f) {
   if (!f || !f->gemm) return 1;
   int tm = vparam(v, "tile_m", 128), tn = vparam(v, "tile_n", 128), tk = vparam(v, "tile_k", 64);
   if (f->N % tn) return 0;
-  if (f->mode == 0 && f->K % tk) return 0;
+  if (f->mode == 0 && f->K % fb_gemm_k_unit(tk, vparam(v, "mma_k", 0))) return 0; /* mma_k: gemm_sm100.cuh only */
   if (f->mode == 1 && (f->M % tm || PAD % tk)) return 0;
   return 1;
 }

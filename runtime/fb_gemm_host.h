@@ -21,6 +21,7 @@ typedef struct {
                     2 w2 dgrad: dH = [dg | du] of the SwiGLU backward, rows x 2N BF16, from dA and H (args.aux) */
   int tile_m, tile_n, tile_k, stages, consumers; /* family 1: consumers groups of 4 warps compute the tile */
   int cluster;   /* CTAs a cluster: 1, or 2 for family 2's CTA pair (tile_m 256, cta_group::2; a cluster launch) */
+  int mma_k;     /* family 2: 96 for NVFP4's K = 96 MMAs (sm_103a; K need not divide by tile_k: fb_gemm_k_unit), else 0 */
 } fb_gemm_cfg;
 
 /* FB_EINVAL when k is not a GEMM with a template or v not one of its variants. */

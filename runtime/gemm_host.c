@@ -23,6 +23,7 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   c->tile_m = vparam(v, "tile_m", 128), c->tile_n = vparam(v, "tile_n", 128), c->tile_k = vparam(v, "tile_k", 64);
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
   c->cluster = c->family == 1 ? 1 : vparam(v, "cluster", 1);
+  c->mma_k = c->family == 2 ? vparam(v, "mma_k", 0) : 0;
   if (c->cluster != 1 && !(c->family == 2 && c->cluster == 2 && c->tile_m == 256))
     return FB_ERR(FB_EINVAL, "%s: cluster %d: only the tcgen05 CTA pair (tile_m 256, cluster 2) is written", v->name, c->cluster);
   return FB_OK;
@@ -61,7 +62,10 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
   if (!fb_cu.TensorMapEncodeTiled && c->family != 1) return FB_ERR(FB_ECUDA, "gemm: this driver has no cuTensorMapEncodeTiled");
   if (a->experts < 1) return FB_ERR(FB_EINVAL, "gemm: experts = %d", a->experts);
   if (a->N % c->tile_n) return FB_ERR(FB_EINVAL, "gemm: N = %d is not a multiple of tile_n = %d", a->N, c->tile_n);
-  if (c->mode == 0 && a->K % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of tile_k = %d", a->K, c->tile_k);
+  if (c->mode == 0 && !c->mma_k && a->K % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of tile_k = %d", a->K, c->tile_k);
+  if (c->mode == 0 && c->mma_k && a->K % fb_gemm_k_unit(c->tile_k, c->mma_k))
+    return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of %d (K = 96 MMAs: a partial last K tile, whole 16-byte TMA rows)", a->K,
+                  fb_gemm_k_unit(c->tile_k, c->mma_k));
   if (c->mode == 1 && a->M % c->tile_m) return FB_ERR(FB_EINVAL, "gemm: M = %d is not a multiple of tile_m = %d", a->M, c->tile_m);
   if (c->mode == 1 && a->rows % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: wgrad rows = %lld is not a multiple of tile_k", a->rows);
   unsigned long long rows = (unsigned long long)a->rows, K = (unsigned long long)a->K, N = (unsigned long long)a->N;

@@ -60,6 +60,9 @@ FB_GEMM_FN long fb_gemm_mma_smem_total(int kind, int tm, int tn, int tk, int sta
 FB_GEMM_FN int fb_gemm_tc_row_bytes(int kind, int tk) { return kind == 0 ? 2 * tk : kind == 1 ? tk / 2 : tk; }
 FB_GEMM_FN int fb_gemm_tc_sf_atoms(int kind, int tk) { return kind == 0 ? 0 : kind == 1 ? tk / 64 : (tk / 32 + 3) / 4; }
 FB_GEMM_FN int fb_gemm_tc_sf_cols(int kind, int tn, int tk) { return 4 * fb_gemm_tc_sf_atoms(kind, tk) * (1 + (tn + 127) / 128); }
+/* what a rows-grouped GEMM's K must be a multiple of: tile_k; with K = 96 MMAs (mma_k 96) 32 only, whole 16-byte TMA rows
+   of NVFP4 codes (the last K tile may be partial, gemm_sm100.cuh) */
+FB_GEMM_FN int fb_gemm_k_unit(int tk, int mma_k) { return mma_k == 96 ? 32 : tk; }
 FB_GEMM_FN int fb_gemm_tc_b_rows(int tm, int tn) { return tm == 256 ? tn / 2 : tn; } /* B rows a CTA holds */
 FB_GEMM_FN int fb_gemm_tc_stage_bytes(int kind, int tm, int tn, int tk) {
   return fb_gemm_align1k((128 + fb_gemm_tc_b_rows(tm, tn)) * fb_gemm_tc_row_bytes(kind, tk) + 128 * fb_gemm_tc_sf_cols(kind, tn, tk));

@@ -21,6 +21,15 @@
  *   it crosses, else its own row's). Scales: MMA j reads k-blocks 6 j .. 6 j + 5, from the atom of k-block 6 j on, the
  *   scale-factor id its byte (0 or 2): the run continues in the next atom's columns (docs/tc_model.md's reading).
  *   1-CTA and pair alike; the 1-CTA K = 96 MMA is CUTLASS's reading of the ISA [unverified, docs/tc_model.md].
+ *   K need not be a multiple of FB_TILE_K, nor of 96 (S1's 5120 = 6 x 768 + 512, 2048 = 2 x 768 + 512; K a multiple of
+ *   32: 16-byte TMA rows): the last K tile is partial. Its stage holds only the boxes with bytes before K (the TMA
+ *   fills a box's bytes past K with zeros; boxes wholly past K are not loaded and keep an older stage's bytes), its
+ *   MMAs are the full tile's first ceil(K left / 96), the last of them padded past K, and every k-block past K gets
+ *   the scale 0 (UE4M3 0x00) in the atoms. E2M1 has no Inf or NaN, so each product past K is an exact zero whatever
+ *   the stage holds there, and the sum is the one of K's products alone: the chunks of 96 from k = 0 with a shorter
+ *   last one, the order the reference takes. The MMAs and their scale layout are the full tile's (same descriptors,
+ *   same atoms and scale-factor ids), so nothing the ISA allows changes; K = 64 MMAs for the tail would mix two idesc
+ *   K sizes in one accumulation and cost more MMAs (8 for S1's 512 against 6). Only the rows-grouped modes (FB_MODE 0).
  * The hardware sums inside the instruction as it does (NUMERICS.md: block-scaled tcgen05 within 1e-4 of the FP64
  * reference); the model sums each MMA's products exactly, rounds once to FP32 and adds in FP32 (docs/tc_model.md).
  * FB_MODE 0 (fwd, dgrad: rows grouped) and 1 (wgrad: K grouped, K of expert e = its rows, offsets multiples of
@@ -90,7 +99,8 @@
                          barrier, not the cluster's, before the TMEM is freed (runs clean: the model does not track
                          accesses to a CTA that has exited, docs/tc_model.md); K = 96: 9 a crossing MMA's absolute LBO at
                          its own row's start (not the next row's), 10 the scale-factor id 0 where it is 2, 11 the
-                         crossing MMAs in the relative-LBO mode */
+                         crossing MMAs in the relative-LBO mode; a partial last K tile: 12 its MMA count rounded down (the
+                         MMA holding K's end left out), 13 its k-blocks past K scaled 1.0, not 0 */
 #define FB_TEST_BREAK 0
 #endif
 #if FB_S2F6
@@ -141,8 +151,8 @@ static_assert(((FB_TILE_M == 128 && FB_CLUSTER == 1) || (FB_TILE_M == 256 && FB_
                   (TCK_RB == 32 || TCK_RB == 64 || TCK_RB % 128 == 0),
               "gemm_sm100: FB_TILE_M 128 with FB_CLUSTER 1 (cta_group::1) or 256 with 2 (cta_group::2), and a stage row of 32, "
               "64 or a multiple of 128 bytes");
-static_assert(FB_MMA_K == 0 || (FB_MMA_K == 96 && FB_KIND == 1 && TCK_RB % 384 == 0),
-              "gemm_sm100: FB_MMA_K 96 takes NVFP4 (FB_KIND 1) and FB_TILE_K a multiple of 768 (384-byte stage rows)");
+static_assert(FB_MMA_K == 0 || (FB_MMA_K == 96 && FB_KIND == 1 && FB_MODE == 0 && TCK_RB % 384 == 0),
+              "gemm_sm100: FB_MMA_K 96 takes NVFP4 (FB_KIND 1), FB_MODE 0 and FB_TILE_K a multiple of 768 (384-byte stage rows)");
 /* the instruction forms of the path: every tcgen05 instruction of a kernel takes the same .cta_group (PTX ISA) */
 #if TCK_PAIR
 #define TCK_ALLOC fbt_alloc_cg2
@@ -198,7 +208,8 @@ static __device__ __forceinline__ int tck_next(const fb_kp_gemm &p, tck_sched &s
       const long long lt = t - s.base, mt = lt % s.mt, nt = lt / s.mt;
       T.e = s.e, T.n0 = (int)(nt * TCK_BROWS);
 #if FB_MODE == 0
-      T.row0 = tck_off(p, s.e) + mt * TCK_TM, T.rend = tck_off(p, s.e + 1), T.m0 = 0, T.nk = p.K / FB_TILE_K;
+      T.row0 = tck_off(p, s.e) + mt * TCK_TM, T.rend = tck_off(p, s.e + 1), T.m0 = 0;
+      T.nk = TCK_K96 ? (p.K + FB_TILE_K - 1) / FB_TILE_K : p.K / FB_TILE_K; /* K = 96: a partial last K tile */
 #else
       T.row0 = tck_off(p, s.e), T.rend = tck_off(p, s.e + 1), T.m0 = (int)(mt * TCK_TM);
       T.nk = (int)((T.rend - T.row0) / FB_TILE_K);
@@ -291,11 +302,17 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         const long long kc = T.row0 + (long long)kb * FB_TILE_K; /* A and B are M / N x rows: BF16 elements or bytes */
         const int ay = T.m0 + TCK_CM * (int)rank, by = T.n0;
 #endif
+#if TCK_K96 /* a partial last K tile: the boxes with bytes before K only (the rest of the stage is scaled 0) */
+        const long long kleft = (long long)p.K / 2 - kc;
+        const int nbox = kleft < TCK_RB ? (int)((kleft + TCK_SW - 1) / TCK_SW) : TCK_NATOM;
+#else
+        const int nbox = TCK_NATOM;
+#endif
         if (leader) {
-          fbt_mbar_arrive_expect_tx(TCK_FULL(s), TCK_A_BYTES + TCK_B_BYTES);
+          fbt_mbar_arrive_expect_tx(TCK_FULL(s), nbox * (TCK_A_BYTES + TCK_B_BYTES) / TCK_NATOM);
           const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
           const int step = TCK_SW / (FB_KIND ? 1 : 2); /* a box's K extent, in the map's elements */
-          for (int x = 0; x < TCK_NATOM; ++x) {
+          for (int x = 0; x < nbox; ++x) {
             fbt_tma_load_2d(sa + x * TCK_CM * TCK_SW, &p.ta, (int)kc + x * step, ay, TCK_FULL(s));
 #if TCK_PAIR /* this CTA's half of B: rows r TN / 2 .. of the tile's (SwiGLU: the gate half in the even CTA, up in the odd) */
 #if FB_SWIGLU == 1
@@ -325,6 +342,13 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #else
         const long long kbs = p.rows / TCK_SFBLK, kb0 = (T.row0 + (long long)kb * FB_TILE_K) / TCK_SFBLK;
 #endif
+#if TCK_K96 /* k-blocks jn.. of a partial last K tile are past K: scale 0 (13: 1.0), their products exact zeros */
+        const int jn = kbs - kb0 < TCK_KB ? (int)(kbs - kb0) : TCK_KB;
+        const unsigned char past = FB_TEST_BREAK == 13 ? 0x38 : 0;
+#else
+        const int jn = TCK_KB;
+        const unsigned char past = 0;
+#endif
         for (unsigned r = lane; r < TCK_CM; r += 32) {
 #if FB_MODE == 0
           const long long row = T.row0 + TCK_CM * rank + r;
@@ -333,7 +357,8 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
           const long long row = T.m0 + TCK_CM * rank + r;
           const bool in = true;
 #endif
-          for (int j = 0; j < TCK_KB; ++j) sfa[512 * (j / 4) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = in ? asf[row * kbs + kb0 + j] : one;
+          for (int j = 0; j < TCK_KB; ++j)
+            sfa[512 * (j / 4) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = j >= jn ? past : in ? asf[row * kbs + kb0 + j] : one;
         }
         if (FB_TEST_BREAK != 6 || rank == 0) /* 6: B's scales in the even CTA only */
           for (unsigned r = lane; r < TCK_TN; r += 32) {
@@ -346,7 +371,8 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #else
             const long long row = T.n0 + r;
 #endif
-            for (int j = 0; j < TCK_KB; ++j) sfb[512 * ((j / 4) * TCK_NR + r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = bsf[row * kbs + kb0 + j];
+            for (int j = 0; j < TCK_KB; ++j)
+              sfb[512 * ((j / 4) * TCK_NR + r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = j >= jn ? past : bsf[row * kbs + kb0 + j];
           }
         fbt_fence_proxy_async();
         fbt_mbar_arrive(TCK_FULL(s));
@@ -404,7 +430,13 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
             for (int x = 0; x < TCK_KATOMS * TCK_NR; ++x)
               TCK_CP(sfb_col + 4 * x, fb_tc_sdesc(sf_smem + TCK_SFA_BYTES + 512 * x, 16, 128, FB_TC_SW_NONE, 0, 0));
 #endif
-            for (int j = 0; j < TCK_NMMA; ++j) {
+#if TCK_K96 /* a partial last K tile: the MMAs up to the one holding K's end (12: that one left out) */
+            const long long kleft = (long long)p.K / 2 - (long long)kb * TCK_RB;
+            const int nmma = kleft >= TCK_RB ? TCK_NMMA : FB_TEST_BREAK == 12 ? (int)(kleft / TCK_MB) : (int)((kleft + TCK_MB - 1) / TCK_MB);
+#else
+            const int nmma = TCK_NMMA;
+#endif
+            for (int j = 0; j < nmma; ++j) {
 #if TCK_K96
               /* MMA j: 48 bytes of every row from byte 48 j of the stage row: box x at byte o; where they cross the box's
                  128-byte row, the rest from the next box's start (the absolute LBO; 9: its own box's, 11: relative) */

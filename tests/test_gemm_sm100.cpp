@@ -4,13 +4,15 @@
  * RHT-32, the wgrad; 32-, 64- and 128-byte swizzled stage rows; NVFP4 outer scales per row / expert and per tensor), each
  * run on grouped problems with uneven experts (an empty one, partial 128-row blocks; in the wgrad an expert with no rows)
  * by fewer persistent CTAs than tiles, and checked; NVFP4's K = 96 form (FB_MMA_K 96, tile_k 768, the absolute-LBO split
- * of the 48-byte chunks that cross a 128-byte row) 1-CTA and pair, run as sm_103a (tc::set_arch):
+ * of the 48-byte chunks that cross a 128-byte row) 1-CTA and pair, run as sm_103a (tc::set_arch), at K a multiple of 768
+ * and at K that is not (a partial last K tile: S1's 5120 and 2048, and 1120, 544, 512, 256):
  *   - the FP32 result bit for bit against a reference in the model's documented order (each MMA's K products exact,
  *     summed in double, rounded once to FP32; FP32 adds across MMAs), and within NUMERICS.md's GEMM tolerance of the FP64
  *     product (1e-5 BF16, 1e-4 block-scaled);
  *   - every fused output bit for bit against the CPU epilogue (runtime/ops.c, numerics.c, fb_moe.h) of that FP32 result.
  * Broken builds (FB_TEST_BREAK: a missing wait or fence, a wrong scale-factor id, a wrong swizzle; K = 96: a wrong
- * absolute LBO, a wrong scale-factor id, the relative mode across a row, the form run as sm_100a) must be reported by
+ * absolute LBO, a wrong scale-factor id, the relative mode across a row, the form run as sm_100a; a partial last K tile
+ * with its last MMA left out or its k-blocks past K scaled 1.0 instead of 0) must be reported by
  * the model or fail the check. The same sources compile with NVRTC for sm_100a and sm_103a. It has never run on a
  * Blackwell GPU: what is checked is the kernels against the model, and the model against the PTX ISA as written in
  * tests/emu/tc_model.h (docs/tc_model.md). Run from the repository root. */
@@ -489,7 +491,9 @@ namespace p_nv96_swiglu {
 }
 
 /* broken K = 96 builds: 9 a crossing MMA's absolute LBO at its own row, 10 the scale-factor id 0 where 2 (both load or
-   scale the wrong values: the check must catch them), 11 the crossing MMAs in the relative mode (reported) */
+   scale the wrong values: the check must catch them), 11 the crossing MMAs in the relative mode (reported); a partial
+   last K tile: 12 the MMA holding K's end left out, 13 (the pair) its k-blocks past K scaled 1.0, not 0 (the stage's
+   bytes there are an older stage's or the poison, never loaded: the check must catch both) */
 #define FB_TILE_M 128
 #define FB_CLUSTER 1
 #define FB_KIND 1
@@ -532,6 +536,34 @@ namespace brk11 {
 #include "emu/gemm_sm100_class.h"
 }
 
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_TEST_BREAK 12
+#define FB_KERNEL k_brk12
+namespace brk12 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_TEST_BREAK 13
+#define FB_KERNEL k_pbrk13
+namespace pbrk13 {
+#include "emu/gemm_sm100_class.h"
+}
+
 namespace tc = fbemu::tc;
 
 namespace {
@@ -553,6 +585,7 @@ struct Class {
   void (*kernel)(fb_kp_gemm);
   int pair; /* tile_m 256 on a CTA pair (cluster 2): the grid is 2 x the shape's clusters */
   int k96;  /* FB_MMA_K 96 (NVFP4, sm_103a): K = 96 MMAs, run as sm_103a (1: as sm_100a, where the model must report it) */
+  int K[2] = {0, 0}; /* K = 96: the two shapes' K (0: 1536 and 768, multiples of tile_k) */
 };
 struct Shape {
   int N, K, M, grid;       /* mode 0: N, K; mode 1: M, N (K from the rows) */
@@ -606,6 +639,11 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   std::vector<float> Y(nout);
   std::vector<double> Y64(nout);
   const int kmma = c.k96 ? 96 : kind == 1 ? 64 : kind == 2 ? 32 : 16;
+  std::vector<double> Ad(ar * ak), Bd(br * ak); /* the operands decoded once (K = 5120 runs) */
+  for (size_t r = 0; r < ar; ++r)
+    for (size_t k = 0; k < ak; ++k) Ad[r * ak + k] = val(A, sfa, r, k);
+  for (size_t r = 0; r < br; ++r)
+    for (size_t k = 0; k < ak; ++k) Bd[r * ak + k] = val(B, sfb, r, k);
   for (int e = 0; e < E; ++e) {
     const long long r0 = mode ? 0 : off[e], r1 = mode ? M : off[e + 1];
     for (long long r = r0; r < r1; ++r)
@@ -614,9 +652,9 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
         const size_t k0 = mode ? (size_t)off[e] : 0, k1 = mode ? (size_t)off[e + 1] : (size_t)K;
         float acc = 0;
         double x64 = 0;
-        for (size_t kb = k0; kb < k1; kb += kmma) {
+        for (size_t kb = k0; kb < k1; kb += kmma) { /* K = 96: the last chunk shorter where 96 does not divide K */
           double s0 = 0;
-          for (size_t k = kb; k < kb + kmma; ++k) s0 += val(A, sfa, arow, k) * val(B, sfb, brow, k);
+          for (size_t k = kb; k < kb + kmma && k < k1; ++k) s0 += Ad[arow * ak + k] * Bd[brow * ak + k];
           acc = kb > k0 ? acc + (float)s0 : (float)s0, x64 += s0;
         }
         float so = 1.0f;
@@ -709,7 +747,7 @@ void check_class(const Class &c) {
     Shape s = c.mode ? s1[i] : s0[i];
     if (c.mode == 0 && s.N % c.tile_n) s.N = c.tile_n * 2;
     if (c.mode == 0 && c.kind == 1 && s.K % 256) s.K = 256;
-    if (c.k96) s.K = i ? 768 : 1536; /* K = 96 stages: multiples of 768 */
+    if (c.k96) s.K = c.K[i] ? c.K[i] : i ? 768 : 1536; /* K = 96: multiples of 768, or a partial last K tile */
     if (c.mode == 1 && c.pair && s.M % 256) s.M = 256; /* wgrad: M a multiple of the pair's 256 rows */
     long bad = -1;
     double rel = 0;
@@ -758,6 +796,13 @@ const Class classes[] = {
     {"nv96_bf16", 1, 0, E_BF16, 64, 768, 2, 2, nv96_bf16::k_nv96_bf16, 0, 1},
     {"p_nv96_f32", 1, 0, E_F32, 192, 768, 2, 1, p_nv96_f32::k_p_nv96_f32, 1, 1},
     {"p_nv96_swiglu", 1, 0, E_SWIGLU, 128, 768, 2, 1, p_nv96_swiglu::k_p_nv96_swiglu, 1, 1},
+    /* K = 96, K not a multiple of 768 (a partial last K tile): S1's w2 K 2048 (2 x 768 + 512: the stage's third box not
+       loaded, the last MMA across into it) and w13 K 5120 (6 x 768 + 512); 1120 (768 + 352: the second box partly past
+       K, the TMA's zeros), 544 and 512 (one partial tile), 256 (one box, its third MMA across into the unloaded second) */
+    {"nv96_f32_kp", 1, 0, E_F32, 128, 768, 2, 1, nv96_f32::k_nv96_f32, 0, 1, {2048, 1120}},
+    {"nv96_bf16_kp", 1, 0, E_BF16, 64, 768, 2, 2, nv96_bf16::k_nv96_bf16, 0, 1, {5120, 256}},
+    {"p_nv96_f32_kp", 1, 0, E_F32, 192, 768, 2, 1, p_nv96_f32::k_p_nv96_f32, 1, 1, {2048, 544}},
+    {"p_nv96_swiglu_kp", 1, 0, E_SWIGLU, 128, 768, 2, 1, p_nv96_swiglu::k_p_nv96_swiglu, 1, 1, {5120, 512}},
 };
 
 void test_classes(void **state) {
@@ -783,12 +828,14 @@ void test_broken(void **state) {
       {{"K = 96 pair: scale-factor id 0 where 2", 1, 0, E_F32, 128, 768, 2, 0, pbrk10::k_pbrk10, 1, 1}, NULL},
       {{"K = 96: crossing MMAs in the relative-LBO mode", 1, 0, E_F32, 128, 768, 2, 0, brk11::k_brk11, 0, 1}, "relative-LBO mode"},
       {{"K = 96 run as sm_100a", 1, 0, E_F32, 128, 768, 2, 1, nv96_f32::k_nv96_f32, 0, 2}, "sm_103a only"},
+      {{"K = 96, K 2048: the partial tile's last MMA left out", 1, 0, E_F32, 128, 768, 2, 0, brk12::k_brk12, 0, 1, {2048, 0}}, NULL},
+      {{"K = 96 pair, K 2048: k-blocks past K scaled 1.0", 1, 0, E_F32, 128, 768, 2, 0, pbrk13::k_pbrk13, 1, 1, {2048, 0}}, NULL},
   };
   for (auto &x : cases) {
     long bad = -1;
     double rel = 0;
     Shape s = s0;
-    if (x.c.k96) s.K = 768;
+    if (x.c.k96) s.K = x.c.K[0] ? x.c.K[0] : 768;
     const char *err = run_class(x.c, s, &bad, &rel);
     printf("  broken build (%s): %s", x.c.name, err ? err : "ran");
     if (!err) printf(", %ld outputs wrong", bad);

@@ -54,12 +54,13 @@ nw=$(ls "$W/c" | grep -v '_mma_\|_tc_m' | grep -c .); ncu=$(ls "$W/c" | grep -c 
 grep -q "^#define FB_KIND 1$" "$W/c"/*_tc_m128n128k64_s3_c1.cu && grep -q 'template: templates/gemm_sm100.cuh' "$W/c"/*_tc_m128n128k64_s3_c1.cu && ok \
   || bad "sm_100a GEMM: the tcgen05 source is not NVFP4 (FB_KIND 1) on gemm_sm100.cuh"
 # the K = 96 form (tune mma_k 96, tile_k 768): on sm_103a only, one CTA and the pair, the sources FB_MMA_K 96 with
-# tile_k 768; on sm_100a pruned (sm_103a's). tiny's tune, the GEMM family narrowed to tile_k 768, 2 stages, tile_n 128.
+# tile_k 768; on sm_100a pruned (sm_103a's). tiny's tune, the GEMM family narrowed to tile_k 768, 2 stages, tile_n 128,
+# and a keep() that keeps all (inkling2_small's keeps tile_k 768 with mma_k 96 only: here the K = 64 ones are wanted too)
 cp recipes/tiny.lua recipes/inkling2_small.lua "$W/"
 cat > "$W/k96.lua" <<'EOR'
 local base = include "tiny.lua"
 return recipe(extend(base, { name = "tiny_k96", tune = { gemm = { tile_m = { 128, 256 }, tile_n = { 128 }, tile_k = { 768 },
-  stages = { 2 }, cluster = { 1, 2 }, mma_k = { 0, 96 } } } }))
+  stages = { 2 }, cluster = { 1, 2 }, mma_k = { 0, 96 }, keep = function(v) return true end } } }))
 EOR
 "$FB" gen "$W/k96.lua" --arch sm_100a,sm_103a --only gemm_fwd_nvfp4xnvfp4_s2f6 --out "$W/k" > "$W/log4" 2>&1 && rc=0 || rc=$?
 k3=$(ls "$W/k" | grep -c '_sm103a_tc_m.*_k96\.sm_103a\.cubin$'); k0=$(ls "$W/k" | grep -c '_k96\.sm_100a\.cubin$\|_sm100a_.*_k96')

@@ -30,6 +30,11 @@ has "$W/d90" "families: wgmma [0-9]* (gemm_sm90.cuh), mma [0-9]* (gemm_mma.cuh)"
 "$FB" tune recipes/inkling2_small.lua --dry-run --arch sm_100a --only gemm_wgrad --cache "$W/none" > "$W/d100" 2>&1 && ok || bad "tune --dry-run --arch sm_100a failed"
 has "$W/d100" "GEMM families tried on sm_100a: tcgen05, mma " "dry run sm_100a"
 has "$W/d100" "families: tcgen05 [0-9]* (gemm_sm100.cuh), mma [0-9]* (gemm_mma.cuh)" "dry run sm_100a"
+# sm_103a: the NVFP4 GEMMs' K = 96 variants (tile_k 768) fit S1's K of 5120 and 2048, which end in a partial K tile: one
+# CTA and the pair at tile_n 128 for each of the two (tile_n 192 divides neither N)
+"$FB" tune recipes/inkling2_small.lua --dry-run --arch sm_103a --only gemm_fwd_nvfp4xnvfp4 --cache "$W/none" > "$W/d103" 2>&1 && ok || bad "tune --dry-run --arch sm_103a failed"
+[ "$(grep -cE "^ +gemm_fwd_nvfp4xnvfp4_(bf16_swiglu|s2f6_rht32)_sm103a_tc_m(128n128k768_s2_c1|256n128k768_s2_c2)_k96$" "$W/d103")" = 4 ] && ok ||
+  bad "dry run sm_103a: not the 4 K = 96 variants at S1's K: $(grep -c _k96 "$W/d103")"
 "$FB" tune recipes/tiny.lua --dry-run --arch sm_86 > "$W/d86" 2>&1; [ $? = 2 ] && ok || bad "tune --arch sm_86: not exit 2"
 for a in sm_89 sm_100a sm_103a sm_120a; do # every GEMM of the plan has a template on every arch (no 'no template')
   "$FB" plan recipes/inkling2_small.lua --arch $a > "$W/p_$a" 2>&1 && ok || bad "plan --arch $a failed"

@@ -310,6 +310,31 @@ void test_runtime_tmap(void **state) {
   }
   printf("  runtime/gemm_host.c's maps (through the fake driver's cuTensorMapEncodeTiled) load as laid out\n");
   fb_cu.MemFree(da), fb_cu.MemFree(db), fb_cu.MemFree(dout), fb_cu.MemFree(doff);
+
+  /* K = 96 NVFP4 (family 2, kind 4, mma_k 96, tile_k 768): K need only be a multiple of 32 (S1's 2048 = 2 x 768 + 512
+     ends in a partial K tile, gemm_sm100.cuh), A's map K / 2 bytes wide so the TMA zero-fills past K; a K that is not
+     a multiple of 32 (the map's rows would not be whole 16-byte units), and the same K at mma_k 0, are refused */
+  const int K96 = 2048;
+  CUdeviceptr qa, qb, qo, qoff;
+  assert_int_equal(fb_cu.MemAlloc(&qa, (size_t)rows * K96 / 2), 0);
+  assert_int_equal(fb_cu.MemAlloc(&qb, (size_t)E * N * K96 / 2), 0);
+  assert_int_equal(fb_cu.MemAlloc(&qo, (size_t)rows * N * 4), 0);
+  assert_int_equal(fb_cu.MemAlloc(&qoff, off.size() * 8), 0);
+  memset(&c, 0, sizeof c);
+  c.family = 2, c.kind = 4, c.tile_m = 128, c.tile_n = 128, c.tile_k = 768, c.stages = 2, c.consumers = 1, c.cluster = 1;
+  c.mma_k = 96;
+  a.a = qa, a.b = qb, a.out = qo, a.offsets = qoff, a.K = K96;
+  if (fb_gemm_params(&c, &a, &kp) != FB_OK) fail_msg("fb_gemm_params, K = 96 at K %d: %s", K96, fb_errmsg());
+  memcpy(&ra, &kp.ta, sizeof ra), memcpy(&rb, &kp.tb, sizeof rb);
+  assert_int_equal(ra.dims[0], K96 / 2), assert_int_equal(ra.dims[1], rows), assert_int_equal(ra.box[0], 128);
+  assert_int_equal(ra.esize, 1), assert_int_equal(rb.dims[0], K96 / 2), assert_int_equal(rb.dims[1], E * N);
+  a.K = K96 - 16;
+  assert_int_equal(fb_gemm_params(&c, &a, &kp), FB_EINVAL);
+  a.K = K96, c.mma_k = 0;
+  assert_int_equal(fb_gemm_params(&c, &a, &kp), FB_EINVAL);
+  printf("  K = 96: fb_gemm_params takes K %d (a partial last K tile, A's map %d bytes wide), refuses K %d and mma_k 0\n", K96,
+         K96 / 2, K96 - 16);
+  fb_cu.MemFree(qa), fb_cu.MemFree(qb), fb_cu.MemFree(qo), fb_cu.MemFree(qoff);
 }
 
 /* ---- 3. the MMA grid ------------------------------------------------------------------------------------------ */

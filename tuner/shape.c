@@ -115,8 +115,10 @@ int fb_tune_gemm_fits(const fb_kernel_spec *k, const fb_variant *v, const fb_tun
       snprintf(why, n, "tile_k %d does not divide the rows per expert (%lld)", c.tile_k, s->rows_per_expert);
       return 0;
     }
-  } else if (s->gn % c.tile_n || s->gk % c.tile_k) {
-    snprintf(why, n, "tile_n x tile_k %d x %d does not divide N x K = %d x %d", c.tile_n, c.tile_k, s->gn, s->gk);
+  } else if (s->gn % c.tile_n || s->gk % fb_gemm_k_unit(c.tile_k, c.mma_k)) {
+    if (c.mma_k) snprintf(why, n, "tile_n %d does not divide N = %d or K = %d is not a multiple of %d (K = 96 MMAs)", c.tile_n, s->gn,
+                          s->gk, fb_gemm_k_unit(c.tile_k, c.mma_k));
+    else snprintf(why, n, "tile_n x tile_k %d x %d does not divide N x K = %d x %d", c.tile_n, c.tile_k, s->gn, s->gk);
     return 0;
   }
   return 1;

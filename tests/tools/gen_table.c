@@ -5,22 +5,27 @@
  *
  *   gen_table RECIPE...           the variants of the recipes' own tune families
  *   gen_table --grid RECIPE...    every combination of a grid of values of each template's parameters, legal or not
+ *                                 (of the parameters that are off at 0, mma_k only: with it, tile_k 768 too)
  *   gen_table --random N          N pseudo-random specs (every op, format and flag; a fixed seed), 24 grid points each
  *
  * The text depends on nothing but the generator: two builds print the same bytes when they generate the same kernels. */
 #include "fourbit.h"
 #include "fb_error.h"
+#include "fb_tmpl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const int *grid_values(const char *p, int *n) {
+static const int *grid_values(const char *p, int k96, int *n) {
   static const int tm[] = {64, 128, 192, 256}, tn[] = {64, 96, 128, 192, 256}, tk[] = {64, 128, 192}, st[] = {1, 2, 3, 4, 6},
                    cl[] = {1, 2}, co[] = {1, 2, 3}, wb[] = {0, 1}, pipe[] = {0, 1, 2, 3}, rows[] = {8, 16, 32, 48, 64, 128, 256},
                    cols[] = {16, 32, 64, 96, 128, 256}, thr[] = {32, 64, 128, 256, 512}, stage[] = {0, 4, 8, 10, 24},
                    slots[] = {0, 1, 2, 3}, half[] = {0, 1, 2}, vec[] = {1, 2, 4, 8};
 #define R(name, a) if (!strcmp(p, name)) { *n = (int)(sizeof a / sizeof a[0]); return a; }
+  /* the tcgen05 family's K = 96 form (mma_k 96, sm_103a) takes 768-wide K tiles: its specs' grid adds tile_k 768 */
+  static const int mk[] = {0, 96}, tk96[] = {64, 128, 192, 768};
+  if (k96) { R("mma_k", mk) R("tile_k", tk96) }
   R("tile_m", tm) R("tile_n", tn) R("tile_k", tk) R("stages", st) R("cluster", cl) R("consumers", co) R("weights_bf16", wb)
   R("pipe", pipe) R("rows", rows) R("cols", cols) R("threads", thr) R("stage", stage) R("slots", slots) R("half", half) R("vec", vec)
 #undef R
@@ -52,7 +57,8 @@ static void print_variant(const fb_kernel_spec *k, const fb_variant *v) {
   printf(" smem=%u\n", fb_launch_smem(k, v));
 }
 
-/* The template's parameters: those fb_gen_variants asks an empty family for, one by one. */
+/* The template's parameters: those fb_gen_variants asks an empty family for, one by one; then mma_k where the template
+   reads it (a parameter off at 0, which fb_gen_variants never asks for: the others of its kind stay at 0 in the grid). */
 static int template_params(const fb_kernel_spec *k, fb_tune_family *fam) {
   static int zeros[FB_TUNE_MAXPARAMS];
   memset(fam, 0, sizeof *fam);
@@ -61,7 +67,14 @@ static int template_params(const fb_kernel_spec *k, fb_tune_family *fam) {
   for (int it = 0; it <= FB_TUNE_MAXPARAMS; ++it) {
     fb_variant *vs;
     int nv;
-    if (fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0) == FB_OK) { free(vs); return 0; }
+    if (fb_gen_variants(k, fam, &vs, &nv, NULL, NULL, 0) == FB_OK) {
+      free(vs);
+      const char *const *params, *why;
+      const fb_tmpl *t = fb_tmpl_for_spec(k, &params, &why);
+      for (int i = 0; t && params[i] && fam->nparams < FB_TUNE_MAXPARAMS; ++i)
+        if (!strcmp(params[i], "mma_k")) snprintf(fam->param[fam->nparams++], sizeof fam->param[0], "mma_k");
+      return 0;
+    }
     const char *q = strstr(fb_errmsg(), "has no parameter ");
     if (!q || fam->nparams == FB_TUNE_MAXPARAMS) { printf("  error{%s}\n", fb_errmsg()); return -1; }
     snprintf(fam->param[fam->nparams++], sizeof fam->param[0], "%s", q + 17);
@@ -76,7 +89,9 @@ static void dump_grid(const fb_kernel_spec *k, int sample) {
   int nv[FB_TUNE_MAXPARAMS];
   const int *vals[FB_TUNE_MAXPARAMS];
   long total = 1;
-  for (int i = 0; i < fam.nparams; ++i) vals[i] = grid_values(fam.param[i], &nv[i]), total *= nv[i];
+  int k96 = 0;
+  for (int i = 0; i < fam.nparams; ++i) k96 |= !strcmp(fam.param[i], "mma_k");
+  for (int i = 0; i < fam.nparams; ++i) vals[i] = grid_values(fam.param[i], k96, &nv[i]), total *= nv[i];
   for (long c0 = 0; c0 < (sample ? sample : total); ++c0) {
     long c = sample ? (long)((unsigned long)c0 * 2654435761u % (unsigned long)total) : c0, x = c;
     int row[FB_TUNE_MAXPARAMS];
