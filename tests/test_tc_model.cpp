@@ -369,7 +369,21 @@ void test_runtime_tmap(void **state) {
         if (got != want) fail_msg("%s's map: element (%u, %u) 0x%04x, want 0x%04x", which ? "B" : "A", y, x, got, want);
       }
   }
-  printf("  runtime/gemm_host.c's maps (through the fake driver's cuTensorMapEncodeTiled) load as laid out\n");
+  /* the tcgen05 family's boxes (the same BF16 operands, 128-byte stage rows): A's 128 rows a CTA; B's tile_n rows on one
+     CTA, tile_n / 2 in a cluster of 2 (the CTA pair: each CTA its half; B multicast: each CTA loads half into both) */
+  const struct { int tm, cl; unsigned brows; } tcs[] = {{128, 1, 128}, {256, 2, 64}, {128, 2, 64}};
+  for (const auto &t : tcs) {
+    fb_gemm_cfg c2 = c;
+    c2.family = 2, c2.tile_m = t.tm, c2.cluster = t.cl;
+    fb_kp_gemm kp2;
+    if (fb_gemm_params(&c2, &a, &kp2) != FB_OK) fail_msg("fb_gemm_params (tcgen05, tile_m %d, cluster %d): %s", t.tm, t.cl, fb_errmsg());
+    tc::TmapRec ta2, tb2;
+    memcpy(&ta2, &kp2.ta, sizeof ta2), memcpy(&tb2, &kp2.tb, sizeof tb2);
+    assert_int_equal(ta2.box[0], 64), assert_int_equal(ta2.box[1], 128), assert_int_equal(ta2.swizzle, 128);
+    assert_int_equal(tb2.box[0], 64), assert_int_equal(tb2.box[1], t.brows), assert_int_equal(tb2.swizzle, 128);
+  }
+  printf("  runtime/gemm_host.c's maps (through the fake driver's cuTensorMapEncodeTiled) load as laid out; the tcgen05 "
+         "family's B box 128 rows on one CTA, 64 on the pair and with B multicast (tile_n 128)\n");
   fb_cu.MemFree(da), fb_cu.MemFree(db), fb_cu.MemFree(dout), fb_cu.MemFree(doff);
 }
 
