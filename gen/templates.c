@@ -349,16 +349,16 @@ static int gemm_tc_match(const fb_kernel_spec *k, const char *const **params, co
               "(NUMERICS.md's 1e-4 rule); the portable family keeps BF16 products");
   return YES(P_TC);
 }
-/* Limits of gemm_sm100.cuh: tile_m 128 on one CTA (cta_group::1, M = 128) or 256 on a CTA pair (cluster 2, cta_group::2,
-   M = 256), the MMA's N, the stage row's swizzle, TMEM columns (per CTA: the pair's are the same in each), shared memory. */
+/* Limits of gemm_sm100.cuh: tile_m 128 on one CTA (cta_group::1, M = 128; cluster 1, or 2 with B multicast: two tiles of
+   one expert and N block, each CTA loading half of B into both) or 256 on a CTA pair (cluster 2, cta_group::2, M = 256),
+   the MMA's N, the stage row's swizzle, TMEM columns (per CTA: the pair's are the same in each), shared memory. */
 static const char *gemm_tc_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   int tm = param(v, "tile_m", 0), tn = param(v, "tile_n", 0), tk = param(v, "tile_k", 0);
   int st = param(v, "stages", 0), cl = param(v, "cluster", 1), kind = gemm_operands(k);
   if (tm != 128 && tm != 256) return "gemm_sm100: tile_m 128 (one CTA, M = 128) or 256 (a CTA pair, M = 256)";
   if (tm == 256 && cl != 2) return "gemm_sm100: tile_m 256 needs cluster 2 (the CTA pair of cta_group::2, M = 256)";
-  if (tm == 128 && cl == 2)
-    return "gemm_sm100: cluster 2 with tile_m 128 (cta_group::2 at M = 128, or two 1-CTA tiles sharing a multicast operand) is not written";
-  if (cl != 1 && cl != 2) return "gemm_sm100: cluster 1 or 2 (clusters of 4: B multicast across pairs, not written)";
+  if (cl != 1 && cl != 2)
+    return "gemm_sm100: cluster 1 or 2 (clusters of 4, two CTA pairs or four 1-CTA tiles sharing B by multicast, are not written)";
   if (tn % 32 || tn < 32 || tn > 256) return "gemm_sm100: tile_n must be a multiple of 32 in [32, 256] (the MMA's N, 32-column TMEM loads)";
   if (k->op == FB_OP_GEMM_FWD13 && tn % 64) return "gemm_sm100: SwiGLU takes tile_n a multiple of 64 (gate and up halves of 32-column blocks)";
   int mk = kind == 1 ? 64 : kind == 2 ? 32 : 16, rb = fb_gemm_tc_row_bytes(kind, tk), k96 = param(v, "mma_k", 0);

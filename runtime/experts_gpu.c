@@ -202,6 +202,7 @@ typedef struct { int gemm, mode, M, N, K; } gfit;
 static int fits(const fb_variant *v, const gfit *f) {
   if (!f || !f->gemm) return 1;
   int tm = vparam(v, "tile_m", 128), tn = vparam(v, "tile_n", 128), tk = vparam(v, "tile_k", 64);
+  if (tm == 128 && vparam(v, "cluster", 1) == 2) tm = 256; /* tcgen05 B multicast: a cluster walks 256 rows of M */
   if (f->N % tn) return 0;
   if (f->mode == 0 && f->K % fb_gemm_k_unit(tk, vparam(v, "mma_k", 0))) return 0; /* mma_k: gemm_sm100.cuh only */
   if (f->mode == 1 && (f->M % tm || PAD % tk)) return 0;

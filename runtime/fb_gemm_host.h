@@ -20,7 +20,8 @@ typedef struct {
   int swiglu;    /* 1 w13 fwd: A = silu(gate) * up, rows x N/2 BF16 (fb_gemm.h's N is 2f);
                     2 w2 dgrad: dH = [dg | du] of the SwiGLU backward, rows x 2N BF16, from dA and H (args.aux) */
   int tile_m, tile_n, tile_k, stages, consumers; /* family 1: consumers groups of 4 warps compute the tile */
-  int cluster;   /* CTAs a cluster: 1, or 2 for family 2's CTA pair (tile_m 256, cta_group::2; a cluster launch) */
+  int cluster;   /* CTAs a cluster: 1, or 2 for family 2 (a cluster launch): the CTA pair (tile_m 256, cta_group::2) or
+                    B multicast (tile_m 128, two 1-CTA tiles sharing B) */
   int mma_k;     /* family 2: 96 for NVFP4's K = 96 MMAs (sm_103a; K need not divide by tile_k: fb_gemm_k_unit), else 0 */
 } fb_gemm_cfg;
 
@@ -44,7 +45,7 @@ typedef struct {
 /* The parameter block: checks the sizes against the tile (FB_EINVAL naming what does not divide) and encodes
  * the two tensor maps with the driver. */
 fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm *p);
-/* The persistent grid: one CTA per SM (family 0; family 2, the CTA pair: an even count, at least 2), as many as fit on
+/* The persistent grid: one CTA per SM (family 0; family 2 in clusters of 2: an even count, at least 2), as many as fit on
  * each of the sms SMs (family 1). fb_gemm_launch launches clusters of c->cluster CTAs (fb_kernel_launch_cluster). */
 fb_status fb_gemm_ctas(const fb_kernel *k, const fb_gemm_cfg *c, int sms, unsigned *ctas);
 fb_status fb_gemm_launch(const fb_kernel *k, const fb_gemm_cfg *c, const fb_kp_gemm *p, int sms);

@@ -24,8 +24,9 @@ fb_status fb_gemm_config(const fb_kernel_spec *k, const fb_variant *v, fb_gemm_c
   c->stages = vparam(v, "stages", 4), c->consumers = vparam(v, "consumers", 1);
   c->cluster = c->family == 1 ? 1 : vparam(v, "cluster", 1);
   c->mma_k = c->family == 2 ? vparam(v, "mma_k", 0) : 0;
-  if (c->cluster != 1 && !(c->family == 2 && c->cluster == 2 && c->tile_m == 256))
-    return FB_ERR(FB_EINVAL, "%s: cluster %d: only the tcgen05 CTA pair (tile_m 256, cluster 2) is written", v->name, c->cluster);
+  if (c->cluster != 1 && !(c->family == 2 && c->cluster == 2 && (c->tile_m == 256 || c->tile_m == 128)))
+    return FB_ERR(FB_EINVAL, "%s: cluster %d: only the tcgen05 clusters of 2 (the CTA pair at tile_m 256, B multicast at 128) are written",
+                  v->name, c->cluster);
   return FB_OK;
 }
 
@@ -67,6 +68,8 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
     return FB_ERR(FB_EINVAL, "gemm: K = %d is not a multiple of %d (K = 96 MMAs: a partial last K tile, whole 16-byte TMA rows)", a->K,
                   fb_gemm_k_unit(c->tile_k, c->mma_k));
   if (c->mode == 1 && a->M % c->tile_m) return FB_ERR(FB_EINVAL, "gemm: M = %d is not a multiple of tile_m = %d", a->M, c->tile_m);
+  if (c->mode == 1 && c->family == 2 && a->M % (128 * c->cluster)) /* a cluster walks 256 rows of M (the pair; B multicast) */
+    return FB_ERR(FB_EINVAL, "gemm: M = %d is not a multiple of the cluster's %d rows", a->M, 128 * c->cluster);
   if (c->mode == 1 && a->rows % c->tile_k) return FB_ERR(FB_EINVAL, "gemm: wgrad rows = %lld is not a multiple of tile_k", a->rows);
   unsigned long long rows = (unsigned long long)a->rows, K = (unsigned long long)a->K, N = (unsigned long long)a->N;
   unsigned long long EN = (unsigned long long)a->experts * N, M = (unsigned long long)a->M;
@@ -78,10 +81,11 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
   unsigned long long a_in = c->mode ? rows : K, a_out = c->mode ? M : rows, b_in = c->mode ? rows : K, b_out = c->mode ? N : EN;
   if ((c->kind == 1 || c->kind == 4) && c->mode) return FB_ERR(FB_EINVAL, "gemm: NVFP4 wgrad is not a recipe GEMM");
   if (c->family == 2) { /* gemm_sm100.cuh: a stage row of rb bytes, boxes of min(rb, 128) bytes swizzled by as many; a CTA's
-                          boxes: A's 128 rows, B's tile_n (tile_n / 2 with SwiGLU or on the CTA pair, each CTA its half) */
+                          boxes: A's 128 rows, B's tile_n (tile_n / 2 with SwiGLU or in a cluster of 2, each CTA its half:
+                          the pair's MMA reads it from both CTAs, B multicast loads it into both) */
     int rb = fb_gemm_tc_row_bytes(c->kind == 4 ? 1 : c->kind, c->tile_k), sw = rb < 128 ? rb : 128, u8 = c->kind != 0;
     unsigned bi = (unsigned)(u8 ? sw : sw / 2); /* the box's inner extent in the map's elements */
-    tm = 128, tn = c->tile_m == 256 ? (unsigned)c->tile_n / 2 : tn;
+    tm = 128, tn = c->cluster == 2 ? (unsigned)c->tile_n / 2 : tn;
     if (c->kind == 4) { /* codes: K / 2 bytes a row */
       FB_TRY(tmap(&p->ta, a->a, 1, K / 2, rows, bi, tm, sw));
       FB_TRY(tmap(&p->tb, a->b, 1, K / 2, EN, bi, tn, sw));
@@ -115,7 +119,7 @@ fb_status fb_gemm_params(const fb_gemm_cfg *c, const fb_gemm_args *a, fb_kp_gemm
 
 fb_status fb_gemm_ctas(const fb_kernel *k, const fb_gemm_cfg *c, int sms, unsigned *ctas) {
   unsigned n = (unsigned)(sms > 0 ? sms : 1);
-  if (c->cluster == 2) n = n < 2 ? 2 : n & ~1u; /* the CTA pair: whole clusters of 2 (an odd SM count leaves one idle) */
+  if (c->cluster == 2) n = n < 2 ? 2 : n & ~1u; /* the CTA pair, B multicast: whole clusters of 2 (an odd SM count leaves one idle) */
   if (c->family == 1) { /* the portable family: as many CTAs as fit on an SM at once, on every SM */
     unsigned smem = (unsigned)fb_gemm_smem_bytes(c);
     int per = 1;

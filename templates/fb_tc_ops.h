@@ -82,6 +82,7 @@ FBT_MMA_BS(fbt_mma_mxf4_cg2, FBEMU_MMA_MXF4, 2)
 #undef FBT_MMA
 #undef FBT_MMA_BS
 FBT_FN void fbt_commit(uint32_t mbar) { FBT_M->commit(1, mbar, 0); }
+FBT_FN void fbt_commit_mc(uint32_t mbar, uint16_t cta_mask) { FBT_M->commit(1, mbar, cta_mask ? cta_mask : 0x10000u); }
 FBT_FN void fbt_commit_mc_cg2(uint32_t mbar, uint16_t cta_mask) { FBT_M->commit(2, mbar, cta_mask ? cta_mask : 0x10000u); }
 FBT_FN void fbt_fence_before(void) { FBT_M->fence(FBEMU_FENCE_BEFORE); }
 FBT_FN void fbt_fence_after(void) { FBT_M->fence(FBEMU_FENCE_AFTER); }
@@ -209,6 +210,12 @@ FBT_MMA_BS(fbt_mma_mxf4_cg2, "tcgen05.mma.cta_group::2.kind::mxf4nvf4.block_scal
 /* Arrive once on the mbarrier (shared::cluster address) when every earlier async tcgen05 op of this thread is done. */
 FBT_FN void fbt_commit(uint32_t mbar) {
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(mbar) : "memory");
+}
+/* .multicast::cluster: the commit arrives on the barrier at mbar's offset in every CTA of cta_mask (a 16-bit mask) */
+FBT_FN void fbt_commit_mc(uint32_t mbar, uint16_t cta_mask) {
+  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;" ::"r"(mbar),
+               "h"(cta_mask)
+               : "memory");
 }
 /* 2-CTA: the leader's commit arrives on the barrier at the same offset in every CTA of cta_mask */
 FBT_FN void fbt_commit_mc_cg2(uint32_t mbar, uint16_t cta_mask) {

@@ -50,8 +50,24 @@
  *              tmem_empty[a] (128 arrivals). FB_ACC accumulator stages of FB_TILE_N columns (2 when they fit).
  * Rows of an expert's last m-tile past its end are loaded (the next expert's rows, zeros past the tensor) and never
  * stored. Tune parameters: FB_TILE_M (128: cta_group::1; 256: the pair below), FB_TILE_N (32..256, a multiple of 32;
- * 64..256 a multiple of 64 with SwiGLU), FB_TILE_K, FB_STAGES, FB_CLUSTER (1; 2 with FB_TILE_M 256). Dynamic shared
- * memory: fb_gemm_tc_smem_total() (fb_gemm.h).
+ * 64..256 a multiple of 64 with SwiGLU), FB_TILE_K, FB_STAGES, FB_CLUSTER (1; 2: with FB_TILE_M 256 the pair, with 128
+ * B multicast, below). Dynamic shared memory: fb_gemm_tc_smem_total() (fb_gemm.h).
+ *
+ * B multicast (FB_TILE_M 128, FB_CLUSTER 2; clusters of 2 along x): two 1-CTA tiles (cta_group::1, M = 128 each) that
+ * share B. Scheduling: the cluster walks 256-row tiles as the pair does (tile blockIdx.x / 2, + gridDim.x / 2, ...: one
+ * expert, one N block), CTA rank r taking rows 128 r .. 128 r + 127 of it, so that both CTAs of a cluster always need
+ * the same B (the expert's weights, the N block's rows). An expert's last 256-row tile may reach past its rows: CTA 1's
+ * half even wholly (an expert of 100 rows, or an empty one's neighbour) - it loads those rows like any partial tile
+ * (the next expert's rows, zeros past the tensor), runs the same stages and stores none, since its peer needs its half
+ * of B in every stage. This costs up to 128 rows of MMAs per expert (the pair pays the same); an expert with no rows
+ * has no tile. Each CTA's producer loads its own 128 rows of A, and half of B's TN rows (SwiGLU: the gate half in CTA
+ * 0, the up half in CTA 1) with cp.async.bulk.tensor .multicast::cluster (ctaMask 0b11) into the same offset of both
+ * CTAs' stage s, so each CTA's full[s] expects A's bytes and all of B's (its own half and the peer's multicast) and
+ * B's traffic from L2 is halved. A stage may be refilled only when both CTAs' MMAs have read it: empty[s] counts 2, the
+ * MMA issuer of each CTA commits with .multicast::cluster to empty[s] of both (tcgen05.commit.cta_group::1). The scale
+ * atoms are each CTA's own generic stores (B's for all TN rows in each). At the end the producer waits for each
+ * stage's last release (the producer's tail, as CUTLASS's), so the peer's last commits have landed before the CTA may
+ * exit; a cluster barrier follows the barrier init (the peer's barriers exist before any multicast or remote commit).
  *
  * The CTA pair (FB_TILE_M 256, FB_CLUSTER 2; launched as clusters of 2 along x, cuLaunchKernelEx): the two CTAs of a
  * cluster compute a 256 x FB_TILE_N tile with cta_group::2 MMAs (M = 256), every tcgen05 instruction .cta_group::2. The
@@ -96,11 +112,13 @@
 #ifndef FB_TEST_BREAK /* test builds only (test_gemm_sm100): 1 no tmem_empty wait, 2 no empty-stage wait, 3 no fence after
                          tmem_full, 4 a wrong scale-factor id, 5 a wrong swizzle in B's descriptor; the pair: 6 B's scales
                          in the even CTA only, 7 the MMA issuer not waiting for the odd CTA's stage (pfull), 8 a CTA
-                         barrier, not the cluster's, before the TMEM is freed (runs clean: the model does not track
-                         accesses to a CTA that has exited, docs/tc_model.md); K = 96: 9 a crossing MMA's absolute LBO at
+                         barrier, not the cluster's, before the TMEM is freed; K = 96: 9 a crossing MMA's absolute LBO at
                          its own row's start (not the next row's), 10 the scale-factor id 0 where it is 2, 11 the
                          crossing MMAs in the relative-LBO mode; a partial last K tile: 12 its MMA count rounded down (the
-                         MMA holding K's end left out), 13 its k-blocks past K scaled 1.0, not 0 */
+                         MMA holding K's end left out), 13 its k-blocks past K scaled 1.0, not 0; B multicast: 14 the
+                         ctaMask naming this CTA only, 15 the stage released by this CTA's own commit only (no remote
+                         arrive on the peer's empty[s]), 16 the expect-tx of this CTA's own bytes only, 17 a ctaMask
+                         beyond the cluster, 18 no producer tail */
 #define FB_TEST_BREAK 0
 #endif
 #if FB_S2F6
@@ -115,9 +133,11 @@
 #else
 #define TCK_UNROLL
 #endif
-#define TCK_PAIR (FB_CLUSTER == 2) /* a CTA pair computes a 256-row tile with cta_group::2 MMAs */
+#define TCK_PAIR (FB_CLUSTER == 2 && FB_TILE_M == 256) /* a CTA pair computes a 256-row tile with cta_group::2 MMAs */
+#define TCK_MC (FB_CLUSTER == 2 && FB_TILE_M == 128)   /* two 1-CTA tiles sharing B, each CTA multicasting its half */
 #define TCK_TM FB_TILE_M          /* the tile's rows: 128 (one CTA) or 256 (the pair) */
 #define TCK_CM 128                /* the rows of A (and of the accumulator, its TMEM lanes) a CTA holds */
+#define TCK_WM (TCK_CM * FB_CLUSTER) /* the rows a cluster walks at a time: 128, or 256 (the pair; two multicast tiles) */
 #define TCK_TN FB_TILE_N
 #define TCK_BCTA fb_gemm_tc_b_rows(TCK_TM, TCK_TN) /* B's rows a CTA holds: all TN, or its half with the pair */
 #define TCK_RB fb_gemm_tc_row_bytes(FB_KIND, FB_TILE_K)            /* bytes of a stage row */
@@ -147,10 +167,10 @@
 static_assert(TCK_TN % 32 == 0 && TCK_TN >= 32 && TCK_TN <= 256 && (FB_SWIGLU != 1 || TCK_TN % 64 == 0),
               "gemm_sm100: FB_TILE_N must be a multiple of 32 in [32, 256] (of 64 with SwiGLU)");
 static_assert(fb_gemm_tc_tmem_need(FB_KIND, TCK_TN, FB_TILE_K, FB_STAGES) <= 512, "gemm_sm100: accumulators and scales within 512 TMEM columns");
-static_assert(((FB_TILE_M == 128 && FB_CLUSTER == 1) || (FB_TILE_M == 256 && FB_CLUSTER == 2)) &&
+static_assert(((FB_TILE_M == 128 && (FB_CLUSTER == 1 || FB_CLUSTER == 2)) || (FB_TILE_M == 256 && FB_CLUSTER == 2)) &&
                   (TCK_RB == 32 || TCK_RB == 64 || TCK_RB % 128 == 0),
-              "gemm_sm100: FB_TILE_M 128 with FB_CLUSTER 1 (cta_group::1) or 256 with 2 (cta_group::2), and a stage row of 32, "
-              "64 or a multiple of 128 bytes");
+              "gemm_sm100: FB_TILE_M 128 with FB_CLUSTER 1 or 2 (cta_group::1; 2: B multicast) or 256 with 2 (cta_group::2), and "
+              "a stage row of 32, 64 or a multiple of 128 bytes");
 static_assert(FB_MMA_K == 0 || (FB_MMA_K == 96 && FB_KIND == 1 && FB_MODE == 0 && TCK_RB % 384 == 0),
               "gemm_sm100: FB_MMA_K 96 takes NVFP4 (FB_KIND 1), FB_MODE 0 and FB_TILE_K a multiple of 768 (384-byte stage rows)");
 /* the instruction forms of the path: every tcgen05 instruction of a kernel takes the same .cta_group (PTX ISA) */
@@ -163,7 +183,9 @@ static_assert(FB_MMA_K == 0 || (FB_MMA_K == 96 && FB_KIND == 1 && FB_MODE == 0 &
 #define TCK_MMA_MXF8 fbt_mma_mxf8_cg2
 #define TCK_MMA_NVF4 fbt_mma_nvf4_cg2
 #define TCK_COMMIT(bar) fbt_commit_mc_cg2(bar, (uint16_t)3) /* both CTAs' barriers at bar's offset */
+#define TCK_COMMIT_STAGE TCK_COMMIT
 #define TCK_SYNC fbt_cluster_sync                          /* the pair's threads */
+#define TCK_SYNC_END fbt_cluster_sync
 #else
 #define TCK_ALLOC fbt_alloc
 #define TCK_DEALLOC fbt_dealloc
@@ -173,7 +195,19 @@ static_assert(FB_MMA_K == 0 || (FB_MMA_K == 96 && FB_KIND == 1 && FB_MODE == 0 &
 #define TCK_MMA_MXF8 fbt_mma_mxf8
 #define TCK_MMA_NVF4 fbt_mma_nvf4
 #define TCK_COMMIT(bar) fbt_commit(bar)
+#if TCK_MC
+/* a stage is free once both CTAs' MMAs have read it (the peer's half of B landed in this CTA's stage, this CTA's half in
+   the peer's): each MMA issuer's commit arrives on empty[s] of both (15: on its own CTA's only, a count of 1) */
+#define TCK_COMMIT_STAGE(bar) (FB_TEST_BREAK == 15 ? fbt_commit(bar) : fbt_commit_mc(bar, (uint16_t)3))
+#define TCK_SYNC fbt_cluster_sync /* the peer's barriers exist before the first multicast or remote commit */
+#define TCK_SYNC_END __syncthreads /* (the producer's tail, not a cluster barrier, keeps the CTA until the peer's last commits) */
+/* the CTAs a half of B goes to (14: this CTA only; 17: three CTAs, beyond the cluster of 2) */
+#define TCK_MC_MASK (FB_TEST_BREAK == 14 ? (uint16_t)(1u << rank) : FB_TEST_BREAK == 17 ? (uint16_t)7 : (uint16_t)3)
+#else
+#define TCK_COMMIT_STAGE TCK_COMMIT
 #define TCK_SYNC __syncthreads
+#define TCK_SYNC_END __syncthreads
+#endif
 #endif
 #ifndef FB_KERNEL
 #define FB_KERNEL fbs_gemm_sm100
@@ -198,9 +232,9 @@ static __device__ __forceinline__ int tck_next(const fb_kp_gemm &p, tck_sched &s
     if (s.count < 0) {
 #if FB_MODE == 0
       const long long rows = tck_off(p, s.e + 1) - tck_off(p, s.e);
-      s.mt = rows > 0 ? (rows + TCK_TM - 1) / TCK_TM : 0;
+      s.mt = rows > 0 ? (rows + TCK_WM - 1) / TCK_WM : 0;
 #else
-      s.mt = p.M / TCK_TM;
+      s.mt = p.M / TCK_WM;
 #endif
       s.count = s.mt * ntn;
     }
@@ -208,10 +242,10 @@ static __device__ __forceinline__ int tck_next(const fb_kp_gemm &p, tck_sched &s
       const long long lt = t - s.base, mt = lt % s.mt, nt = lt / s.mt;
       T.e = s.e, T.n0 = (int)(nt * TCK_BROWS);
 #if FB_MODE == 0
-      T.row0 = tck_off(p, s.e) + mt * TCK_TM, T.rend = tck_off(p, s.e + 1), T.m0 = 0;
+      T.row0 = tck_off(p, s.e) + mt * TCK_WM, T.rend = tck_off(p, s.e + 1), T.m0 = 0;
       T.nk = TCK_K96 ? (p.K + FB_TILE_K - 1) / FB_TILE_K : p.K / FB_TILE_K; /* K = 96: a partial last K tile */
 #else
-      T.row0 = tck_off(p, s.e), T.rend = tck_off(p, s.e + 1), T.m0 = (int)(mt * TCK_TM);
+      T.row0 = tck_off(p, s.e), T.rend = tck_off(p, s.e + 1), T.m0 = (int)(mt * TCK_WM);
       T.nk = (int)((T.rend - T.row0) / FB_TILE_K);
 #endif
       return 1;
@@ -253,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
   const unsigned tid = threadIdx.x, w = tid / 32, lane = tid % 32;
   /* the pair: CTA rank r of the cluster holds rows 128 r .. of the tile (A's and the accumulator's) and B's rows
      r TN / 2 ..; the even CTA (rank 0) issues the MMAs. The tiles are walked per cluster: tile index blockIdx.x / 2. */
-#if TCK_PAIR
+#if FB_CLUSTER > 1
   const uint32_t rank = fbt_cluster_rank();
 #else
   const uint32_t rank = 0;
@@ -271,9 +305,11 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
   const uint32_t stage0 = (base + 128 + 1023) & ~1023u;
 #define TCK_STAGE(s) (stage0 + (unsigned)(s) * TCK_STAGE_BYTES) /* A's boxes, B's boxes, A's atoms, B's atoms */
   if (tid == 0) {
-    for (int s = 0; s < FB_STAGES; ++s) fbt_mbar_init(TCK_FULL(s), FB_KIND ? 33 : 1), fbt_mbar_init(TCK_EMPTY(s), 1);
+    /* empty: the commits of the MMA issuers reading the stage (B multicast: both CTAs') */
+    for (int s = 0; s < FB_STAGES; ++s)
+      fbt_mbar_init(TCK_FULL(s), FB_KIND ? 33 : 1), fbt_mbar_init(TCK_EMPTY(s), TCK_MC && FB_TEST_BREAK != 15 ? 2 : 1);
     /* tmem_empty: the epilogue threads of the tile's CTAs (the pair: the odd CTA's arrive on the even CTA's) */
-    for (int a = 0; a < TCK_ACC; ++a) fbt_mbar_init(TCK_TFULL(a), 1), fbt_mbar_init(TCK_TEMPTY(a), 128 * FB_CLUSTER);
+    for (int a = 0; a < TCK_ACC; ++a) fbt_mbar_init(TCK_TFULL(a), 1), fbt_mbar_init(TCK_TEMPTY(a), TCK_PAIR ? 256 : 128);
 #if TCK_PAIR
     for (int s = 0; s < FB_STAGES; ++s) fbt_mbar_init(TCK_PFULL(s), 1);
 #endif
@@ -281,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
   }
   if (w == 1) TCK_ALLOC(slot, TCK_TMEM_COLS); /* the pair: warp 1 of each CTA, the same columns */
   fbt_fence_before();
-  TCK_SYNC(); /* the pair: the peer's barriers are initialised and its TMEM allocated before either CTA uses them */
+  TCK_SYNC(); /* clusters: the peer's barriers are initialised (the pair: its TMEM allocated) before either CTA uses them */
   fbt_fence_after();
   const uint32_t tmem = *(volatile uint32_t *)(sm + (slot - base));
 
@@ -309,7 +345,10 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         const int nbox = TCK_NATOM;
 #endif
         if (leader) {
-          fbt_mbar_arrive_expect_tx(TCK_FULL(s), nbox * (TCK_A_BYTES + TCK_B_BYTES) / TCK_NATOM);
+          /* B multicast: all of B lands here, half from each CTA's load (16: only this CTA's own half expected); a
+             partial K = 96 tile: its first nbox boxes of each */
+          fbt_mbar_arrive_expect_tx(TCK_FULL(s),
+                                    nbox * (TCK_A_BYTES + (TCK_MC && FB_TEST_BREAK == 16 ? TCK_B_BYTES / 2 : TCK_B_BYTES)) / TCK_NATOM);
           const uint32_t sa = TCK_STAGE(s), sb = sa + TCK_A_BYTES;
           const int step = TCK_SW / (FB_KIND ? 1 : 2); /* a box's K extent, in the map's elements */
           for (int x = 0; x < nbox; ++x) {
@@ -319,6 +358,14 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
             fbt_tma_load_2d(sb + x * TCK_BCTA * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + (int)rank * (p.N / 2) + T.n0, TCK_FULL(s));
 #else
             fbt_tma_load_2d(sb + x * TCK_BCTA * TCK_SW, &p.tb, (int)kc + x * step, by + (int)rank * TCK_BCTA, TCK_FULL(s));
+#endif
+#elif TCK_MC /* this CTA's half of B's rows (SwiGLU: the gate half in CTA 0, up in CTA 1) into the stage of both CTAs */
+#if FB_SWIGLU == 1
+            fbt_tma_load_2d_mc(sb + x * TCK_TN * TCK_SW + rank * (TCK_TN / 2) * TCK_SW, &p.tb, (int)kc + x * step,
+                               T.e * p.N + (int)rank * (p.N / 2) + T.n0, TCK_FULL(s), TCK_MC_MASK);
+#else
+            fbt_tma_load_2d_mc(sb + x * TCK_TN * TCK_SW + rank * (TCK_TN / 2) * TCK_SW, &p.tb, (int)kc + x * step,
+                               by + (int)rank * (TCK_TN / 2), TCK_FULL(s), TCK_MC_MASK);
 #endif
 #elif FB_SWIGLU == 1
             fbt_tma_load_2d(sb + x * TCK_TN * TCK_SW, &p.tb, (int)kc + x * step, T.e * p.N + T.n0, TCK_FULL(s));
@@ -379,6 +426,12 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         __syncwarp();
 #endif
       }
+#if TCK_MC
+    /* the producer's tail: the last release of every stage (the commits of both CTAs' MMA issuers, the peer's a remote
+       arrive on this CTA's barrier) is in before this CTA may exit (18: not waited for) */
+    if (FB_TEST_BREAK != 18)
+      for (int i = 0; i < FB_STAGES; ++i, ++it) fbt_mbar_wait(TCK_EMPTY(it % FB_STAGES), ((it / FB_STAGES) & 1) ^ 1);
+#endif
   } else if (w == 1) {
 #if TCK_PAIR
     if (rank) { /* ---- the odd CTA's relay: its stage s is in (TMA bytes, scale atoms) -> pfull[s] of the even CTA ---- */
@@ -466,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
               TCK_MMA_F16(d, ad, bd, idesc, acc);
 #endif
             }
-            TCK_COMMIT(TCK_EMPTY(s)); /* the stage is free (the pair: in both CTAs) once these MMAs have read it */
+            TCK_COMMIT_STAGE(TCK_EMPTY(s)); /* the stage is free (the pair, B multicast: in both CTAs) once these MMAs have read it */
           }
           TCK_COMMIT(TCK_TFULL(a)); /* (a wgrad tile of an empty expert issued none: the epilogue writes zeros) */
         }
@@ -573,11 +626,12 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
   }
   fbt_fence_before();
   /* the pair: every MMA writing either CTA's TMEM and every arrive on the even CTA's barriers is done before either
-     CTA frees its columns or exits (8: a CTA barrier only) */
+     CTA frees its columns or exits (8: a CTA barrier only; the model reports the odd CTA's last arrives on the even
+     CTA's tmem_empty as not ordered before the even CTA's exit). B multicast: the producer's tail did it. */
 #if FB_TEST_BREAK == 8
   __syncthreads();
 #else
-  TCK_SYNC();
+  TCK_SYNC_END();
 #endif
   if (w == 1) {
     fbt_fence_after();
@@ -606,6 +660,11 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #undef TCK_MMA_MXF8
 #undef TCK_MMA_NVF4
 #undef TCK_PAIR
+#undef TCK_MC
+#undef TCK_MC_MASK
+#undef TCK_WM
+#undef TCK_COMMIT_STAGE
+#undef TCK_SYNC_END
 #undef TCK_RELINQUISH
 #undef TCK_SYNC
 #undef TCK_BROWS

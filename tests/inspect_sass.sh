@@ -7,10 +7,12 @@
 # on the tensor cores (HGMMA) and loads by TMA (UTMALDG), every portable one (gemm_*_mma_*, every arch) on mma.sync
 # (HMMA, or QMMA for FP8 where the arch has it) with cp.async loads (LDGSTS), every tcgen05 one (gemm_*_tc_*, sm_100a /
 # sm_103a) on the Blackwell tensor cores (UTCHMMA BF16, UTCQMMA MXFP8, UTCOMMA NVFP4) with TMA loads (UTMALDG), the
-# MMA's commit (UTCBAR), TMEM loads (LDTM) and, block-scaled, the scale copies (UTCCP). Only sm_90a cubins have run (an H200):
+# MMA's commit (UTCBAR), TMEM loads (LDTM) and, block-scaled, the scale copies (UTCCP); its B-multicast form (gemm_*_tc_m128*_c2)
+# the multicast TMA load (UTMALDG.2D.MULTICAST) and commit (UTCBAR.MULTICAST), no other form. Only sm_90a cubins have run (an H200):
 # sm_89, sm_100a, sm_103a and sm_120a ones are only read, never run.
 # Prints SKIPPED and exits 77 (never counted as passed) when no cuobjdump is found.
-# usage: tests/inspect_sass.sh build/fourbit
+# usage: tests/inspect_sass.sh build/fourbit   (INSPECT_ARCHS: the archs; INSPECT_ONLY: fourbit gen --only, the kernel
+# specs whose name has it, e.g. gemm_wgrad, and then only the per-kernel checks, not the per-arch counts)
 set -u
 FB=$1
 CO=${CUOBJDUMP:-$(command -v cuobjdump || true)}
@@ -20,7 +22,8 @@ fi
 [ -x "${CO:-/nonexistent}" ] || { echo "inspect: SKIPPED (not passed): no cuobjdump (pip install triton brings one)"; exit 77; }
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 ARCHS=${INSPECT_ARCHS:-sm_89 sm_90a sm_100a sm_103a sm_120a}
-"$FB" gen recipes/inkling2_small.lua --arch "$(tr ' ' , <<<"$ARCHS")" --out "$W" > "$W/log" 2>&1 || { cat "$W/log"; exit 1; }
+"$FB" gen recipes/inkling2_small.lua --arch "$(tr ' ' , <<<"$ARCHS")" --out "$W" ${INSPECT_ONLY:+--only "$INSPECT_ONLY"} > "$W/log" 2>&1 ||
+  { cat "$W/log"; exit 1; }
 fail=0; n=0; ng=0; nm=0; nt=0
 printf '%-8s %8s %10s %10s %10s %10s %8s %8s %8s\n' arch cubins "local mem" "E4M3 cvt" "E8M0 cvt" "E2M1 cvt" "wgmma" "tcgen05" "mma"
 for arch in $ARCHS; do
@@ -55,7 +58,11 @@ for arch in $ARCHS; do
       case $(basename "$c") in *nvfp4x*) mma=UTCOMMA ;; *mxfp8x*) mma=UTCQMMA ;; *) mma=UTCHMMA ;; esac
       for ins in $mma UTMALDG UTCBAR LDTM; do grep -q "$ins" <<<"$s" || { echo "  no $ins in $(basename "$c")"; fail=1; }; done
       [ $mma = UTCHMMA ] || grep -q UTCCP <<<"$s" || { echo "  no UTCCP (the scale factors' copy) in $(basename "$c")"; fail=1; }
-      grep -qE '\b(HGMMA|HMMA|QMMA)\.' <<<"$s" && { echo "  a wgmma / mma.sync instruction in $(basename "$c")"; fail=1; } ;;
+      grep -qE '\b(HGMMA|HMMA|QMMA)\.' <<<"$s" && { echo "  a wgmma / mma.sync instruction in $(basename "$c")"; fail=1; }
+      case $(basename "$c") in
+      gemm_*_tc_m128*_c2.*|gemm_*_tc_m128*_c2_*) for ins in UTMALDG.2D.MULTICAST UTCBAR.MULTICAST; do grep -q "$ins" <<<"$s" || { echo "  no $ins in $(basename "$c")"; fail=1; }; done ;;
+      *) grep -qE 'UTMALDG[.A-Z0-9]*MULTICAST|UTCBAR.MULTICAST' <<<"$s" && { echo "  a multicast TMA or 1-CTA commit in $(basename "$c")"; fail=1; } ;;
+      esac ;;
     gemm_*_mma_*)
       gm=$((gm+1))
       { grep -qE '\b(HMMA|QMMA)\.' <<<"$s" && grep -q 'LDGSTS' <<<"$s" && ! grep -q 'GMMA' <<<"$s"; } ||
@@ -67,11 +74,11 @@ for arch in $ARCHS; do
     esac
   done
   printf '%-8s %8d %10d %10d %10d %10d %8d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $ne2 $gw $gt $gm
-  ng=$((ng+gw)); nm=$((nm+gm)); nt=$((nt+gt))
+  ng=$((ng+gw)); nm=$((nm+gm)); nt=$((nt+gt)); n=$((n+nc))
+  [ $nl -eq 0 ] || fail=1
+  [ -z "${INSPECT_ONLY:-}" ] || continue
   case $arch in sm_100a|sm_103a) [ $gt -gt 0 ] || { echo "  no tcgen05 GEMM for $arch"; fail=1; } ;; esac
   [ $gm -gt 0 ] || { echo "  no portable GEMM for $arch"; fail=1; }
-  n=$((n+nc))
-  [ $nl -eq 0 ] || fail=1
   [ $ne4 -gt 0 ] || { echo "  no E4M3 conversion instruction in any $arch kernel"; fail=1; }
   case $arch in
   sm_100a|sm_103a) [ $ne8 -gt 0 ] || { echo "  no E8M0 conversion instruction in any $arch kernel"; fail=1; } ;;

@@ -225,7 +225,7 @@ static void test_variants_fit(void **state) {
     fb_plan_free(q);
   }
   /* sm_89 and sm_120a: the portable family alone, for every GEMM of the plan; sm_100a and sm_103a: the tcgen05 family
-     (gemm_sm100.cuh: tile_m 128, cluster 1, its shared memory and TMEM within the limits, 192 threads) first, then the
+     (gemm_sm100.cuh: one CTA, the CTA pair or B multicast, its shared memory and TMEM within the limits, 192 threads) first, then the
      portable one; with gemm.accumulate = "exact" no block-scaled tcgen05 variant (NVFP4 / MXFP8 operands) */
   static const char *const other[] = {"sm_89", "sm_100a", "sm_103a", "sm_120a"};
   for (int a = 0; a < 4; ++a)
@@ -236,7 +236,7 @@ static void test_variants_fit(void **state) {
       fb_recipe re = *r;
       re.base.gemm_exact = exact;
       assert_int_equal(fb_plan_resolve(&re, other[a], &q), FB_OK);
-      int n = 0, ntc = 0, npair = 0, nsingle = 0;
+      int n = 0, ntc = 0, npair = 0, nsingle = 0, nmc = 0;
       for (int i = 0; i < q->nkernels; ++i) {
         const fb_kernel_spec *k = &q->kernels[i];
         if (strncmp(k->name, "gemm_", 5)) continue;
@@ -252,17 +252,18 @@ static void test_variants_fit(void **state) {
           fb_gemm_cfg c;
           assert_int_equal(fb_gemm_config(k, &vs[j], &c), FB_OK);
           assert_int_equal(c.family, 2);
-          /* one CTA (tile_m 128, cluster 1) or the CTA pair (tile_m 256, cluster 2: a cluster launch of an even grid) */
+          /* one CTA (tile_m 128, cluster 1), the CTA pair (tile_m 256, cluster 2) or B multicast (tile_m 128, cluster 2):
+             clusters of 2 are a cluster launch of an even grid */
           const int cl = fb_variant_param(&vs[j], "cluster", 1);
-          assert_true((c.tile_m == 128 && cl == 1 && c.cluster == 1) || (c.tile_m == 256 && cl == 2 && c.cluster == 2));
-          assert_non_null(strstr(vs[j].name, cl == 2 ? "_tc_m256n" : "_tc_m128n"));
+          assert_true(c.cluster == cl && (cl == 1 || cl == 2) && (c.tile_m == 128 || (c.tile_m == 256 && cl == 2)));
+          assert_non_null(strstr(vs[j].name, c.tile_m == 256 ? "_tc_m256n" : "_tc_m128n"));
           assert_non_null(strstr(vs[j].name, cl == 2 ? "_c2" : "_c1"));
           unsigned ctas = 0;
           assert_int_equal(fb_gemm_ctas(NULL, &c, 7, &ctas), FB_OK);
           assert_int_equal(ctas, cl == 2 ? 6 : 7);
           assert_int_equal(fb_gemm_ctas(NULL, &c, 1, &ctas), FB_OK);
           assert_int_equal(ctas, cl == 2 ? 2 : 1);
-          npair += cl == 2, nsingle += cl == 1;
+          npair += c.tile_m == 256, nsingle += cl == 1, nmc += cl == 2 && c.tile_m == 128;
           assert_true(c.tile_n % 32 == 0 && c.tile_n <= 256 && c.stages >= 2);
           assert_int_equal(c.kind, k->src.format == FB_FMT_NVFP4 ? 4 : k->src.format == FB_FMT_MXFP8 ? 2 : 0);
           const int kk = c.kind == 4 ? 1 : c.kind;
@@ -277,10 +278,10 @@ static void test_variants_fit(void **state) {
       }
       assert_int_equal(n, 7);
       if (bw)
-        printf("  %s%s: %d of the 7 GEMM specs have tcgen05 variants (%d 1-CTA, %d CTA-pair)\n", other[a], exact ? " (accumulate exact)" : "",
-               ntc, nsingle, npair);
+        printf("  %s%s: %d of the 7 GEMM specs have tcgen05 variants (%d 1-CTA, %d CTA-pair, %d B multicast)\n", other[a],
+               exact ? " (accumulate exact)" : "", ntc, nsingle, npair, nmc);
       assert_int_equal(ntc, bw && !exact ? 7 : 0);
-      assert_true(bw && !exact ? npair > 0 && nsingle > 0 : npair + nsingle == 0);
+      assert_true(bw && !exact ? npair > 0 && nsingle > 0 && nmc > 0 : npair + nsingle + nmc == 0);
       fb_plan_free(q);
     }
   fb_plan_free(p);

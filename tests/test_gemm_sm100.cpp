@@ -550,6 +550,283 @@ namespace brk12 {
 #include "emu/gemm_sm100_class.h"
 }
 
+/* B multicast (tile_m 128, cluster 2): two 1-CTA tiles of one expert and N block, rows 128 apart, each CTA loading half
+   of B's rows and multicasting it into both CTAs' stages (launched as clusters of 2) */
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_bf16_f32
+namespace mc_bf16_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_TILE_N 32
+#define FB_TILE_K 128
+#define FB_STAGES 2
+#define FB_KERNEL k_mc_bf16_bf16
+namespace mc_bf16_bf16 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 2
+#define FB_TILE_N 64
+#define FB_TILE_K 32
+#define FB_STAGES 4
+#define FB_KERNEL k_mc_bf16_swiglubwd
+namespace mc_bf16_swiglubwd {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_mx_wgrad
+namespace mc_mx_wgrad {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_mx_swiglu
+namespace mc_mx_swiglu {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_TILE_N 256
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_nv_f32
+namespace mc_nv_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 2
+#define FB_B_OUTER 2
+#define FB_S2F6 1
+#define FB_RHT 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_nv_s2f6
+namespace mc_nv_s2f6 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_mc_nv96_f32
+namespace mc_nv96_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+/* the rest of the 1-CTA classes' kinds and epilogues with B multicast (the same tiles as theirs) */
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 0
+#define FB_MODE 1
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_bf16_wgrad
+namespace mc_bf16_wgrad {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 256
+#define FB_TILE_K 128
+#define FB_STAGES 2
+#define FB_KERNEL k_mc_mx_f32
+namespace mc_mx_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_TILE_N 192
+#define FB_TILE_K 64
+#define FB_STAGES 4
+#define FB_KERNEL k_mc_mx_bf16
+namespace mc_mx_bf16 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 2
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_mx_swiglubwd
+namespace mc_mx_swiglubwd {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_S2F6 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mc_mx_s2f6
+namespace mc_mx_s2f6 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 256
+#define FB_TILE_K 64
+#define FB_STAGES 4
+#define FB_KERNEL k_mc_nv_swiglu
+namespace mc_nv_swiglu {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 2
+#define FB_B_OUTER 2
+#define FB_OUT_BF16 1
+#define FB_TILE_N 64
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_mc_nv96_bf16
+namespace mc_nv96_bf16 {
+#include "emu/gemm_sm100_class.h"
+}
+
+/* broken B-multicast builds: 14 the CTA mask naming this CTA only, 15 the stage released by this CTA's commit only (no
+   remote empty-barrier arrive), 16 the expect-tx of this CTA's own bytes only, 17 a CTA mask beyond the cluster, 18 no
+   producer tail (the peer's last commits may reach an exited CTA); 8 (the pair) a CTA barrier before the dealloc */
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 14
+#define FB_KERNEL k_mcbrk14
+namespace mcbrk14 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 15
+#define FB_KERNEL k_mcbrk15
+namespace mcbrk15 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 16
+#define FB_KERNEL k_mcbrk16
+namespace mcbrk16 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 17
+#define FB_KERNEL k_mcbrk17
+namespace mcbrk17 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_TEST_BREAK 18
+#define FB_KERNEL k_mcbrk18
+namespace mcbrk18 {
+#include "emu/gemm_sm100_class.h"
+}
+
 #define FB_TILE_M 256
 #define FB_CLUSTER 2
 #define FB_KIND 1
@@ -561,6 +838,19 @@ namespace brk12 {
 #define FB_TEST_BREAK 13
 #define FB_KERNEL k_pbrk13
 namespace pbrk13 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
+#define FB_TEST_BREAK 8
+#define FB_KERNEL k_pbrk8
+namespace pbrk8 {
 #include "emu/gemm_sm100_class.h"
 }
 
@@ -583,7 +873,7 @@ struct Class {
   const char *name;
   int kind, mode, epi, tile_n, tile_k, stages, outer; /* outer (NVFP4): 1 per row / expert, 2 per tensor */
   void (*kernel)(fb_kp_gemm);
-  int pair; /* tile_m 256 on a CTA pair (cluster 2): the grid is 2 x the shape's clusters */
+  int pair; /* cluster 2, the grid 2 x the shape's clusters: 1 tile_m 256 on a CTA pair; 2 two tile_m 128 CTAs, B multicast */
   int k96;  /* FB_MMA_K 96 (NVFP4, sm_103a): K = 96 MMAs, run as sm_103a (1: as sm_100a, where the model must report it) */
   int K[2] = {0, 0}; /* K = 96: the two shapes' K (0: 1536 and 768, multiples of tile_k) */
 };
@@ -678,7 +968,7 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   uint64_t da[2] = {inner, (uint64_t)(ar ? ar : 1)}, db[2] = {inner, (uint64_t)br}, sa[1] = {rowb}, sb[1] = {rowb};
   /* a CTA's boxes: A's 128 rows; B's tile_n rows, tile_n / 2 with SwiGLU (gate, up) or on a pair (each CTA its half) */
   uint32_t ba[2] = {(uint32_t)(sw / es), 128},
-           bb[2] = {(uint32_t)(sw / es), (uint32_t)(c.epi == E_SWIGLU || c.pair ? c.tile_n / 2 : c.tile_n)};
+           bb[2] = {(uint32_t)(sw / es), (uint32_t)(c.epi == E_SWIGLU || c.pair ? c.tile_n / 2 : c.tile_n)}; /* (multicast: each CTA its half) */
   if (const char *e = tc::encode_tmap(&p.ta, (unsigned)es, 2, A.data(), da, sa, ba, NULL, 0, (unsigned)sw, 0)) return e;
   if (const char *e = tc::encode_tmap(&p.tb, (unsigned)es, 2, B.data(), db, sb, bb, NULL, 0, (unsigned)sw, 0)) return e;
   p.out = (unsigned long long)(uintptr_t)out.data(), p.offsets = (unsigned long long)(uintptr_t)off.data();
@@ -688,12 +978,17 @@ const char *run_class(const Class &c, const Shape &s, long *bad, double *rel_out
   p.aux = c.epi == E_SWIGLU ? (unsigned long long)(uintptr_t)aux.data() : c.epi == E_SWIGLU_BWD ? (unsigned long long)(uintptr_t)H.data() : 0;
   p.out_sf = (unsigned long long)(uintptr_t)osf.data();
   fbemu_table = &fbemu::api;
-  const unsigned smem = (unsigned)fb_gemm_tc_smem_total(kind, c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages);
+  const unsigned smem = (unsigned)fb_gemm_tc_smem_total(kind, c.pair == 1 ? 256 : 128, c.tile_n, c.tile_k, c.stages);
   void (*kern)(fb_kp_gemm) = c.kernel;
   const unsigned cl = c.pair ? 2 : 1;
   if (c.k96) tc::set_arch(c.k96 == 1 ? 103 : 100);
   const char *lerr = tc::launch((unsigned)s.grid * cl, 1, 192, cl, smem, [&p, kern] { kern(p); });
   tc::set_arch(100);
+  if (lerr && strstr(lerr, "deadlock") && *tc::deadlock_detail()) { /* the barrier the deadlock waits on */
+    static std::string d;
+    d = std::string(lerr) + ": " + tc::deadlock_detail();
+    return d.c_str();
+  }
   if (lerr) return lerr;
   /* the FP32 result against FP64 */
   double num = 0, den = 0;
@@ -748,15 +1043,15 @@ void check_class(const Class &c) {
     if (c.mode == 0 && s.N % c.tile_n) s.N = c.tile_n * 2;
     if (c.mode == 0 && c.kind == 1 && s.K % 256) s.K = 256;
     if (c.k96) s.K = c.K[i] ? c.K[i] : i ? 768 : 1536; /* K = 96: multiples of 768, or a partial last K tile */
-    if (c.mode == 1 && c.pair && s.M % 256) s.M = 256; /* wgrad: M a multiple of the pair's 256 rows */
+    if (c.mode == 1 && c.pair && s.M % 256) s.M = 256; /* wgrad: M a multiple of the cluster's 256 rows */
     long bad = -1;
     double rel = 0;
     const char *err = run_class(c, s, &bad, &rel);
     const double tol = c.kind ? 1e-4 : 1e-5;
     printf("  %-16s %-5s %-13s m%d n%-3d k%-3d s%d%s: experts (", c.name, kind_name[c.kind], c.mode ? "wgrad" : epi_name[c.epi],
-           c.pair ? 256 : 128, c.tile_n, c.tile_k, c.stages, c.k96 ? " K=96 sm_103a" : "");
+           c.pair == 1 ? 256 : 128, c.tile_n, c.tile_k, c.stages, c.k96 ? " K=96 sm_103a" : "");
     for (size_t j = 0; j < s.rows.size(); ++j) printf("%s%d", j ? " " : "", s.rows[j]);
-    if (c.pair) printf(") %s %d, %d clusters of 2: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
+    if (c.pair) printf(") %s %d, %d clusters of 2%s: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid, c.pair == 2 ? " (B multicast)" : "");
     else printf(") %s %d, %d CTAs: ", c.mode ? "M" : "K", c.mode ? s.M : s.K, s.grid);
     if (err) {
       printf("model: %s\n", err);
@@ -803,11 +1098,34 @@ const Class classes[] = {
     {"nv96_bf16_kp", 1, 0, E_BF16, 64, 768, 2, 2, nv96_bf16::k_nv96_bf16, 0, 1, {5120, 256}},
     {"p_nv96_f32_kp", 1, 0, E_F32, 192, 768, 2, 1, p_nv96_f32::k_p_nv96_f32, 1, 1, {2048, 544}},
     {"p_nv96_swiglu_kp", 1, 0, E_SWIGLU, 128, 768, 2, 1, p_nv96_swiglu::k_p_nv96_swiglu, 1, 1, {5120, 512}},
+    /* B multicast (tile_m 128, cluster 2) */
+    {"mc_bf16_f32", 0, 0, E_F32, 128, 64, 3, 0, mc_bf16_f32::k_mc_bf16_f32, 2, 0},
+    {"mc_bf16_bf16", 0, 0, E_BF16, 32, 128, 2, 0, mc_bf16_bf16::k_mc_bf16_bf16, 2, 0},
+    {"mc_bf16_swiglubwd", 0, 0, E_SWIGLU_BWD, 64, 32, 4, 0, mc_bf16_swiglubwd::k_mc_bf16_swiglubwd, 2, 0},
+    {"mc_mx_wgrad", 2, 1, E_F32, 128, 128, 3, 0, mc_mx_wgrad::k_mc_mx_wgrad, 2, 0},
+    {"mc_mx_swiglu", 2, 0, E_SWIGLU, 128, 128, 3, 0, mc_mx_swiglu::k_mc_mx_swiglu, 2, 0},
+    {"mc_nv_f32", 1, 0, E_F32, 256, 128, 3, 1, mc_nv_f32::k_mc_nv_f32, 2, 0},
+    {"mc_nv_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 128, 3, 2, mc_nv_s2f6::k_mc_nv_s2f6, 2, 0},
+    {"mc_nv96_f32", 1, 0, E_F32, 128, 768, 2, 1, mc_nv96_f32::k_mc_nv96_f32, 2, 1},
+    {"mc_bf16_wgrad", 0, 1, E_F32, 128, 64, 3, 0, mc_bf16_wgrad::k_mc_bf16_wgrad, 2, 0},
+    {"mc_mx_f32", 2, 0, E_F32, 256, 128, 2, 0, mc_mx_f32::k_mc_mx_f32, 2, 0},
+    {"mc_mx_bf16", 2, 0, E_BF16, 192, 64, 4, 0, mc_mx_bf16::k_mc_mx_bf16, 2, 0},
+    {"mc_mx_swiglubwd", 2, 0, E_SWIGLU_BWD, 128, 128, 3, 0, mc_mx_swiglubwd::k_mc_mx_swiglubwd, 2, 0},
+    {"mc_mx_s2f6", 2, 0, E_S2F6, 128, 128, 3, 0, mc_mx_s2f6::k_mc_mx_s2f6, 2, 0},
+    {"mc_nv_swiglu", 1, 0, E_SWIGLU, 256, 64, 4, 1, mc_nv_swiglu::k_mc_nv_swiglu, 2, 0},
+    {"mc_nv96_bf16", 1, 0, E_BF16, 64, 768, 2, 2, mc_nv96_bf16::k_mc_nv96_bf16, 2, 1},
 };
+
+/* FB_GEMM_ONLY=substring: only the classes and broken builds whose name contains it (while working on one) */
+bool chosen(const char *name) {
+  const char *o = getenv("FB_GEMM_ONLY");
+  return !o || strstr(name, o);
+}
 
 void test_classes(void **state) {
   (void)state;
-  for (const Class &c : classes) check_class(c);
+  for (const Class &c : classes)
+    if (chosen(c.name)) check_class(c);
 }
 
 void test_broken(void **state) {
@@ -830,8 +1148,18 @@ void test_broken(void **state) {
       {{"K = 96 run as sm_100a", 1, 0, E_F32, 128, 768, 2, 1, nv96_f32::k_nv96_f32, 0, 2}, "sm_103a only"},
       {{"K = 96, K 2048: the partial tile's last MMA left out", 1, 0, E_F32, 128, 768, 2, 0, brk12::k_brk12, 0, 1, {2048, 0}}, NULL},
       {{"K = 96 pair, K 2048: k-blocks past K scaled 1.0", 1, 0, E_F32, 128, 768, 2, 0, pbrk13::k_pbrk13, 1, 1, {2048, 0}}, NULL},
+      {{"pair: a CTA barrier, not the cluster's, before the dealloc", 0, 0, E_F32, 128, 64, 3, 0, pbrk8::k_pbrk8, 1, 0},
+       "not ordered before CTA 0 exits|which has exited"},
+      {{"B multicast: the CTA mask names this CTA only", 2, 0, E_F32, 128, 128, 3, 0, mcbrk14::k_mcbrk14, 2, 0}, "can never complete"},
+      {{"B multicast: no remote empty-barrier arrive", 2, 0, E_F32, 128, 128, 3, 0, mcbrk15::k_mcbrk15, 2, 0},
+       "may not have read yet"},
+      {{"B multicast: expect-tx of this CTA's own bytes only", 2, 0, E_F32, 128, 128, 3, 0, mcbrk16::k_mcbrk16, 2, 0},
+       "did not expect these bytes|bytes more completed than|TMA load is still writing"},
+      {{"B multicast: a CTA mask beyond the cluster", 2, 0, E_F32, 128, 128, 3, 0, mcbrk17::k_mcbrk17, 2, 0}, "beyond the cluster"},
+      {{"B multicast: no producer tail", 2, 0, E_F32, 128, 128, 3, 0, mcbrk18::k_mcbrk18, 2, 0}, "not ordered before|which has exited"},
   };
   for (auto &x : cases) {
+    if (!chosen(x.c.name)) continue;
     long bad = -1;
     double rel = 0;
     Shape s = s0;
@@ -888,6 +1216,7 @@ std::string sass_of(const char *co, const fb_cubin &c) {
 void test_nvrtc(void **state) {
   (void)state;
   const char *one = "#define FB_TILE_M 128\n#define FB_CLUSTER 1\n", *two = "#define FB_TILE_M 256\n#define FB_CLUSTER 2\n";
+  const char *mcs = "#define FB_TILE_M 128\n#define FB_CLUSTER 2\n"; /* B multicast */
   struct {
     const char *tile, *pre, *mma; /* mma: the pair's MMA as cuobjdump 13.5 spells it (NVFP4: per arch, below) */
     int sm103_only;               /* the K = 96 form: the generator prunes it on sm_100a */
@@ -904,6 +1233,10 @@ void test_nvrtc(void **state) {
       {two, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 256\n#define FB_TILE_K 256\n#define FB_STAGES 4\n", "", 0},
       {one, "#define FB_KIND 1\n#define FB_MMA_K 96\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 768\n#define FB_STAGES 2\n", NULL, 1},
       {two, "#define FB_KIND 1\n#define FB_MMA_K 96\n#define FB_MODE 0\n#define FB_OUT_BF16 1\n#define FB_SWIGLU 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 768\n#define FB_STAGES 2\n", "", 1},
+      {mcs, "#define FB_KIND 0\n#define FB_MODE 0\n#define FB_TILE_N 128\n#define FB_TILE_K 64\n#define FB_STAGES 4\n", NULL, 0},
+      {mcs, "#define FB_KIND 2\n#define FB_MODE 0\n#define FB_SWIGLU 1\n#define FB_OUT_BF16 1\n#define FB_TILE_N 256\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL, 0},
+      {mcs, "#define FB_KIND 1\n#define FB_MODE 0\n#define FB_S2F6 1\n#define FB_RHT 1\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 128\n#define FB_STAGES 4\n", NULL, 0},
+      {mcs, "#define FB_KIND 1\n#define FB_MMA_K 96\n#define FB_MODE 0\n#define FB_A_OUTER 1\n#define FB_B_OUTER 1\n#define FB_TILE_N 128\n#define FB_TILE_K 768\n#define FB_STAGES 2\n", NULL, 1},
   };
   const char *co = cuobjdump();
   if (!co) printf("  (no cuobjdump: the SASS checks do not run; make inspect fetches it, or set CUOBJDUMP)\n");
@@ -933,8 +1266,17 @@ void test_nvrtc(void **state) {
           if (sass.find(".2CTA") != std::string::npos) fail_msg("%s: a .2CTA form in the 1-CTA SASS", arch);
           what = ", SASS: no .2CTA form, no LDL / STL";
         }
+        /* B multicast: the multicast TMA load of B (UTMALDG.2D.MULTICAST) and the stage's release on both CTAs' barriers
+           (UTCBAR.MULTICAST, cta_group::1), the cluster barrier; the 1-CTA path (cluster 1) has neither multicast form */
+        const bool mc = x.tile == mcs;
+        for (const char *f : {"UTMALDG.2D.MULTICAST", "UTCBAR.MULTICAST"})
+          if ((sass.find(f) != std::string::npos) != mc) fail_msg("%s: %s %s the %s SASS", arch, f, mc ? "missing from" : "in", x.tile == one ? "1-CTA" : "pair's");
+        if (mc) {
+          if (sass.find("UCGABAR_WAIT") == std::string::npos) fail_msg("%s: no cluster barrier in the B-multicast SASS", arch);
+          what += ", UTMALDG.2D.MULTICAST, UTCBAR.MULTICAST";
+        }
       }
-      printf("  NVRTC %s %s%s: %zu-byte cubin  (%.*s)%s\n", arch, x.tile == two ? "m256 c2" : "m128 c1", x.sm103_only ? " K = 96" : "",
+      printf("  NVRTC %s %s%s: %zu-byte cubin  (%.*s)%s\n", arch, x.tile == two ? "m256 c2" : x.tile == mcs ? "m128 c2 (B multicast)" : "m128 c1", x.sm103_only ? " K = 96" : "",
              c.size, (int)(strchr(x.pre + 17, '\n') - x.pre), x.pre, what.c_str());
       fb_cubin_free(&c);
     }

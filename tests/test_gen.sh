@@ -53,7 +53,7 @@ nw=$(ls "$W/c" | grep -v '_mma_\|_tc_m' | grep -c .); ncu=$(ls "$W/c" | grep -c 
   || { bad "sm_100a GEMM: exit $rc, $nt tcgen05 and $nm portable cubins, $ncu sources, $nw other files"; tail -5 "$W/log3"; }
 grep -q "^#define FB_KIND 1$" "$W/c"/*_tc_m128n128k64_s3_c1.cu && grep -q 'template: templates/gemm_sm100.cuh' "$W/c"/*_tc_m128n128k64_s3_c1.cu && ok \
   || bad "sm_100a GEMM: the tcgen05 source is not NVFP4 (FB_KIND 1) on gemm_sm100.cuh"
-# the K = 96 form (tune mma_k 96, tile_k 768): on sm_103a only, one CTA and the pair, the sources FB_MMA_K 96 with
+# the K = 96 form (tune mma_k 96, tile_k 768): on sm_103a only, one CTA, the pair and B multicast, the sources FB_MMA_K 96 with
 # tile_k 768; on sm_100a pruned (sm_103a's). tiny's tune, the GEMM family narrowed to tile_k 768, 2 stages, tile_n 128,
 # and a keep() that keeps all (inkling2_small's keeps tile_k 768 with mma_k 96 only: here the K = 64 ones are wanted too)
 cp recipes/tiny.lua recipes/inkling2_small.lua "$W/"
@@ -65,10 +65,11 @@ EOR
 "$FB" gen "$W/k96.lua" --arch sm_100a,sm_103a --only gemm_fwd_nvfp4xnvfp4_s2f6 --out "$W/k" > "$W/log4" 2>&1 && rc=0 || rc=$?
 k3=$(ls "$W/k" | grep -c '_sm103a_tc_m.*_k96\.sm_103a\.cubin$'); k0=$(ls "$W/k" | grep -c '_k96\.sm_100a\.cubin$\|_sm100a_.*_k96')
 t3=$(ls "$W/k" | grep -c '_sm103a_tc_m.*k768_s2_c[12]\.sm_103a\.cubin$'); t0=$(ls "$W/k" | grep -c '_sm100a_tc_m.*k768_s2_c[12]\.sm_100a\.cubin$')
-[ $rc -eq 0 ] && [ "$k3" -eq 2 ] && [ "$k0" -eq 0 ] && [ "$t3" -eq 2 ] && [ "$t0" -eq 2 ] &&
+[ $rc -eq 0 ] && [ "$k3" -eq 3 ] && [ "$k0" -eq 0 ] && [ "$t3" -eq 3 ] && [ "$t0" -eq 3 ] &&
   grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m128n128k768_s2_c1_k96.cu && grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m256n128k768_s2_c2_k96.cu &&
+  grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m128n128k768_s2_c2_k96.cu &&
   ! grep -q "^#define FB_MMA_K 96$" "$W/k"/*_sm103a_tc_m128n128k768_s2_c1.cu && grep -q "_sm100a: [0-9]* variants pruned (gemm_sm100: K = 96 MMAs .* sm_103a" "$W/log4" && ok \
-  || { bad "K = 96: exit $rc, $k3 sm_103a K = 96 cubins (2 expected), $k0 on sm_100a (0), $t3 / $t0 K = 64 ones (2 / 2)"; ls "$W/k"; tail -5 "$W/log4"; }
+  || { bad "K = 96: exit $rc, $k3 sm_103a K = 96 cubins (3 expected), $k0 on sm_100a (0), $t3 / $t0 K = 64 ones (3 / 3)"; ls "$W/k"; tail -5 "$W/log4"; }
 expect2() { "$FB" "$@" > /dev/null 2> "$W/err"; rc=$?; [ $rc -eq 2 ] && [ -s "$W/err" ] && ok || bad "gen $*: exit $rc"; }
 # a kernel with one fixed variant and no tune family (dense.cuh, the resident step's) is generated, and the run exits 0
 "$FB" gen recipes/tiny.lua --only dense_ --out "$W/f" > "$W/log3" 2>&1 && rc=0 || rc=$?

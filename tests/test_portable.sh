@@ -43,11 +43,11 @@ done
 
 # fourbit tune as on a Blackwell GPU (FB_MOCK_CC 10.0; the fake driver computes each GEMM as its CPU reference, so this
 # checks the path, not the tcgen05 kernels): every candidate is checked (the harness's NVFP4 x NVFP4 problem) before it
-# is timed, 0 fail (the CTA-pair variants through cuLaunchKernelEx's clusters of 2), a tcgen05 winner is stored (1-CTA
-# or pair); and a tcgen05 variant that fails its check (FOURBIT_TUNE_WRONG) is never
+# is timed, 0 fail (the CTA-pair and B-multicast variants through cuLaunchKernelEx's clusters of 2), a tcgen05 winner
+# is stored (1-CTA, pair or B multicast); and a tcgen05 variant that fails its check (FOURBIT_TUNE_WRONG) is never
 # stored
 FB_MOCK_CC=10.0 LD_LIBRARY_PATH=$MOCK "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 --cache "$W/tc100" > "$W/tune100" 2>&1 &&
-  grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m(128n[0-9]+k[0-9]+_s[0-9]+_c1|256n[0-9]+k[0-9]+_s[0-9]+_c2) .* ([0-9]+) +0$" "$W/tune100" && ok ||
+  grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m(128n[0-9]+k[0-9]+_s[0-9]+_c[12]|256n[0-9]+k[0-9]+_s[0-9]+_c2) .* ([0-9]+) +0$" "$W/tune100" && ok ||
   bad "tune on a fake sm_100a: $(tail -4 "$W/tune100")"
 FOURBIT_TUNE_WRONG=_tc_m FB_MOCK_CC=10.0 LD_LIBRARY_PATH=$MOCK "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 \
   --cache "$W/tc100w" > "$W/tune100w" 2>&1 && bad "tune with every tcgen05 variant wrong: exit 0" || ok

@@ -247,6 +247,70 @@ void test_tma(void **state) {
   assert_non_null(tc::encode_tmap(&m, 2, 2, g.data(), dims, str, box, NULL, 0, 64, 0)); /* 128-byte rows, SW64 */
 }
 
+/* ---- 2a. clusters: multicast masks and barriers, remote accesses and a CTA's exit ---------------------------------- */
+/* mode 1: the rank-0 CTA multicasts with a mask naming CTA 2 of a cluster of 2; 2: CTA 1's barrier expects half the
+   bytes the multicast brings it; 3: CTA 1 arrives on CTA 0's barrier (mapa), which nothing in CTA 0 waits on, and CTA 0
+   exits; 4: the same arrive, CTA 0 waiting on it; 5: the same, a cluster barrier before the exit; 6: a multicast to
+   both CTAs whose barriers expect it (clean) */
+void cluster_kernel(const TmaParams p) {
+  unsigned char *sm = fbt_smem();
+  const uint32_t base = fbt_smem_addr(sm), bar = base, rank = fbt_cluster_rank(), mode = p.mcast;
+  const bool mc = mode == 1 || mode == 2 || mode == 6;
+  if (threadIdx.x == 0) {
+    fbt_mbar_init(bar, 1), fbt_fence_mbar_init();
+    if (mc) fbt_mbar_arrive_expect_tx(bar, rank == 1 && mode == 2 ? p.bytes / 2 : p.bytes);
+  }
+  fbt_cluster_sync();
+  if (mc) {
+    if (threadIdx.x == 0 && rank == 0) fbt_tma_load_2d_mc(base + 1024, &p.map, 0, 0, bar, (uint16_t)(mode == 1 ? 5 : 3));
+    fbt_mbar_wait(bar, 0);
+  } else if (threadIdx.x == 0 && rank == 1) {
+    fbt_mbar_arrive_cluster(fbt_mapa(bar, 0));
+  } else if (threadIdx.x == 0 && rank == 0 && mode == 4) {
+    fbt_mbar_wait(bar, 0);
+  }
+  if (mode == 5) fbt_cluster_sync();
+}
+void test_cluster_errors(void **state) {
+  (void)state;
+  fbemu_table = &fbemu::api;
+  std::vector<uint16_t> g(64 * 8, 0x3F80);
+  uint64_t dims[2] = {64, 8}, str[1] = {128};
+  uint32_t box[2] = {64, 8};
+  TmaParams p;
+  memset(&p, 0, sizeof p);
+  assert_null(tc::encode_tmap(&p.map, 2, 2, g.data(), dims, str, box, NULL, 0, 128, 0));
+  p.bytes = 64 * 8 * 2;
+  const struct {
+    unsigned mode;
+    const char *name, *want; /* a report containing want (|-separated alternatives); NULL: clean */
+  } cases[] = {
+      {1, "multicast mask naming CTA 2 of 2", "beyond the cluster"},
+      {2, "a destination barrier expecting fewer bytes", "did not expect these bytes"},
+      {3, "remote arrive, no wait, no cluster barrier", "not ordered before CTA 0 exits|which has exited"},
+      {4, "remote arrive waited on", NULL},
+      {5, "remote arrive, cluster barrier", NULL},
+      {6, "multicast to both, both expecting it", NULL},
+  };
+  for (auto &c : cases) {
+    p.mcast = c.mode;
+    const char *e = tc::launch(2, 1, 32, 2, 8192, [&p] { cluster_kernel(p); });
+    printf("  %-46s %s\n", c.name, e ? e : "clean");
+    if (!c.want) {
+      if (e) fail_msg("%s: %s", c.name, e);
+      continue;
+    }
+    bool found = false;
+    for (std::string rest = c.want; e && !found;) {
+      size_t b = rest.find('|');
+      found = strstr(e, rest.substr(0, b).c_str()) != NULL;
+      if (b == std::string::npos) break;
+      rest = rest.substr(b + 1);
+    }
+    if (!found) fail_msg("%s: expected a report containing \"%s\"", c.name, c.want);
+  }
+}
+
 /* ---- 2b. a tensor map the runtime's host code encoded (runtime/gemm_host.c through the fake driver) ------------ */
 /* Only under the fake driver (LD_LIBRARY_PATH=build/mockcuda, make test's tier-tc-model-mock, which sets
    FB_REQUIRE_MOCK): fb_gemm_params encodes A's and B's maps with cuTensorMapEncodeTiled as it does for the GPU; the
@@ -308,7 +372,21 @@ void test_runtime_tmap(void **state) {
         if (got != want) fail_msg("%s's map: element (%u, %u) 0x%04x, want 0x%04x", which ? "B" : "A", y, x, got, want);
       }
   }
-  printf("  runtime/gemm_host.c's maps (through the fake driver's cuTensorMapEncodeTiled) load as laid out\n");
+  /* the tcgen05 family's boxes (the same BF16 operands, 128-byte stage rows): A's 128 rows a CTA; B's tile_n rows on one
+     CTA, tile_n / 2 in a cluster of 2 (the CTA pair: each CTA its half; B multicast: each CTA loads half into both) */
+  const struct { int tm, cl; unsigned brows; } tcs[] = {{128, 1, 128}, {256, 2, 64}, {128, 2, 64}};
+  for (const auto &t : tcs) {
+    fb_gemm_cfg c2 = c;
+    c2.family = 2, c2.tile_m = t.tm, c2.cluster = t.cl;
+    fb_kp_gemm kp2;
+    if (fb_gemm_params(&c2, &a, &kp2) != FB_OK) fail_msg("fb_gemm_params (tcgen05, tile_m %d, cluster %d): %s", t.tm, t.cl, fb_errmsg());
+    tc::TmapRec ta2, tb2;
+    memcpy(&ta2, &kp2.ta, sizeof ta2), memcpy(&tb2, &kp2.tb, sizeof tb2);
+    assert_int_equal(ta2.box[0], 64), assert_int_equal(ta2.box[1], 128), assert_int_equal(ta2.swizzle, 128);
+    assert_int_equal(tb2.box[0], 64), assert_int_equal(tb2.box[1], t.brows), assert_int_equal(tb2.swizzle, 128);
+  }
+  printf("  runtime/gemm_host.c's maps (through the fake driver's cuTensorMapEncodeTiled) load as laid out; the tcgen05 "
+         "family's B box 128 rows on one CTA, 64 on the pair and with B multicast (tile_n 128)\n");
   fb_cu.MemFree(da), fb_cu.MemFree(db), fb_cu.MemFree(dout), fb_cu.MemFree(doff);
 
   /* K = 96 NVFP4 (family 2, kind 4, mma_k 96, tile_k 768): K need only be a multiple of 32 (S1's 2048 = 2 x 768 + 512
@@ -1135,7 +1213,7 @@ void test_nvrtc(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma), cmocka_unit_test(test_runtime_tmap),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
+      cmocka_unit_test(test_decoders_agree), cmocka_unit_test(test_tma), cmocka_unit_test(test_cluster_errors), cmocka_unit_test(test_runtime_tmap),         cmocka_unit_test(test_mma_grid), cmocka_unit_test(test_mma_cta_pair),
       cmocka_unit_test(test_mma_block_scaled_pair), cmocka_unit_test(test_block_scaled_reported),
       cmocka_unit_test(test_wrong_descriptors), cmocka_unit_test(test_protocol_errors),
       cmocka_unit_test(test_elect_alloc_cg), cmocka_unit_test(test_tmem_st), cmocka_unit_test(test_nvrtc),

@@ -2,7 +2,8 @@
  * sm_100a and sm_103a: a kernel that calls every wrapper with run-time operands (so that none is folded away), its
  * descriptors from fb_tcgen05.h; ptxas reports no spills and no local memory. Where a cuobjdump is found
  * ($CUOBJDUMP, PATH, or the nvidia-cuda-cuobjdump wheel) the SASS must hold every form, 1-CTA and 2-CTA: the MMAs of
- * each kind (UTCHMMA, UTCQMMA, UTCOMMA.4X / .BLOCK16 on sm_103a, UTCOMMA for .block32), the commits (UTCBAR), UTCCP, the TMEM loads and stores (LDTM, STTM), the
+ * each kind (UTCHMMA, UTCQMMA, UTCOMMA.4X / .BLOCK16 on sm_103a, UTCOMMA for .block32), the commits (UTCBAR, the 1-CTA
+ * multicast UTCBAR.MULTICAST), UTCCP, the TMEM loads and stores (LDTM, STTM), the
  * allocator (UTCATOMSWS, DEALLOC), the TMA loads, mbarriers, cluster barrier and proxy fence (fb_tc_ops_sync);
  * otherwise that half says it did not run. Nothing runs: no Blackwell GPU here. */
 #include <setjmp.h>
@@ -36,6 +37,7 @@ static const char *SRC =
     "    fbt_mma_nvf4(t, ad, bd, fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 0, 128, 128, 0, 0, 0, 0, in[6] & 1), t + 128, t + 132, acc);\n"
     "    fbt_mma_mxf4(t, ad, bd, fb_tc_idesc_bs(FB_TC_MXF4_E2M1, FB_TC_MXF4_E2M1, 1, 128, 128, 0, 0, in[4] & 2, in[5] & 2, 0), t + 128, t + 132, acc);\n"
     "    fbt_commit(b);\n"
+    "    fbt_commit_mc(b + 8, (uint16_t)(in[7] & 3));\n"
     "  }\n"
     "  __syncthreads(); fbt_fence_after();\n"
     "  uint32_t r[32];\n"
@@ -146,12 +148,12 @@ static void test_forms(void **state) {
     unlink(f);
     /* as cuobjdump 13 spells them: kind::f16 UTCHMMA, mxf8f6f4 UTCQMMA, mxf4nvf4 block16 UTCOMMA.4X (sm_100a) or
        UTCOMMA.BLOCK16 (sm_103a), mxf4nvf4 block32 a bare UTCOMMA (both archs, as cuobjdump 13.5 printed it,
-       2026-12-07), each also .2CTA; commit UTCBAR (.2CTA.MULTICAST); cp UTCCP; ld / st LDTM / STTM;
+       2026-12-07), each also .2CTA; commit UTCBAR (.MULTICAST, .2CTA.MULTICAST); cp UTCCP; ld / st LDTM / STTM;
        alloc the allocator's atomics; TMA UTMALDG, mbarriers SYNCS.*, barrier.cluster UCGABAR_*, fence.proxy.async
        FENCE.VIEW.ASYNC.S (as cuobjdump 13.5 printed them, 2026-12-02) */
     const char *nvf4 = a ? "UTCOMMA.BLOCK16" : "UTCOMMA.4X", *nvf4_2 = a ? "UTCOMMA.2CTA.BLOCK16" : "UTCOMMA.2CTA.4X";
     const char *const want[] = {"UTCHMMA ", "UTCHMMA.2CTA", "UTCQMMA ", "UTCQMMA.2CTA", nvf4, nvf4_2, "UTCOMMA ",
-                                "UTCOMMA.2CTA ", "UTCBAR ",
+                                "UTCOMMA.2CTA ", "UTCBAR ", "UTCBAR.MULTICAST",
                                 "UTCBAR.2CTA.MULTICAST", "UTCCP.T.S", "UTCCP.T.S.2CTA", "LDTM", "STTM",
                                 "UTCATOMSWS.FIND_AND_SET", "UTCATOMSWS.2CTA.FIND_AND_SET", "DEALLOC",
                                 /* fb_tc_ops_sync: TMA loads, mbarrier init / arrive (remote: .RED) / try_wait, the

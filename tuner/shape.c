@@ -106,9 +106,10 @@ int fb_tune_gemm_fits(const fb_kernel_spec *k, const fb_variant *v, const fb_tun
   }
   if (c.mode) {
     int pm[2] = {s->gm, s->gm2}, pn[2] = {s->gn, s->gn2};
+    const int tm = c.family == 2 ? 128 * c.cluster : c.tile_m; /* tcgen05: a cluster walks 128 rows a CTA */
     for (int i = 0; i < 2; ++i)
-      if (pm[i] % c.tile_m || pn[i] % c.tile_n) {
-        snprintf(why, n, "tile %d x %d does not divide M x N = %d x %d", c.tile_m, c.tile_n, pm[i], pn[i]);
+      if (pm[i] % tm || pn[i] % c.tile_n) {
+        snprintf(why, n, "tile %d x %d does not divide M x N = %d x %d", tm, c.tile_n, pm[i], pn[i]);
         return 0;
       }
     if (s->rows_per_expert % c.tile_k) {

@@ -47,11 +47,13 @@ unsigned g_csize = 1, g_nt;
 std::vector<unsigned> c_alive, c_bar_arrived, c_bar_gen;
 /* The model's hooks (tests/emu/tc_model.h), all unset without it: a scheduler round's start (async operations
  * may complete), a round in which no thread progressed (complete one pending async operation: true if one did),
- * a __syncthreads released for CTA c, a cluster's start and end. */
+ * a __syncthreads released for CTA c, a thread's exit (cur the exiting thread, already done), a cluster's start
+ * and end. */
 struct Hooks {
   void (*round)(void);
   bool (*idle)(void);
   void (*barrier)(unsigned cta);
+  void (*thread_exit)(void);
   void (*cluster_begin)(unsigned nt, unsigned csize);
   const char *(*cluster_end)(void);
 } hooks;
@@ -128,6 +130,7 @@ void entry() {
   threads[cur].done = true;
   --alive, ++progress;
   if (g_csize > 1) --c_alive[threads[cur].cta];
+  if (hooks.thread_exit) hooks.thread_exit();
   release_barrier(); /* an exited thread no longer holds a barrier up */
 }
 

@@ -176,10 +176,24 @@ inline double dec_ue8m0(unsigned v) { return v == 255 ? NAN : ldexp(1.0, (int)v 
 inline double dec_ue4m3(unsigned v) { return dec_e4m3(v & 0x7F); }
 
 /* ---- state ------------------------------------------------------------------------------------------------ */
+const unsigned kMaxCta = 16; /* a cluster's CTAs at most (the non-portable cluster size) */
+/* What a thread knows complete of the tcgen05 operations, per issuing CTA: the seq of the latest commit of that CTA
+   whose arrival it observed. A commit covers the tcgen05 operations its own CTA issued before it (the ISA: the
+   issuing thread's; the kernels here issue from one thread a CTA), never another CTA's: a peer's MMA is known
+   complete only through a commit of the peer's that arrived on a barrier this thread waited on. Async operations are
+   tagged seq << 4 | issuing CTA (tseq, aread). */
+struct Know {
+  unsigned long long c[kMaxCta];
+  Know() { memset(c, 0, sizeof c); }
+  void merge(const Know &o) {
+    for (unsigned i = 0; i < kMaxCta; ++i) c[i] = std::max(c[i], o.c[i]);
+  }
+  bool done(unsigned long long tag) const { return (tag >> 4) <= c[tag & 15]; }
+};
 struct Bar {
   unsigned count, pending, phase; /* phase: completed phases */
   long long tx;
-  unsigned long long acc, rel;    /* knowledge arriving in this phase / released by completed ones */
+  Know acc, rel;                  /* knowledge arriving in this phase / released by completed ones */
   std::vector<uint32_t> vacc, vrel; /* the same for the threads' epochs (vector clocks) */
 };
 struct Cta {
@@ -188,18 +202,25 @@ struct Cta {
   std::vector<uint16_t> tma_pending;    /* per byte: TMA loads in flight writing it */
   std::map<unsigned, Bar> bars;
   std::vector<uint32_t> tmem;           /* lane * 512 + column */
-  std::vector<unsigned long long> tseq; /* the async op writing that cell last (its seq), 0 none */
+  std::vector<unsigned long long> tseq; /* the async op writing that cell last (its tag), 0 none */
   std::vector<int> treader;             /* the thread that read the cell last since it was written, -1 none */
   std::vector<uint32_t> tepoch;         /* and that thread's epoch then */
   std::vector<uint8_t> tunwritten;      /* and whether nothing had written the cell then */
   std::vector<uint8_t> twritten;        /* an MMA, cp or st has written the cell */
-  std::vector<unsigned long long> aread; /* per shared byte: the last MMA / cp issued to read it (its seq) */
+  std::vector<unsigned long long> aread; /* per shared byte: the last MMA / cp issued to read it (its tag) */
   int col_owner[kTmemCols / 32];        /* allocation granules: -1 free, else the allocation's first granule */
   int col_len[kTmemCols / 32];
   bool relinquished;
+  /* Remote accesses (another CTA's threads: an mbarrier arrive through mapa, a multicast TMA or commit, the pair's MMA
+     and cp) must end before the CTA exits (CUDA: distributed shared memory accesses complete before the target exits;
+     a cluster barrier orders them). racc[u]: thread u's epoch at its latest access to this CTA (0 none), rwhat[u] what
+     it was; checked when the CTA's last thread exits. After that, any access is reported at once. */
+  bool exited;
+  std::vector<uint32_t> racc;
+  std::vector<const char *> rwhat;
 };
 struct Th {
-  unsigned long long known_sync, known; /* tcgen05 ops known complete: through a sync; after fence::after */
+  Know known_sync, known; /* tcgen05 ops known complete: through a sync; after fence::after */
   bool ld_pending;
   unsigned elects, cgen;
   unsigned wait_bar, wait_parity;
@@ -210,7 +231,7 @@ struct Op {
   int type;
   unsigned long long seq;
   unsigned cta; /* the issuing CTA */
-  std::vector<uint32_t> vc; /* a commit: its issuer's clock (the arrive's release) */
+  std::vector<uint32_t> vc; /* a commit: its issuer's clock (the arrive's release); a TMA load: its issuer's epoch */
   /* TMA */
   std::vector<uint8_t> data;
   unsigned dst, bytes, mask, bar;
@@ -288,21 +309,39 @@ inline Bar *bar_at(unsigned addr, const char *what, unsigned *cta_out = NULL) {
 inline void bar_try_complete(Bar *b) {
   if (b->pending == 0 && b->tx == 0) {
     ++b->phase, b->pending = b->count;
-    b->rel = std::max(b->rel, b->acc), b->acc = 0;
+    b->rel.merge(b->acc), b->acc = Know();
     for (unsigned u = 0; u < M.T; ++u) b->vrel[u] = std::max(b->vrel[u], b->vacc[u]), b->vacc[u] = 0;
     ++progress;
   }
 }
 /* an arrive releases vc (T epochs: the arriving thread's knowledge, its own epoch included), or nothing (NULL) */
-inline void bar_arrive(Bar *b, unsigned n, unsigned long long know, const char *what, const uint32_t *vc = NULL) {
+inline void bar_arrive(Bar *b, unsigned n, const Know &know, const char *what, const uint32_t *vc = NULL) {
   if (n > b->pending) { fault("%s: %u arrivals on an mbarrier phase that expects %u more", what, n, b->pending); return; }
-  b->pending -= n, b->acc = std::max(b->acc, know);
+  b->pending -= n, b->acc.merge(know);
   if (vc)
     for (unsigned u = 0; u < M.T; ++u) b->vacc[u] = std::max(b->vacc[u], vc[u]);
+  if (b->pending == 0 && b->tx < 0) {
+    /* complete_tx may precede the expect-tx within a phase (the tx-count goes negative for a while); once every
+       arrival, and so every expect-tx, of the phase is in, more bytes than expected is an error */
+    fault("%s: the last arrival of an mbarrier phase finds %lld bytes more completed than the phase's expect-tx "
+          "announced (bytes the barrier did not expect: a multicast mask naming a CTA that does not wait for them?)",
+          what, -b->tx);
+    return;
+  }
   bar_try_complete(b);
 }
-inline void bar_tx(Bar *b, long long bytes) {
+/* complete_tx of a TMA load (bytes < 0) on the barrier at `addr`; vc: the issuer's epoch (the load's writes are
+   ordered before the phase's completion, so a waiter knows them) */
+inline void bar_tx(Bar *b, long long bytes, unsigned addr, const uint32_t *vc = NULL) {
   b->tx += bytes;
+  if (vc)
+    for (unsigned u = 0; u < M.T; ++u) b->vacc[u] = std::max(b->vacc[u], vc[u]);
+  if (b->pending == 0 && b->tx < 0) {
+    fault("TMA load: complete_tx of %lld bytes on the mbarrier at 0x%x (CTA %u), whose phase has all its arrivals in and "
+          "expected %lld bytes fewer: the barrier did not expect these bytes (a .multicast::cluster mask naming a CTA "
+          "that does not wait for the load, or an expect-tx short of what lands)", -bytes, addr, addr >> 24, -b->tx);
+    return;
+  }
   bar_try_complete(b);
 }
 
@@ -346,12 +385,27 @@ inline bool idle_hook() {
       M.deadlock = b;
       break;
     }
+  /* and the other barriers waited on (up to 3 more), which may be the cause */
+  std::vector<unsigned> seen;
+  for (size_t t = 0; t < M.th.size() && !M.deadlock.empty() && seen.size() < 4; ++t)
+    if (M.th[t].waiting && !threads[t].done && std::find(seen.begin(), seen.end(), M.th[t].wait_bar) == seen.end()) {
+      seen.push_back(M.th[t].wait_bar);
+      if (seen.size() == 1) continue; /* the one named above */
+      unsigned c = M.th[t].wait_bar >> 24, o = M.th[t].wait_bar & 0xFFFFFF;
+      auto it = M.ctas[c].bars.find(o);
+      if (it == M.ctas[c].bars.end()) continue;
+      char b[200];
+      snprintf(b, sizeof b, "; also thread %u of CTA %u on 0x%x (parity %u; phases %u, pending %u of %u, tx-count %lld)",
+               threads[t].tid, threads[t].cta, M.th[t].wait_bar, M.th[t].wait_parity, it->second.phase, it->second.pending,
+               it->second.count, it->second.tx);
+      M.deadlock += b;
+    }
   return false;
 }
 /* threads lo..hi-1 meet at a barrier: their knowledge and epochs merge, then each one's epoch advances */
 inline void meet(unsigned lo, unsigned hi) {
-  unsigned long long k = 0;
-  for (unsigned t = lo; t < hi; ++t) k = std::max(k, M.th[t].known_sync);
+  Know k;
+  for (unsigned t = lo; t < hi; ++t) k.merge(M.th[t].known_sync);
   std::vector<uint32_t> v(M.T, 0);
   for (unsigned t = lo; t < hi; ++t) {
     M.vs[(size_t)t * M.T + t] = M.epoch[t];
@@ -376,6 +430,48 @@ inline void acquire_vc(const Bar *b) {
   uint32_t *v = &M.vs[(size_t)cur * M.T];
   for (unsigned u = 0; u < M.T; ++u) v[u] = std::max(v[u], b->vrel[u]);
 }
+
+/* ---- remote accesses and the exit of a CTA ------------------------------------------------------------------ */
+/* The current thread reaches CTA c (async operations: at their issue). Reported if c has exited; else kept (the
+   thread's epoch now: what it releases next carries it) for the check at c's exit. */
+inline bool remote_access(unsigned c, const char *what) {
+  if (c == my_cta()) return true;
+  Cta &C = M.ctas[c];
+  if (C.exited) {
+    fault("%s by thread %u of CTA %u reaches CTA %u, which has exited (another CTA's shared memory, mbarriers and TMEM "
+          "are the cluster's only while it runs: a cluster barrier before the exit)", what, my_tid(), my_cta(), c);
+    return false;
+  }
+  if (M.epoch[cur] >= C.racc[cur]) C.racc[cur] = M.epoch[cur], C.rwhat[cur] = what;
+  return true;
+}
+/* an async operation of CTA op.cta completing into CTA c: its bytes, complete_tx, arrive or TMEM writes */
+inline bool deliver_ok(const Op &op, unsigned c, const char *what) {
+  if (c == op.cta || !M.ctas[c].exited) return true;
+  fault("%s issued by CTA %u completes into CTA %u, which has exited (nothing in CTA %u waited for it, and no cluster "
+        "barrier kept it running)", what, op.cta, c, c);
+  return false;
+}
+/* a thread exits (emu_core's hook); the CTA's last: every remote access made to it so far must be ordered before
+   the exit, i.e. known to one of its threads (an arrival it waited on, a cluster barrier) */
+inline void thread_exit_hook() {
+  const unsigned c = my_cta();
+  for (unsigned t = c * M.nt; t < (c + 1) * M.nt; ++t)
+    if (!threads[t].done) return;
+  Cta &C = M.ctas[c];
+  C.exited = true;
+  std::vector<uint32_t> V(M.T, 0);
+  for (unsigned t = c * M.nt; t < (c + 1) * M.nt; ++t)
+    for (unsigned u = 0; u < M.T; ++u) V[u] = std::max(V[u], M.vs[(size_t)t * M.T + u]);
+  for (unsigned u = 0; u < M.T; ++u)
+    if (u / M.nt != c && C.racc[u] > V[u]) {
+      fault("%s by thread %u of CTA %u on CTA %u is not ordered before CTA %u exits (no wait on its arrival and no cluster "
+            "barrier between it and the exit: it may reach a CTA that has ended)", C.rwhat[u], threads[u].tid, threads[u].cta,
+            c, c);
+      return;
+    }
+}
+inline bool cols_allocated(Cta &C, unsigned col, unsigned n);
 
 /* the smem bytes of an async read: unchanged since the async proxy's view (else the missing proxy fence) */
 /* (the addresses of an MMA's or cp's operands are cluster addresses: CTA << 24 | offset) */
@@ -486,6 +582,15 @@ inline void exec_mma(Op &op) {
         for (unsigned k = j * blk; k < (j + 1) * blk; ++k) bv[(size_t)r * K + k] *= sc;
       }
   }
+  /* D's columns in each CTA it writes: still allocated, the CTA still running (the pair's peer) */
+  for (unsigned c = op.cta; c < op.cta + (op.m == 256 ? 2u : 1u); ++c) {
+    if (!deliver_ok(op, c, what)) return;
+    if (!cols_allocated(M.ctas[c], dcol, op.n)) {
+      fault("%s issued by CTA %u writes TMEM columns %u..%u of CTA %u, which were deallocated before it completed (a "
+            "dealloc not ordered after the MMA's commit)", what, op.cta, dcol, dcol + op.n - 1, c);
+      return;
+    }
+  }
   /* D[m][n] (+)= fp32(sum over this instruction's K of the exact products, summed in double in k order) */
   for (unsigned r = 0; r < op.m; ++r)
     for (unsigned c = 0; c < op.n; ++c) {
@@ -506,7 +611,13 @@ inline void exec_cp(Op &op) {
   async_read_check(op.aaddr, "tcgen05.cp");
   unsigned col = op.d & 0xFFFF;
   for (size_t c0 = 0; c0 < op.aaddr.size(); c0 += 512) { /* cta_group::2: each CTA of the pair from its own memory */
+    if (!deliver_ok(op, op.aaddr[c0] >> 24, "tcgen05.cp")) return;
     Cta &C = M.ctas[op.aaddr[c0] >> 24];
+    if (!cols_allocated(C, col, 4)) {
+      fault("tcgen05.cp issued by CTA %u writes TMEM columns %u..%u of CTA %u, which were deallocated before it completed",
+            op.cta, col, col + 3, op.aaddr[c0] >> 24);
+      return;
+    }
     for (unsigned r = 0; r < 32; ++r)
       for (unsigned w = 0; w < 4; ++w) {
         uint32_t v;
@@ -521,6 +632,7 @@ inline void complete(size_t i) {
   if (op.type == OP_TMA) {
     for (unsigned c = 0; c < M.csize; ++c) {
       if (!(op.mask >> c & 1)) continue;
+      if (!deliver_ok(op, c, "TMA load .multicast::cluster")) return;
       Cta &C = M.ctas[c];
       unsigned o = op.dst & 0xFFFFFF;
       for (unsigned b = 0; b < op.bytes; ++b) {
@@ -530,7 +642,7 @@ inline void complete(size_t i) {
       }
       auto it = C.bars.find(op.bar & 0xFFFFFF);
       if (it == C.bars.end()) { fault("TMA load: its mbarrier in CTA %u is gone", c); continue; }
-      bar_tx(&it->second, -(long long)op.bytes);
+      bar_tx(&it->second, -(long long)op.bytes, c << 24 | (op.bar & 0xFFFFFF), op.vc.data());
     }
     ++M.stats_tma;
   } else if (op.type == OP_MMA)
@@ -538,11 +650,14 @@ inline void complete(size_t i) {
   else if (op.type == OP_CP)
     exec_cp(op);
   else if (op.type == OP_COMMIT) {
+    Know k; /* the operations its CTA issued before it are complete */
+    k.c[op.cta] = op.seq;
     for (unsigned c = 0; c < M.csize; ++c) {
       if (!(op.mask >> c & 1)) continue;
+      if (!deliver_ok(op, c, "tcgen05.commit")) return;
       auto it = M.ctas[c].bars.find(op.bar & 0xFFFFFF);
       if (it == M.ctas[c].bars.end()) { fault("tcgen05.commit: no mbarrier at 0x%x in CTA %u", op.bar & 0xFFFFFF, c); continue; }
-      bar_arrive(&it->second, 1, op.seq, "tcgen05.commit", op.vc.data());
+      bar_arrive(&it->second, 1, k, "tcgen05.commit", op.vc.data());
     }
   }
 }
@@ -587,13 +702,14 @@ inline void e_mbar_init(unsigned a, unsigned count) {
   if (c != my_cta()) { fault("mbarrier.init.shared::cta on another CTA's address 0x%x", a); return; }
   if (o % 8 || count < 1 || count >= (1u << 20)) { fault("mbarrier.init: address 0x%x or count %u invalid", a, count); return; }
   Bar b;
-  b.count = b.pending = count, b.phase = 0, b.tx = 0, b.acc = b.rel = 0;
+  b.count = b.pending = count, b.phase = 0, b.tx = 0, b.acc = b.rel = Know();
   b.vacc.assign(M.T, 0), b.vrel.assign(M.T, 0);
   M.ctas[c].bars[o] = b;
   ++progress;
 }
 inline void e_mbar_arrive(unsigned a, unsigned n) {
   if (me().ld_pending) fault("mbarrier.arrive after a tcgen05.ld without tcgen05.wait::ld");
+  if ((a >> 24) < M.csize && !remote_access(a >> 24, "mbarrier.arrive on a barrier of another CTA (mapa)")) return;
   Bar *b = bar_at(a, "mbarrier.arrive");
   if (b) bar_arrive(b, n, me().known_sync, "mbarrier.arrive", release_vc());
   ++progress;
@@ -610,7 +726,7 @@ inline int e_mbar_try_wait(unsigned a, unsigned parity) {
   if (!b) return 1;
   /* the phase of parity P completed: the current (incomplete) phase has the other parity */
   if ((b->phase & 1) != (parity & 1)) {
-    me().known_sync = std::max(me().known_sync, b->rel);
+    me().known_sync.merge(b->rel);
     acquire_vc(b);
     me().waiting = false;
     return 1;
@@ -618,7 +734,7 @@ inline int e_mbar_try_wait(unsigned a, unsigned parity) {
   me().waiting = true, me().wait_bar = a, me().wait_parity = parity;
   yield_(); /* the suspended time of try_wait: no progress */
   if ((b->phase & 1) != (parity & 1)) {
-    me().known_sync = std::max(me().known_sync, b->rel);
+    me().known_sync.merge(b->rel);
     acquire_vc(b);
     me().waiting = false;
     return 1;
@@ -684,8 +800,9 @@ inline void e_tma_load(unsigned dst, const void *tmap, int rank, const int *crd,
     }
   for (unsigned r = 0; r < M.csize; ++r) {
     if (!(mask >> r & 1)) continue;
+    if (!remote_access(r, "TMA load .multicast::cluster")) return;
     for (unsigned b = 0; b < bytes; ++b)
-      if (M.ctas[r].aread[o + b] > me().known_sync) {
+      if (!me().known_sync.done(M.ctas[r].aread[o + b])) {
         fault("TMA load into shared memory at 0x%x that an MMA / cp issued earlier may not have read yet (wait on the "
               "barrier its commit arrives on first)", r << 24 | (o + b));
         return;
@@ -693,6 +810,10 @@ inline void e_tma_load(unsigned dst, const void *tmap, int rank, const int *crd,
     for (unsigned b = 0; b < bytes; ++b) ++M.ctas[r].tma_pending[o + b];
     if (!M.ctas[r].bars.count(bar & 0xFFFFFF)) { fault("TMA load: no mbarrier at 0x%x in CTA %u", bar & 0xFFFFFF, r); return; }
   }
+  /* the load's complete_tx carries its issuer's epoch (then advanced): a waiter on a destination's barrier has the
+     load ordered before it (the exit check) */
+  op.vc.assign(M.T, 0);
+  op.vc[cur] = M.epoch[cur]++;
   M.ops.push_back(op);
   ++progress;
 }
@@ -941,15 +1062,17 @@ inline void e_mma(int kind, int cg, unsigned d, unsigned long long adesc, unsign
       if ((a & 0xFFFFFF) >= M.smem_bytes) { fault("%s: an operand element at 0x%x is outside shared memory (%u bytes)", what, a, M.smem_bytes); return; }
   issue_check(op.aaddr, what);
   issue_check(op.baddr, what);
+  if (cg == 2 && !remote_access(my_cta() + 1, what)) return; /* the peer's shared memory and TMEM */
+  const unsigned long long tag = op.seq << 4 | op.cta;
   for (unsigned r = 0; r < op.m; ++r)
     for (unsigned c = 0; c < op.n; ++c) {
       Cta &DC = op.m == 256 ? M.ctas[my_cta() + r / 128] : C;
       size_t cell = d_lane(op.m, op.m == 256 ? r % 128 : r) * kTmemCols + dcol + c;
       if (!war_ok(DC, cell, what)) return;
-      DC.tseq[cell] = op.seq, DC.treader[cell] = -1, DC.twritten[cell] = 1;
+      DC.tseq[cell] = tag, DC.treader[cell] = -1, DC.twritten[cell] = 1;
     }
   for (auto *v : {&op.aaddr, &op.baddr})
-    for (unsigned a : *v) M.ctas[a >> 24].aread[a & 0xFFFFFF] = op.seq;
+    for (unsigned a : *v) M.ctas[a >> 24].aread[a & 0xFFFFFF] = tag;
   M.ops.push_back(op);
   ++progress;
 }
@@ -988,16 +1111,18 @@ inline void e_cp(int shape, int cg, unsigned taddr, unsigned long long sdesc) {
         op.aaddr[c * 512 + r * 16 + b] = (op.cta + c) << 24 | a;
       }
   issue_check(op.aaddr, "tcgen05.cp");
+  if (cg == 2 && !remote_access(my_cta() + 1, "tcgen05.cp.cta_group::2")) return;
+  const unsigned long long tag = op.seq << 4 | op.cta;
   for (unsigned c = my_cta(); c < my_cta() + (unsigned)cg; ++c) {
     Cta &C = M.ctas[c];
     for (unsigned l = 0; l < 128; ++l)
       for (unsigned w = 0; w < 4; ++w) {
         size_t cell = l * kTmemCols + col + w;
         if (!war_ok(C, cell, "tcgen05.cp")) return;
-        C.tseq[cell] = op.seq, C.treader[cell] = -1, C.twritten[cell] = 1;
+        C.tseq[cell] = tag, C.treader[cell] = -1, C.twritten[cell] = 1;
       }
   }
-  for (unsigned a : op.aaddr) M.ctas[a >> 24].aread[a & 0xFFFFFF] = op.seq;
+  for (unsigned a : op.aaddr) M.ctas[a >> 24].aread[a & 0xFFFFFF] = tag;
   M.ops.push_back(op);
   ++progress;
 }
@@ -1009,8 +1134,13 @@ inline void e_commit(int cg, unsigned bar, unsigned mask) {
   if (!resolve(bar, 8, &c, &o, "tcgen05.commit")) return;
   if (!M.ctas[c].bars.count(o)) { fault("tcgen05.commit: no mbarrier at 0x%x", bar); return; }
   if (cg == 2 && M.csize < 2) { fault("tcgen05.commit.cta_group::2 outside a cluster of 2"); return; }
+  if (mask && mask != 0x10000u && mask >> M.csize) { fault("tcgen05.commit: CTA mask 0x%x beyond the cluster of %u", mask, M.csize); return; }
   Op op;
   op.type = OP_COMMIT, op.seq = ++M.seq, op.cta = my_cta(), op.bar = bar, op.mask = mask ? mask : 1u << c;
+  for (unsigned r = 0; r < M.csize; ++r)
+    if ((op.mask >> r & 1) && !remote_access(r, "tcgen05.commit (an arrive on another CTA's mbarrier)")) return;
+  for (unsigned r = 0; r < M.csize; ++r)
+    if ((op.mask >> r & 1) && !M.ctas[r].bars.count(o)) { fault("tcgen05.commit: no mbarrier at 0x%x in CTA %u", o, r); return; }
   const uint32_t *v = release_vc();
   op.vc.assign(v, v + M.T);
   M.ops.push_back(op);
@@ -1035,8 +1165,8 @@ inline void e_ld(int shape, int n, unsigned taddr, unsigned *r) {
   unsigned l = (taddr >> 16) + (my_tid() & 31), col = taddr & 0xFFFF;
   for (int j = 0; j < n; ++j) {
     unsigned long long s = C.tseq[l * kTmemCols + col + j];
-    if (s > me().known) {
-      fault(s <= me().known_sync
+    if (!me().known.done(s)) {
+      fault(me().known_sync.done(s)
                 ? "tcgen05.ld of TMEM lane %u column %u after the thread sync that orders it, without tcgen05.fence::after_thread_sync"
                 : "tcgen05.ld of TMEM lane %u column %u before the MMA / cp writing it was committed and its mbarrier waited on",
             l, col + j);
@@ -1081,10 +1211,12 @@ inline void cluster_begin(unsigned nt, unsigned cs) {
     C.aread.assign(M.smem_bytes, 0);
     for (int i = 0; i < 16; ++i) C.col_owner[i] = -1, C.col_len[i] = 0;
     C.relinquished = false;
+    C.exited = false, C.racc.assign(nt * cs, 0), C.rwhat.assign(nt * cs, (const char *)NULL);
   }
   M.th.assign(nt * cs, Th());
   M.T = nt * cs, M.epoch.assign(M.T, 1), M.vs.assign((size_t)M.T * M.T, 0), M.ve.assign((size_t)M.T * M.T, 0);
-  for (Th &t : M.th) t.known = t.known_sync = 0, t.ld_pending = false, t.elects = 0, t.cgen = 0, t.waiting = false;
+  for (Th &t : M.th) t.known = t.known_sync = Know(), t.ld_pending = false, t.elects = 0, t.cgen = 0, t.waiting = false;
+  if (cs > kMaxCta) fault("a cluster of %u CTAs (the model takes up to %u)", cs, kMaxCta);
 }
 inline const char *cluster_end() {
   if (!M.fault_msg.empty()) return M.fault_msg.c_str();
@@ -1106,7 +1238,7 @@ inline const char *cluster_end() {
 inline const char *launch(unsigned gx, unsigned gy, unsigned nt, unsigned cx, unsigned smem_bytes, std::function<void()> body) {
   M.smem_bytes = smem_bytes, M.fault_msg.clear(), M.deadlock.clear();
   api.tc = &table;
-  hooks.round = round_hook, hooks.idle = idle_hook, hooks.barrier = barrier_hook;
+  hooks.round = round_hook, hooks.idle = idle_hook, hooks.barrier = barrier_hook, hooks.thread_exit = thread_exit_hook;
   hooks.cluster_begin = cluster_begin, hooks.cluster_end = cluster_end;
   const char *r = run_grid_cluster(gx, gy, nt, cx, body);
   hooks = Hooks();

@@ -705,6 +705,15 @@ static int pool_only(void) {
   return v;
 }
 static int in_cluster_launch; /* cuLaunchKernelEx with a cluster of 2 is launching */
+/* a tcgen05 variant launched as clusters of 2 (gen/templates.c's names): the CTA pair (_tc_m256..._c2) or B multicast
+   (_tc_m128..._c2, two 1-CTA tiles sharing B); every other kernel, _tc_..._c1 included, is launched without a cluster */
+static int cluster2_name(const char *nm) {
+  const char *t = strstr(nm, "_tc_m");
+  if (!t) return 0;
+  for (const char *c = strstr(t, "_c2"); c; c = strstr(c + 1, "_c2"))
+    if (!c[3] || c[3] == '_') return 1;
+  return 0;
+}
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sm,
                         CUstream s, void **a, void **e) {
   (void)gz;
@@ -721,8 +730,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     abort();
   }
   const char *nm = (const char *)f;
-  if (strstr(nm, "_tc_m256") && !in_cluster_launch) { /* the tcgen05 CTA pair: clusters of 2 only (cuLaunchKernelEx) */
-    fprintf(stderr, "MOCK: %s (a CTA-pair variant) launched without its cluster of 2\n", nm);
+  if (cluster2_name(nm) && !in_cluster_launch) { /* the tcgen05 pair and B multicast: clusters of 2 only (cuLaunchKernelEx) */
+    fprintf(stderr, "MOCK: %s (a tcgen05 cluster-of-2 variant: CTA pair or B multicast) launched without its cluster of 2\n", nm);
     abort();
   }
   /* what the kernel is: its name's fields (gen/kname.c's parser, the generator's own naming authority) */
@@ -808,8 +817,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   default: emu_moe(k, (const fb_kp_moe *)e[1]); return 0;
   }
 }
-/* a launch with attributes: the cluster dimension (runtime/gemm_host.c's CTA pair) checked against the grid and the
-   kernel's name (a _tc_m256 variant, clusters of 2), then computed as cuLaunchKernel computes it (by name) */
+/* a launch with attributes: the cluster dimension (runtime/gemm_host.c's clusters of 2) checked against the grid and the
+   kernel's name (a tcgen05 _c2 variant: the CTA pair or B multicast), then computed as cuLaunchKernel computes it (by name) */
 CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **a, void **e) {
   unsigned cx = 1, cy = 1, cz = 1;
   for (unsigned i = 0; i < c->numAttrs; ++i)
@@ -824,10 +833,9 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **a, void 
             c->gridDimX, c->gridDimY, c->gridDimZ, cx, cy, cz);
     abort();
   }
-  const int pair = strstr((const char *)f, "_tc_m256") != NULL;
-  if ((cx == 2 && cy == 1 && cz == 1) != pair) {
-    fprintf(stderr, "MOCK: cuLaunchKernelEx of %s with a cluster of %u x %u x %u (the tcgen05 CTA pair, _tc_m256, takes 2 x 1 x 1; "
-            "nothing else is cluster-launched)\n", (char *)f, cx, cy, cz);
+  if ((cx == 2 && cy == 1 && cz == 1) != cluster2_name((const char *)f)) {
+    fprintf(stderr, "MOCK: cuLaunchKernelEx of %s with a cluster of %u x %u x %u (the tcgen05 _c2 variants, the CTA pair and B "
+            "multicast, take 2 x 1 x 1; nothing else is cluster-launched)\n", (char *)f, cx, cy, cz);
     abort();
   }
   if (getenv("MOCK_V")) fprintf(stderr, "  launch (cluster %u) ", cx);
