@@ -854,6 +854,155 @@ namespace pbrk8 {
 #include "emu/gemm_sm100_class.h"
 }
 
+/* classes the shipped plans use that the lists above lacked (the eighteenth session's audit): BF16 SwiGLU, MXFP8
+   RHT-32 + S2F6 (the MXFP8 w2 forward), NVFP4 BF16 rows at K = 64, the pair's NVFP4 SwiGLU (S1's w13 forward),
+   MXFP8 SwiGLU backward / RHT-32 + S2F6 / FP32, BF16 wgrad, and K = 96 RHT-32 + S2F6 (sm_103a's w2 forward) and
+   one-CTA SwiGLU */
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 0
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
+#define FB_KERNEL k_bf16_swiglu
+namespace bf16_swiglu {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_S2F6 1
+#define FB_RHT 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_mx_s2f6_rht
+namespace mx_s2f6_rht {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_OUT_BF16 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_nv_bf16
+namespace nv_bf16 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_nv_swiglu
+namespace p_nv_swiglu {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 2
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_mx_swiglubwd
+namespace p_mx_swiglubwd {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_S2F6 1
+#define FB_RHT 1
+#define FB_TILE_N 128
+#define FB_TILE_K 128
+#define FB_STAGES 3
+#define FB_KERNEL k_p_mx_s2f6_rht
+namespace p_mx_s2f6_rht {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 2
+#define FB_MODE 0
+#define FB_TILE_N 256
+#define FB_TILE_K 128
+#define FB_STAGES 2
+#define FB_KERNEL k_p_mx_f32
+namespace p_mx_f32 {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 256
+#define FB_CLUSTER 2
+#define FB_KIND 0
+#define FB_MODE 1
+#define FB_TILE_N 128
+#define FB_TILE_K 64
+#define FB_STAGES 3
+#define FB_KERNEL k_p_bf16_wgrad
+namespace p_bf16_wgrad {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 2
+#define FB_B_OUTER 2
+#define FB_S2F6 1
+#define FB_RHT 1
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_nv96_s2f6_rht
+namespace nv96_s2f6_rht {
+#include "emu/gemm_sm100_class.h"
+}
+
+#define FB_TILE_M 128
+#define FB_CLUSTER 1
+#define FB_KIND 1
+#define FB_MODE 0
+#define FB_MMA_K 96
+#define FB_A_OUTER 1
+#define FB_B_OUTER 1
+#define FB_OUT_BF16 1
+#define FB_SWIGLU 1
+#define FB_TILE_N 128
+#define FB_TILE_K 768
+#define FB_STAGES 2
+#define FB_KERNEL k_nv96_swiglu
+namespace nv96_swiglu {
+#include "emu/gemm_sm100_class.h"
+}
+
 namespace tc = fbemu::tc;
 
 namespace {
@@ -1114,6 +1263,17 @@ const Class classes[] = {
     {"mc_mx_s2f6", 2, 0, E_S2F6, 128, 128, 3, 0, mc_mx_s2f6::k_mc_mx_s2f6, 2, 0},
     {"mc_nv_swiglu", 1, 0, E_SWIGLU, 256, 64, 4, 1, mc_nv_swiglu::k_mc_nv_swiglu, 2, 0},
     {"mc_nv96_bf16", 1, 0, E_BF16, 64, 768, 2, 2, mc_nv96_bf16::k_mc_nv96_bf16, 2, 1},
+    /* the audit's classes (above) */
+    {"bf16_swiglu", 0, 0, E_SWIGLU, 128, 64, 3, 0, bf16_swiglu::k_bf16_swiglu, 0, 0},
+    {"mx_s2f6_rht", 2, 0, E_S2F6_RHT, 128, 128, 3, 0, mx_s2f6_rht::k_mx_s2f6_rht, 0, 0},
+    {"nv_bf16", 1, 0, E_BF16, 128, 128, 3, 1, nv_bf16::k_nv_bf16, 0, 0},
+    {"p_nv_swiglu", 1, 0, E_SWIGLU, 128, 128, 3, 1, p_nv_swiglu::k_p_nv_swiglu, 1, 0},
+    {"p_mx_swiglubwd", 2, 0, E_SWIGLU_BWD, 128, 128, 3, 0, p_mx_swiglubwd::k_p_mx_swiglubwd, 1, 0},
+    {"p_mx_s2f6_rht", 2, 0, E_S2F6_RHT, 128, 128, 3, 0, p_mx_s2f6_rht::k_p_mx_s2f6_rht, 1, 0},
+    {"p_mx_f32", 2, 0, E_F32, 256, 128, 2, 0, p_mx_f32::k_p_mx_f32, 1, 0},
+    {"p_bf16_wgrad", 0, 1, E_F32, 128, 64, 3, 0, p_bf16_wgrad::k_p_bf16_wgrad, 1, 0},
+    {"nv96_s2f6_rht", 1, 0, E_S2F6_RHT, 128, 768, 2, 2, nv96_s2f6_rht::k_nv96_s2f6_rht, 0, 1, {2048, 768}},
+    {"nv96_swiglu", 1, 0, E_SWIGLU, 128, 768, 2, 1, nv96_swiglu::k_nv96_swiglu, 0, 1, {2048, 768}},
 };
 
 /* FB_GEMM_ONLY=substring: only the classes and broken builds whose name contains it (while working on one) */
