@@ -151,6 +151,7 @@
 #define TCK_B_BYTES (TCK_BCTA * TCK_RB)
 #define TCK_SFBLK (FB_KIND == 1 ? 16 : 32)                          /* elements a scale covers */
 #define TCK_KB (FB_TILE_K / TCK_SFBLK)                              /* k-blocks a stage */
+#define TCK_JC (TCK_KB < 8 ? TCK_KB : 8)                          /* k-blocks of scales a lane loads as one word */
 #define TCK_KATOMS fb_gemm_tc_sf_atoms(FB_KIND, FB_TILE_K)          /* 128 x 4 scale atoms along K a stage (0: BF16) */
 #define TCK_NR ((TCK_TN + 127) / 128)                               /* B's 128-row blocks */
 #define TCK_SFA_BYTES (512 * TCK_KATOMS)
@@ -225,6 +226,39 @@ struct tck_sched {
   int e;
   long long base, count, mt;
 };
+#if FB_KIND
+/* JC (1, 2, 4 or 8) consecutive scale bytes at q, byte j in bits 8j: one aligned load when all are before K (valid >= JC)
+ * and q is aligned to it, else byte by byte, none read at or past valid (a partial K = 96 tile's end of the tensor) */
+template <int JC> static __device__ __forceinline__ unsigned long long tck_ld_sf(const unsigned char *q, int valid) {
+  if (valid >= JC && ((unsigned long long)q & (JC - 1)) == 0) {
+    if (JC == 8) return *reinterpret_cast<const unsigned long long *>(q);
+    if (JC == 4) return *reinterpret_cast<const unsigned *>(q);
+    if (JC == 2) return *reinterpret_cast<const unsigned short *>(q);
+    return *q;
+  }
+  unsigned long long v = 0;
+#pragma unroll
+  for (int j = 0; j < JC; ++j)
+    if (j < valid) v |= (unsigned long long)q[j] << (8 * j);
+  return v;
+}
+/* a row's JC k-blocks j0.. of v into the scale atoms at base: k-block j at atom (j / 4) * astride, byte off + j % 4 (four
+ * consecutive k-blocks are one aligned 32-bit word of an atom); k-blocks at or past valid get past (0: exact zero products) */
+template <int JC> static __device__ __forceinline__ void tck_st_sf(unsigned char *base, int astride, int off, int j0, unsigned long long v,
+                                                                   int valid, unsigned char past) {
+#pragma unroll
+  for (int j = 0; j < JC; ++j)
+    if (j >= valid) v = (v & ~(0xFFull << (8 * j))) | (unsigned long long)past << (8 * j);
+  if (JC >= 4) {
+#pragma unroll
+    for (int g = 0; g < JC / 4; ++g)
+      *reinterpret_cast<unsigned *>(base + ((j0 + 4 * g) / 4) * astride + off) = (unsigned)(v >> (32 * g));
+  } else {
+#pragma unroll
+    for (int j = 0; j < JC; ++j) base[((j0 + j) / 4) * astride + off + (j0 + j) % 4] = (unsigned char)(v >> (8 * j));
+  }
+}
+#endif
 /* tile t (t only grows along a walk): 0 past the last */
 static __device__ __forceinline__ int tck_next(const fb_kp_gemm &p, tck_sched &s, long long t, tck_tile &T) {
   const long long ntn = (long long)(FB_SWIGLU == 1 ? p.N / 2 : p.N) / TCK_BROWS;
@@ -396,19 +430,30 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
         const int jn = TCK_KB;
         const unsigned char past = 0;
 #endif
-        for (unsigned r = lane; r < TCK_CM; r += 32) {
+        /* A lane's rows (4 of A, TN / 32 of B) k-blocks chunk by chunk, TCK_JC at a time: every row's chunk loaded first (one
+           aligned word a row where it can be: the chunk's scales are contiguous in memory), then stored, so that a stage
+           costs one global round trip a chunk, not one a row (the SASS had 8 LDG.U8 then the stores, row after row:
+           docs/blackwell_expected.md) */
+        const bool bsc = FB_TEST_BREAK != 6 || rank == 0; /* 6: B's scales in the even CTA only */
+#pragma unroll 1
+        for (int j0 = 0; j0 < TCK_KB; j0 += TCK_JC) {
+          const int valid = jn - j0; /* the chunk's k-blocks before K (a partial K = 96 tile); <= 0: none */
+          unsigned long long va[TCK_CM / 32], vb[TCK_TN / 32];
+#pragma unroll
+          for (int i = 0; i < TCK_CM / 32; ++i) {
+            const unsigned r = lane + 32 * i;
 #if FB_MODE == 0
-          const long long row = T.row0 + TCK_CM * rank + r;
-          const bool in = row < total;
+            const long long row = T.row0 + TCK_CM * rank + r;
+            const bool in = row < total;
 #else
-          const long long row = T.m0 + TCK_CM * rank + r;
-          const bool in = true;
+            const long long row = T.m0 + TCK_CM * rank + r;
+            const bool in = true;
 #endif
-          for (int j = 0; j < TCK_KB; ++j)
-            sfa[512 * (j / 4) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = j >= jn ? past : in ? asf[row * kbs + kb0 + j] : one;
-        }
-        if (FB_TEST_BREAK != 6 || rank == 0) /* 6: B's scales in the even CTA only */
-          for (unsigned r = lane; r < TCK_TN; r += 32) {
+            va[i] = in ? tck_ld_sf<TCK_JC>(asf + row * kbs + kb0 + j0, valid) : 0x0101010101010101ull * one;
+          }
+#pragma unroll
+          for (int i = 0; i < TCK_TN / 32; ++i) {
+            const unsigned r = lane + 32 * i;
 #if FB_MODE == 0
 #if FB_SWIGLU == 1
             const long long row = (long long)T.e * p.N + (r < TCK_BROWS ? T.n0 + r : p.N / 2 + T.n0 + (r - TCK_BROWS));
@@ -418,9 +463,20 @@ extern "C" __global__ void __launch_bounds__(192, 1) FB_KERNEL(const __grid_cons
 #else
             const long long row = T.n0 + r;
 #endif
-            for (int j = 0; j < TCK_KB; ++j)
-              sfb[512 * ((j / 4) * TCK_NR + r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4 + j % 4] = j >= jn ? past : bsf[row * kbs + kb0 + j];
+            vb[i] = bsc ? tck_ld_sf<TCK_JC>(bsf + row * kbs + kb0 + j0, valid) : 0ull;
           }
+#pragma unroll
+          for (int i = 0; i < TCK_CM / 32; ++i) {
+            const unsigned r = lane + 32 * i;
+            tck_st_sf<TCK_JC>(sfa, 512, (r % 32) * 16 + (r / 32 % 4) * 4, j0, va[i], valid, past);
+          }
+          if (bsc)
+#pragma unroll
+            for (int i = 0; i < TCK_TN / 32; ++i) {
+              const unsigned r = lane + 32 * i;
+              tck_st_sf<TCK_JC>(sfb, 512 * TCK_NR, 512 * (r / 128) + (r % 32) * 16 + (r / 32 % 4) * 4, j0, vb[i], valid, past);
+            }
+        }
         fbt_fence_proxy_async();
         fbt_mbar_arrive(TCK_FULL(s));
         __syncwarp();
