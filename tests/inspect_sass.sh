@@ -70,7 +70,9 @@ for arch in $ARCHS; do
     gemm_*)
       gw=$((gw+1))
       [ $arch = sm_90a ] || { echo "  a wgmma GEMM for $arch: $(basename "$c")"; fail=1; }
-      { grep -q 'HGMMA' <<<"$s" && grep -q 'UTMALDG' <<<"$s"; } || { echo "  no HGMMA or no UTMALDG in $(basename "$c")"; fail=1; } ;;
+      # MXFP8 x MXFP8 on FP8 wgmma (weights_bf16 false, _b0) multiplies E4M3 operands: QGMMA; every other one HGMMA
+      case $(basename "$c") in *mxfp8xmxfp8*_b0*) mma=QGMMA ;; *) mma=HGMMA ;; esac
+      { grep -q "$mma" <<<"$s" && grep -q 'UTMALDG' <<<"$s"; } || { echo "  no $mma or no UTMALDG in $(basename "$c")"; fail=1; } ;;
     esac
   done
   printf '%-8s %8d %10d %10d %10d %10d %8d %8d %8d\n' $arch $nc $nl $ne4 $ne8 $ne2 $gw $gt $gm
