@@ -81,16 +81,24 @@ unsigned cuda_e2m1(float x) { /* the toolkit's host emulation, one value in the 
   return (unsigned)__nv_cvt_float2_to_fp4x2(make_float2(x, 0.0f), __NV_E2M1, cudaRoundNearest) & 15u;
 }
 
-void e2m1_row(std::vector<Row> &t, const char *cls, const char *use, const std::function<void(std::vector<float> &)> &gen) {
+/* one class's row: each input through the model, fourbit's reference and the CUDA headers' emulation (the three
+ * conversions of one format, code in the low bits), mismatches counted and the first three printed */
+typedef std::function<unsigned(float)> Conv;
+void class_row(std::vector<Row> &t, const char *cls, const char *use, const std::function<void(std::vector<float> &)> &gen,
+               const Conv &model, const Conv &host, const Conv &cuda) {
   std::vector<float> in;
   gen(in);
   Row r = {cls, use, (long)in.size(), 0, 0};
   for (float x : in) {
-    unsigned m = fbm_e2m1_rn_satfinite(x), h = fb_e2m1_encode_rn(x), c = cuda_e2m1(x);
-    if (m != h && r.host_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%x, host 0x%x\n", cls, f2u(x), m, h);
-    if (m != c && r.cuda_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%x, CUDA emulation 0x%x\n", cls, f2u(x), m, c);
+    unsigned m = model(x), h = host(x), c = cuda(x);
+    if (m != h && r.host_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%02x, host 0x%02x\n", cls, f2u(x), m, h);
+    if (m != c && r.cuda_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%02x, CUDA emulation 0x%02x\n", cls, f2u(x), m, c);
   }
   t.push_back(r);
+}
+
+void e2m1_row(std::vector<Row> &t, const char *cls, const char *use, const std::function<void(std::vector<float> &)> &gen) {
+  class_row(t, cls, use, gen, fbm_e2m1_rn_satfinite, [](float x) { return (unsigned)fb_e2m1_encode_rn(x); }, cuda_e2m1);
 }
 
 const float kGrid[] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -174,16 +182,9 @@ void e2m1_wrapper(void **state) {
 
 /* ---- UE8M0 ---------------------------------------------------------------------------------------------------- */
 void ue8m0_row(std::vector<Row> &t, const char *cls, const char *use, const std::function<void(std::vector<float> &)> &gen) {
-  std::vector<float> in;
-  gen(in);
-  Row r = {cls, use, (long)in.size(), 0, 0};
-  for (float x : in) {
-    unsigned m = fbm_cvt_rp_satfinite_ue8m0x2_f32(0.0f, fabsf(x)) & 0xFFu; /* as fbf_e8m0_up issues it */
-    unsigned h = fb_e8m0_encode_up(x), c = (unsigned)__nv_cvt_float_to_e8m0(fabsf(x), __NV_SATFINITE, cudaRoundPosInf);
-    if (m != h && r.host_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%x, host 0x%x\n", cls, f2u(x), m, h);
-    if (m != c && r.cuda_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%x, CUDA emulation 0x%x\n", cls, f2u(x), m, c);
-  }
-  t.push_back(r);
+  class_row(t, cls, use, gen, [](float x) { return fbm_cvt_rp_satfinite_ue8m0x2_f32(0.0f, fabsf(x)) & 0xFFu; }, /* as fbf_e8m0_up issues it */
+            [](float x) { return (unsigned)fb_e8m0_encode_up(x); },
+            [](float x) { return (unsigned)__nv_cvt_float_to_e8m0(fabsf(x), __NV_SATFINITE, cudaRoundPosInf); });
 }
 
 void ue8m0_classes(void **state) {
@@ -222,15 +223,8 @@ void ue8m0_classes(void **state) {
 
 /* ---- E4M3 ----------------------------------------------------------------------------------------------------- */
 void e4m3_row(std::vector<Row> &t, const char *cls, const char *use, const std::function<void(std::vector<float> &)> &gen) {
-  std::vector<float> in;
-  gen(in);
-  Row r = {cls, use, (long)in.size(), 0, 0};
-  for (float x : in) {
-    unsigned m = fbm_e4m3_rn_satfinite(x), h = fb_e4m3_encode_rn(x), c = (unsigned)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    if (m != h && r.host_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%02x, host 0x%02x\n", cls, f2u(x), m, h);
-    if (m != c && r.cuda_bad++ < 3) printf("    %s: x = 0x%08x: model 0x%02x, CUDA emulation 0x%02x\n", cls, f2u(x), m, c);
-  }
-  t.push_back(r);
+  class_row(t, cls, use, gen, fbm_e4m3_rn_satfinite, [](float x) { return (unsigned)fb_e4m3_encode_rn(x); },
+            [](float x) { return (unsigned)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); });
 }
 
 /* cvt.rn.satfinite.e4m3x2.f32's model against fb_e4m3_encode_rn and the CUDA emulation, per class; the sm_100a /
