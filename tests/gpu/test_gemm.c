@@ -131,6 +131,8 @@ typedef struct {
   fb_cubin cubin;
   fb_status st;
   int failed, ran, cprob; /* cprob: ptxas or the SASS check found a problem (spills, advisories, accumulators) */
+  int sass, acc;          /* sass_check's verdict (-2 not read) and its count of accumulator touches, first the first */
+  char first[200];
   float *out; /* FP32 output on the current problem (companions and twins), malloc'd */
   char res[2][8];
   char err[8192];
@@ -518,6 +520,10 @@ static void add_hand(void) {
 }
 
 static const char *g_arch = "sm_90a"; /* --compile-only --arch: another arch's compile (its portable units only) */
+static const char *g_cuobjdump;       /* NULL: the SASS is not read */
+static int sass_check(const char *tool, const fb_cubin *cb, int fam, int *acc, char *first, size_t n);
+/* Each thread compiles a unit, then reads its SASS (one cuobjdump process a GEMM, about a second each: in one thread
+   that was most of test_gemm's start, 442 kernels) */
 static void *compile_worker(void *arg) {
   (void)arg;
   for (;;) {
@@ -529,6 +535,9 @@ static void *compile_worker(void *arg) {
     unit *u = &units[i];
     u->st = fb_nvrtc_compile(u->v.name, u->src, g_arch, &u->cubin);
     if (u->st != FB_OK) snprintf(u->err, sizeof u->err, "%s", fb_errmsg());
+    u->sass = u->st == FB_OK && g_cuobjdump && u->role != R_BCOPY /* the GEMMs only (bcopy has no MMA) */
+                  ? sass_check(g_cuobjdump, &u->cubin, fam_of(&u->v), &u->acc, u->first, sizeof u->first)
+                  : -2;
   }
 }
 
@@ -974,6 +983,8 @@ int main(int argc, char **argv) {
       u->src = d;
     }
   }
+  char cobuf[512];
+  const char *co = g_cuobjdump = find_cuobjdump(cobuf, sizeof cobuf);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -984,18 +995,16 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double wall = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   int bad = 0, sass_read = 0, ngemm = 0;
-  char cobuf[512];
-  const char *co = find_cuobjdump(cobuf, sizeof cobuf);
   for (int i = 0; i < nunits; ++i) {
     unit *u = &units[i];
     if (!u->sel) continue;
-    char why[256], first[200];
+    char why[256];
     if (u->st != FB_OK) { printf("COMPILE FAILED %s\n%s\n", u->v.name, u->err); ++bad; continue; }
-    int p = log_problems(u->cubin.log, why, sizeof why), acc = 0;
-    int h = co && u->role != R_BCOPY ? sass_check(co, &u->cubin, fam_of(&u->v), &acc, first, sizeof first) : -2; /* the GEMMs only (bcopy has no MMA) */
+    int p = log_problems(u->cubin.log, why, sizeof why), acc = u->acc, h = u->sass;
+    const char *first = u->first;
     ngemm += u->role != R_BCOPY;
     if (h == 0) snprintf(why, sizeof why, fam_of(&u->v) ? "no HMMA or no LDGSTS in the SASS (or a GMMA)" : "no HGMMA / QGMMA or no UTMALDG in the SASS"), p = 1;
-    if (h >= 0 && acc) snprintf(why, sizeof why, "%d instructions touch accumulators of a wgmma group in flight (first: %s)", acc, first), p = 1;
+    if (h >= 0 && acc) snprintf(why, sizeof why, "%d instructions touch accumulators of a wgmma group in flight (first: %.150s)", acc, first), p = 1;
     sass_read += h >= 0;
     printf("  compiled %-58s %6.0f ms  %3d regs  %s%s\n", u->v.name, u->cubin.ms, regs_of(u->cubin.log), p ? why : "no spills, no wgmma advisories",
            !p && h == 1 ? (fam_of(&u->v) ? ", HMMA + LDGSTS" : ", GMMA + UTMALDG, accumulators untouched in flight") : h == -1 ? " (SASS not read: cuobjdump failed)" : "");
@@ -1007,7 +1016,7 @@ int main(int argc, char **argv) {
                  "the accumulators in flight checked in those\n", sass_read, ngemm, co);
   else printf("test_gemm: SASS not read (no cuobjdump: set CUOBJDUMP, e.g. the one of pip's nvidia-cuda-cuobjdump with nvidia-cuda-nvdisasm): "
               "HGMMA and the accumulators in flight not checked\n");
-  printf("test_gemm: compiled %d kernels in %.1f s on %d threads\n", nsel, wall, nt);
+  printf("test_gemm: compiled %d kernels (and read their SASS) in %.1f s on %d threads\n", nsel, wall, nt);
   for (int f = 0; f < 2 && !only && !strcmp(g_arch, "sm_90a"); ++f) { /* the mma.sync ceiling kernels (--bench times them on
                                                                             the H200; the E4M3 one spills 32 bytes for sm_100a) */
     char *src = ceil_src(f), why[256];
