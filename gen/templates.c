@@ -167,8 +167,8 @@ static void s2f6_defines(const fb_kernel_spec *k, fb_str *d) {
 }
 
 /* ---- gemm_sm90.cuh: the grouped GEMMs on wgmma (persistent, TMA producer warpgroup, 1-2 consumer warpgroups) ---- */
-PARAMS(P_GEMM_BF16, "tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers");
-PARAMS(P_GEMM_Q, "tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe");
+PARAMS(P_GEMM_BF16, "tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "pingpong");
+PARAMS(P_GEMM_Q, "tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe", "pingpong");
 static int is_gemm(fb_op op) {
   return op == FB_OP_GEMM_FWD13 || op == FB_OP_GEMM_FWD2 || op == FB_OP_GEMM_DGRAD2 || op == FB_OP_GEMM_WGRAD ||
          op == FB_OP_GEMM_DGRAD13;
@@ -202,11 +202,14 @@ static int gemm_operands(const fb_kernel_spec *k) {
 static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   int tm = param(v, "tile_m", 0), tn = param(v, "tile_n", 0), tk = param(v, "tile_k", 0);
   int st = param(v, "stages", 0), cl = param(v, "cluster", 1), co = param(v, "consumers", 1);
-  int wb = param(v, "weights_bf16", 1), pipe = param(v, "pipe", 0);
+  int wb = param(v, "weights_bf16", 1), pipe = param(v, "pipe", 0), pp = param(v, "pingpong", 0);
   int kind = gemm_operands(k);
   if (cl != 1) return "gemm: clusters (TMA multicast) are not written yet: cluster = 1 only";
   if (co != 1 && co != 2) return "gemm: 1 or 2 consumer warpgroups";
-  if (tm % (64 * co) || tm > 256) return "gemm: tile_m must be 64 rows per consumer warpgroup, 1 or 2 times, and <= 256 (TMA box)";
+  if (pp != 0 && pp != 1) return "gemm: pingpong takes 0 (the consumer warpgroups share each tile) or 1 (they take turns, a tile each)";
+  if (pp && co != 2) return "gemm: pingpong needs two consumer warpgroups (they take turns)";
+  const int cs = pp ? 1 : co; /* consumer warpgroups sharing a tile */
+  if (tm % (64 * cs) || tm > 256) return "gemm: tile_m must be 64 rows per consumer warpgroup, 1 or 2 times, and <= 256 (TMA box)";
   if (tn != 64 && tn != 128 && tn != 192 && tn != 256) return "gemm: tile_n must be 64, 128, 192 or 256 (the wgmma N written out)";
   if (kind == 0 && (tk % 64 || tk < 64)) return "gemm: BF16 tile_k must be a multiple of 64 (128-byte swizzle atoms)";
   if (kind != 0 && tk != 128) return "gemm: NVFP4 and MXFP8 tiles take tile_k = 128";
@@ -220,7 +223,7 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   if (pipe == 1 && kind == 2)
     return "gemm: FP8 wgmma (weights_bf16 = false) takes pipe 0 or 2 (two k32 products in flight and in promotion); 1 is for A decoded in registers";
   if (st < 2) return "gemm: at least 2 stages";
-  int mw = tm / co / 64;
+  int mw = tm / cs / 64;
   /* consumer registers: accumulators (and FP8's temporary accumulators, one k32 product each, two with pipe 2), NVFP4's decoded A
      fragments and scales, the rest */
   int regs = mw * tn / 2 * (kind == 2 ? (pipe ? 3 : 2) : 1) + (kind == 1 || kind == 3 ? mw * 48 + 8 : 0) + 40;
@@ -246,7 +249,13 @@ static const char *gemm_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   if (kind == 2 && co == 1 && tn >= 192 && k->out_bf16 && k->op != FB_OP_GEMM_WGRAD && k->op != FB_OP_GEMM_FWD13 &&
       k->op != FB_OP_GEMM_DGRAD2 && !(k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6))
     return "gemm: FP8 wgmma, one consumer warpgroup at tile_n 192 with BF16 rows out: ptxas 13.0 spills registers";
-  if (fb_gemm_smem_total(kind, tm, tn, tk, st) > 232448) return "gemm: the pipeline stages exceed 227 KiB of shared memory";
+  /* test_gemm --compile-only, 2026-12-07: ping-pong MXFP8 x BF16 copy at tile_n 256, pipe 0, beside the plain BF16-rows
+     epilogue spills 8 bytes (its pipe 2 form and its wgrad, SwiGLU and S2F6 forms do not) */
+  if (pp && kind == 3 && tn >= 256 && !pipe && k->out_bf16 && k->op != FB_OP_GEMM_WGRAD && k->op != FB_OP_GEMM_FWD13 &&
+      k->op != FB_OP_GEMM_DGRAD2 && !(k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6))
+    return "gemm: ping-pong MXFP8 at tile_n 256, pipe 0, with BF16 rows out: ptxas 13.0 spills registers";
+  /* pingpong's two ordering mbarriers are 16 bytes of static shared memory beside the dynamic */
+  if (fb_gemm_smem_total(kind, tm, tn, tk, st) + (pp ? 16 : 0) > 232448) return "gemm: the pipeline stages exceed 227 KiB of shared memory";
   return NULL;
 }
 static void gemm_defines(const fb_kernel_spec *k, fb_str *d) {
@@ -257,12 +266,14 @@ static void gemm_defines(const fb_kernel_spec *k, fb_str *d) {
   int s2f6 = k->op == FB_OP_GEMM_FWD2 && k->q.format == FB_FMT_S2F6;
   fb_str_printf(d, "FB_RHT %d\nFB_S2F6 %d\n", s2f6 && k->q.rht ? 1 : 0, s2f6);
 }
-/* _m128n256k128_s4_c1_w2: tile, stages, cluster, consumer warpgroups; _b1 for a BF16 weight copy, _p2 for pipe 2 */
+/* _m128n256k128_s4_c1_w2: tile, stages, cluster, consumer warpgroups; _b1 for a BF16 weight copy, _p2 for pipe 2, _pp for
+   ping-pong consumers */
 static void gemm_tag(const fb_variant *v, char *name, size_t size, int len) {
   len += snprintf(name + len, size - (size_t)len, "_m%dn%dk%d_s%d_c%d_w%d", param(v, "tile_m", 0), param(v, "tile_n", 0),
                   param(v, "tile_k", 0), param(v, "stages", 0), param(v, "cluster", 0), param(v, "consumers", 0));
   if (fb_variant_has(v, "weights_bf16")) len += snprintf(name + len, size - (size_t)len, "_b%d", param(v, "weights_bf16", 0));
-  if (param(v, "pipe", 0)) snprintf(name + len, size - (size_t)len, "_p%d", param(v, "pipe", 0));
+  if (param(v, "pipe", 0)) len += snprintf(name + len, size - (size_t)len, "_p%d", param(v, "pipe", 0));
+  if (param(v, "pingpong", 0)) snprintf(name + len, size - (size_t)len, "_pp");
 }
 static void gemm_grid(const fb_kernel_spec *k, const fb_variant *v, long long rows, long long cols, unsigned ng,
                       unsigned *gx, unsigned *gy, unsigned *threads) { /* persistent: gx = 0, one CTA per SM, the caller's count */

@@ -41,6 +41,10 @@ return recipe {
       -- pipe 2: the next half k-block's A decoded while the previous one's wgmmas run (NVFP4 / MXFP8 x BF16 copy);
       -- on the H200 it gains with NVFP4 BF16 outputs and epilogues (+1..9%) and loses elsewhere (up to -14%): the tuner picks
       pipe = { 0, 2 },
+      -- pingpong 1: the two consumer warpgroups take turns, a whole tile each, so that one's epilogue runs beside the
+      -- other's main loop (the wgrads: K is an expert's rows, and each tile stores 64 KiB of FP32); the generator keeps it
+      -- with two consumers and where one warpgroup's registers hold the whole tile
+      pingpong = { 0, 1 },
       -- mma_k 96: the tcgen05 family's K = 96 NVFP4 MMAs (sm_103a; the generator prunes them on other archs and on MXFP8
       -- GEMMs), on 768-wide K tiles of which 2 stages fit; S1's K (5120, 2048) ends in a partial K tile
       mma_k = { 0, 96 },
@@ -50,7 +54,7 @@ return recipe {
         -- parameters tcgen05 does not read at one value each
         if v.mma_k == 96 or v.tile_k == 768 or v.stages == 2 then
           return v.mma_k == 96 and v.tile_k == 768 and v.stages == 2 and v.tile_m == 128 * v.cluster and v.consumers == 1
-                 and v.weights_bf16 and v.pipe == 0
+                 and v.weights_bf16 and v.pipe == 0 and v.pingpong == 0
         end
         return v.tile_m * v.tile_n * v.stages <= 256 * 256 * 5
       end,

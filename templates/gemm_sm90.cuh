@@ -43,6 +43,13 @@
  *      is released once the first group of the next k-block has retired its last group. N = 1: two whole k-block
  *      slots (32 more registers per m64 sub-tile); N = 2: half k-blocks, as many fragment registers as 0.
  *   The wgmmas and their order on every accumulator are those of 0, so the result is bit-identical.
+ * FB_PINGPONG 1 (two consumer warpgroups): each warpgroup computes whole tiles, the CTA's even tiles warpgroup 0 and the
+ *   odd ones warpgroup 1, so that one's epilogue runs while the other's main loop has the tensor cores (the wgrads' FP32
+ *   tiles: a short K, the rows of an expert, and a 64 KiB store a tile). Both walk the same stage ring, each stepping over
+ *   the other's stages without waiting on them; a main loop starts only after the other warpgroup's previous one has
+ *   passed all its waits (an mbarrier each, count 1), so no wait ever sees a stage's barrier more than one phase behind
+ *   (try_wait.parity tells two phases apart, not three). Each stage is released once: EMPTY counts 1. The wgmmas and
+ *   their order on every accumulator are those of FB_PINGPONG 0 with one consumer: bit-identical.
  * Launch: 128 * (1 + FB_CONSUMERS) threads, one CTA per SM (persistent), dynamic shared memory as
  * fb_gemm_smem_bytes() says. Rows of a tile past its expert's end are computed from whatever the TMA loads
  * there (the next expert's rows or zeros past the tensor) and never stored. */
@@ -68,7 +75,14 @@
 #define BK FB_TILE_K
 #define NST FB_STAGES
 #define NC FB_CONSUMERS
+#ifndef FB_PINGPONG
+#define FB_PINGPONG 0
+#endif
+#if FB_PINGPONG
+#define WM BM /* ping-pong: each consumer warpgroup computes whole tiles, every other one of the CTA's */
+#else
 #define WM (BM / NC) /* rows of a consumer warpgroup */
+#endif
 #define MW (WM / 64) /* its m64 sub-tiles */
 #define FB_WGMMA_N BN
 #include "fb_wgmma.h"
@@ -209,6 +223,11 @@ static __device__ __forceinline__ void fbg_e4m3_promote(float (&acc)[MW][BN / 2]
 
 extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const __grid_constant__ fb_kp_gemm p) {
   extern __shared__ unsigned char fbg_raw[];
+#if FB_PINGPONG
+  __shared__ alignas(8) unsigned long long fbg_ord[2]; /* ORD(c): the other warpgroup's main loop has passed its waits */
+#define ORD(c_) (fbg_smem(fbg_ord) + 8u * (c_))
+  static_assert(NC == 2, "FB_PINGPONG: two consumer warpgroups");
+#endif
   const u32 raw = fbg_smem(fbg_raw);
   const u32 sbase = (raw + 1023u) & ~1023u;
   unsigned char *gbase = fbg_raw + (sbase - raw);
@@ -228,7 +247,10 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
   if (FB_DEBUG && blockIdx.x == 0 && tid == 0)
     printf("kernel: experts %d M %d N %d K %d rows %lld offsets %llx out %llx raw %u\n", p.experts, p.M, p.N, p.K, p.rows, p.offsets, p.out, raw);
   if (tid == 0) {
-    for (int s = 0; s < NST; ++s) fbg_bar_init(FULL(s), FULL_COUNT), fbg_bar_init(EMPTY(s), NC);
+    for (int s = 0; s < NST; ++s) fbg_bar_init(FULL(s), FULL_COUNT), fbg_bar_init(EMPTY(s), FB_PINGPONG ? 1 : NC);
+#if FB_PINGPONG
+    fbg_bar_init(ORD(0), 1), fbg_bar_init(ORD(1), 1);
+#endif
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&p.ta) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&p.tb) : "memory");
@@ -358,9 +380,14 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #endif
   FBG_WARP_LANE;
   const int c = wg - 1, q = lane % 4;
+  const int cw = FB_PINGPONG ? 0 : c; /* the warpgroup's block of WM rows in the tile */
   fbg_sched sc = {0, 0, -1, 0};
   int s = 0;
   u32 ph = 0;
+#if FB_PINGPONG
+  u32 oph = 0; /* the parity of ORD(c)'s next phase */
+  long long jt = 0; /* the tile's place in the CTA's walk */
+#endif
   float acc[MW][BN / 2];
   for (long long t = blockIdx.x; fbg_next(p, sc, t); t += gridDim.x) {
     long long lt = t - sc.base, mt = lt % sc.mt, nt = lt / sc.mt;
@@ -372,6 +399,14 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
     const int nk = (int)((fbg_off(p, sc.e + 1) - k0) / BK);
 #endif
     const int n0 = (int)(nt * BN);
+#if FB_PINGPONG
+    if ((int)(jt++ & 1) != c) { /* the other warpgroup's tile: its nk stages go by */
+      const int sn = s + nk;
+      s = sn % NST, ph ^= (u32)((sn / NST) & 1);
+      continue;
+    }
+    if (jt > 1) fbg_bar_wait(ORD(c), oph), oph ^= 1; /* the other's previous main loop has passed its waits */
+#endif
     if (FB_DEBUG && blockIdx.x == 0 && (tid % 128) == 0) printf("consumer %d t %lld e %d row0 %lld rend %lld nk %d n0 %d\n", c, t, sc.e, row0, rend, nk, n0);
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
@@ -384,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) arow[mw][h] = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
+      for (int h = 0; h < 2; ++h) arow[mw][h] = row0 + cw * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
 #endif
 #if FB_KIND == 1
     /* NVFP4: 8 E4M3 bytes per row per k-block */
@@ -444,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
     fbg_bar_wait(FULL(s), ph);                                                                                         \
     _Pragma("unroll") for (int h = 0; h < FB_PIPE; ++h) {                                                              \
       u32(&af)[MW][PF][4] = afb[((u_) * FB_PIPE + h) & 1];                                                             \
-      fbg_decode_a<PF>(SA(s), sfc, af, h * PF, c, warp, lane, q);                                                      \
+      fbg_decode_a<PF>(SA(s), sfc, af, h * PF, cw, warp, lane, q);                                                      \
       fbg_mma_rs<PF>(acc, af, SB(s), h * PF);                                                                          \
       fbg_wg_wait<1>();                                                                                                \
       if (h == 0 && (kb_) > 0 && lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(sp));                                    \
@@ -492,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
           u64 db = fbg_desc_sw128(SB(s) + a * BN * 128) + 2 * k;
 #pragma unroll
           for (int mw = 0; mw < MW; ++mw)
-            WGMMA_SS_BF16(acc[mw], fbg_desc_sw128(SA(s) + a * BM * 128 + (c * WM + mw * 64) * 128) + 2 * k, db, 1);
+            WGMMA_SS_BF16(acc[mw], fbg_desc_sw128(SA(s) + a * BM * 128 + (cw * WM + mw * 64) * 128) + 2 * k, db, 1);
         }
       fbg_wg_commit();
 #pragma unroll
@@ -503,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
       /* A fragments of the 8 k16 steps, decoded to BF16 in registers; the 8 k16 steps from registers; then the stage
          goes back to the producer */
       u32 af[MW][8][4];
-      fbg_decode_a<8>(SA(s), sfc, af, 0, c, warp, lane, q);
+      fbg_decode_a<8>(SA(s), sfc, af, 0, cw, warp, lane, q);
       fbg_mma_rs<8>(acc, af, SB(s), 0);
       fbg_wg_wait<0>();
       if (lane == 0 && warp == 0) fbg_bar_arrive(EMPTY(s));
@@ -515,27 +550,27 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
          wgmmas and the same promotions in the same order as pipe 0: bit-identical. */
       static_assert(BK == 128 && FB_PIPE == 2, "FP8 wgmma: tile_k 128, pipe 0 or 2");
       float tmp[2][MW][BN / 2];
-      fbg_e4m3_issue(tmp[0], SA(s), SB(s), 0, c);
+      fbg_e4m3_issue(tmp[0], SA(s), SB(s), 0, cw);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (j < 3) {
-          fbg_e4m3_issue(tmp[(j + 1) & 1], SA(s), SB(s), j + 1, c);
+          fbg_e4m3_issue(tmp[(j + 1) & 1], SA(s), SB(s), j + 1, cw);
           fbg_wg_wait<1>();
         } else fbg_wg_wait<0>();
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[j & 1][mw]);
-        fbg_e4m3_promote(acc, tmp[j & 1], sfa, sfb, j, c, warp, lane, q);
+        fbg_e4m3_promote(acc, tmp[j & 1], sfa, sfb, j, cw, warp, lane, q);
       }
 #else
       /* FP8 pipe 0: each k32 product issued, waited for, then promoted */
 #pragma unroll
       for (int j = 0; j < BK / 32; ++j) {
         float tmp[MW][BN / 2];
-        fbg_e4m3_issue(tmp, SA(s) + (j / 4) * BM * 128, SB(s) + (j / 4) * BN * 128, j % 4, c);
+        fbg_e4m3_issue(tmp, SA(s) + (j / 4) * BM * 128, SB(s) + (j / 4) * BN * 128, j % 4, cw);
         fbg_wg_wait<0>();
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw) fbg_fence_acc(tmp[mw]);
-        fbg_e4m3_promote(acc, tmp, sfa, sfb, j, c, warp, lane, q);
+        fbg_e4m3_promote(acc, tmp, sfa, sfb, j, cw, warp, lane, q);
       }
 #endif
       /* every thread of the warpgroup has read its scales: then one releases the stage */
@@ -546,6 +581,9 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
     }
 #endif
 
+#if FB_PINGPONG
+    if (lane == 0 && warp == 0) fbg_bar_arrive(ORD(c ^ 1)); /* this main loop has passed its last wait */
+#endif
     if (FB_DEBUG && blockIdx.x == 0 && (tid % 128) == 0) printf("consumer %d acc %g %g %g\n", c, acc[0][0], acc[0][1], acc[0][2]);
     /* ---------------- epilogue: straight from the accumulators ---------------- */
 #if FB_KIND == 1
@@ -555,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) FB_KERNEL(const 
     for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const long long r = row0 + c * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
+        const long long r = row0 + cw * WM + mw * 64 + 16 * warp + lane / 4 + 8 * h;
         const bool live = r < rend; /* a quad shares its row, so the epilogue's shuffles stay within live lanes' quads */
         float so = 1.0f;
 #if FB_KIND == 1

@@ -154,7 +154,7 @@ static void test_variants_fit(void **state) {
   for (int f = 0; f < r->nfamilies; ++f)
     if (!strcmp(r->families[f].family, "gemm")) fam = &r->families[f];
   assert_non_null(fam);
-  int specs = 0, kept = 0, kept_mma = 0, kept_fp8 = 0, kept_fp8_p2 = 0;
+  int specs = 0, kept = 0, kept_mma = 0, kept_fp8 = 0, kept_fp8_p2 = 0, kept_pp = 0;
   for (int i = 0; i < p->nkernels; ++i) {
     const fb_kernel_spec *k = &p->kernels[i];
     if (strncmp(k->name, "gemm_", 5)) continue;
@@ -173,10 +173,13 @@ static void test_variants_fit(void **state) {
                               specs, one m64 sub-tile a consumer (its temporary accumulators), pipe 0 or 2 (two k32
                               products in flight), pipe 2 at tile_n 128 with one consumer only (registers) */
         assert_string_equal(vs[j].tmpl, "gemm_sm90.cuh");
-        assert_true(c.tile_m % (64 * c.consumers) == 0 && c.tile_m <= 256);
+        const int pp = fb_variant_param(&vs[j], "pingpong", 0), cs = pp ? 1 : c.consumers; /* ping-pong: a tile each */
+        assert_true(!pp || c.consumers == 2);
+        kept_pp += pp;
+        assert_true(c.tile_m % (64 * cs) == 0 && c.tile_m <= 256);
         if (c.kind == 2) {
           assert_int_equal(k->src.format, FB_FMT_MXFP8);
-          assert_int_equal(c.tile_m, 64 * c.consumers);
+          assert_int_equal(c.tile_m, 64 * cs);
           const int pipe = fb_variant_param(&vs[j], "pipe", 0);
           assert_true(pipe == 0 || (pipe == 2 && c.consumers == 1 && c.tile_n <= 128));
           kept_fp8_p2 += pipe == 2;
@@ -195,12 +198,13 @@ static void test_variants_fit(void **state) {
     }
     free(vs);
   }
-  printf("  inkling2_small: %d GEMM specs, %d variants kept (%d of the portable mma family), each within 227 KiB of shared memory\n",
-         specs, kept, kept_mma);
+  printf("  inkling2_small: %d GEMM specs, %d variants kept (%d of the portable mma family, %d ping-pong), each within 227 KiB of shared memory\n",
+         specs, kept, kept_mma, kept_pp);
   assert_int_equal(specs, 7);
   assert_true(kept_mma > 0 && kept_mma < kept);
   assert_true(kept_fp8 > 0);
   assert_true(kept_fp8_p2 > 0);
+  assert_true(kept_pp > 0 && kept_pp < kept);
   /* gemm.accumulate = "exact": the same recipe keeps no FP8 variant of either family, and says why */
   {
     fb_plan *q = NULL;

@@ -122,7 +122,8 @@ static void test_tune_keep(void **state) {
   fb_recipe *r = load_ok("recipes/inkling2_small.lua");
   const fb_tune_family *g = &r->families[0];
   assert_string_equal(g->family, "gemm");
-  assert_int_equal(g->nparams, 9); /* the loader's order: tile_m tile_n tile_k stages cluster consumers weights_bf16 pipe mma_k */
+  assert_int_equal(g->nparams, 10); /* the loader's order: tile_m tile_n tile_k stages cluster consumers weights_bf16 pipe mma_k
+                                      pingpong */
   int tm[] = {64, 128, 256}, tn[] = {128, 192, 256}, tk[] = {64, 128, 768}, st[] = {2, 3, 4, 5, 6};
   int n = 0, n96 = 0;
   for (int a = 0; a < 3; ++a)
@@ -133,12 +134,13 @@ static void test_tune_keep(void **state) {
             for (int co = 1; co <= 2; ++co)
               for (int wi = 0; wi <= 1; ++wi)       /* weights_bf16 { true, false }: BF16 products the default */
                 for (int pp = 0; pp <= 2; pp += 2)  /* pipe {0, 2} */
-                  for (int mk = 0; mk <= 96; mk += 96) { /* mma_k {0, 96} */
+                  for (int mk = 0; mk <= 96; mk += 96)   /* mma_k {0, 96} */
+                  for (int po = 0; po <= 1; ++po) {      /* pingpong {0, 1} */
                     const int wb = 1 - wi;
                     /* keep(): tile_k 768, 2 stages and mma_k 96 only together, on one CTA (tile_m 128) or the pair
                        (256, cluster 2), consumers 1, weights_bf16, pipe 0; the rest within the shared memory rule */
                     if (mk == 96 || tk[c] == 768 || st[d] == 2) {
-                      if (!(mk == 96 && tk[c] == 768 && st[d] == 2 && tm[a] == 128 * cl && co == 1 && wb && pp == 0)) continue;
+                      if (!(mk == 96 && tk[c] == 768 && st[d] == 2 && tm[a] == 128 * cl && co == 1 && wb && pp == 0 && po == 0)) continue;
                       ++n96;
                     } else if (tm[a] * tn[b] * st[d] > 256 * 256 * 5)
                       continue;
@@ -152,11 +154,12 @@ static void test_tune_keep(void **state) {
                     assert_int_equal(v[6], wb);
                     assert_int_equal(v[7], pp);
                     assert_int_equal(v[8], mk);
+                    assert_int_equal(v[9], po);
                     ++n;
                   }
   assert_int_equal(g->nvariants, n);
   assert_int_equal(n96, 6); /* tile_n 128, 192, 256 on one CTA and on the pair (the generator prunes what does not fit) */
-  printf("  inkling2_small gemm: %d of 4320 variants kept by keep() (%d with mma_k 96)\n", n, n96);
+  printf("  inkling2_small gemm: %d of 8640 variants kept by keep() (%d with mma_k 96)\n", n, n96);
   /* families the recipe leaves out take the defaults */
   for (int i = 0; i < r->nfamilies; ++i) assert_true(r->families[i].nvariants > 0);
   fb_recipe_free(r);

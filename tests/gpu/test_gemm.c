@@ -59,14 +59,15 @@
 #define CK(call) do { fb_status s_ = (call); if (s_ != FB_OK) DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, fb_errmsg()); } while (0)
 #define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { const char *m_ = "?"; fb_cu.GetErrorString(r_, &m_); DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, m_); } } while (0)
 
-static const char *const PN[8] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe"};
+#define NPN 9 /* the wgmma family's tune parameters */
+static const char *const PN[NPN] = {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe", "pingpong"};
 
 /* ---- hand-built cases ---- */
 typedef struct {
   const char *name;
   int kind, mode, out_bf16, tensor_outer, epi; /* epi: 0 plain, 1 SwiGLU, 2 SwiGLU backward, 3 RHT-32 + S2F6 */
   int nv;
-  int v[8][8]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16, pipe */
+  int v[8][NPN]; /* tile_m, tile_n, tile_k, stages, cluster, consumers, weights_bf16, pipe, pingpong */
 } gcase;
 
 static const gcase hand[] = {
@@ -181,7 +182,7 @@ static int fused(int epi) { return epi == E_SWIGLU || epi == E_SWIGLUBWD || epi 
 
 /* ---- the covering family and the classes ---- */
 /* the values of each tune parameter that any shipped recipe's gemm family uses (pipe: 0, 1, 2 besides) */
-static int fvals[8][16], nfv[8];
+static int fvals[NPN][16], nfv[NPN];
 static void add_value(int p, int x) {
   for (int i = 0; i < nfv[p]; ++i)
     if (fvals[p][i] == x) return;
@@ -195,21 +196,22 @@ static fb_tune_family product_family(void) {
   fb_tune_family f;
   memset(&f, 0, sizeof f);
   snprintf(f.family, sizeof f.family, "gemm");
-  f.nparams = 8;
-  for (int p = 0; p < 8; ++p) snprintf(f.param[p], sizeof f.param[p], "%s", PN[p]);
+  f.nparams = NPN;
+  for (int p = 0; p < NPN; ++p) snprintf(f.param[p], sizeof f.param[p], "%s", PN[p]);
   int n = 1;
-  for (int p = 0; p < 8; ++p) n *= nfv[p];
+  for (int p = 0; p < NPN; ++p) n *= nfv[p];
   f.nvariants = n;
-  f.values = malloc(sizeof(int) * 8 * (size_t)n);
+  f.values = malloc(sizeof(int) * NPN * (size_t)n);
   if (!f.values) DIE("test_gemm: out of memory");
   for (int i = 0; i < n; ++i)
-    for (int p = 7, r = i; p >= 0; --p) f.values[8 * i + p] = fvals[p][r % nfv[p]], r /= nfv[p];
+    for (int p = NPN - 1, r = i; p >= 0; --p) f.values[NPN * i + p] = fvals[p][r % nfv[p]], r /= nfv[p];
   return f;
 }
 
 typedef struct {
   int kind, outer, epi, pipe, co, mw, tn, tk, wb; /* kind: 0 BF16, 1 NVFP4, 2 MXFP8; wb -1: no such parameter (BF16) */
   int fam; /* 0 wgmma (gemm_sm90.cuh: mw = m64 sub-tiles a consumer), 1 mma.sync (gemm_mma.cuh: mw = m16 tiles a warp) */
+  int pp;  /* wgmma's ping-pong consumers (each a whole tile) */
 } ckey;
 typedef struct {
   ckey key;
@@ -227,17 +229,17 @@ static const char *kind_name(int kind, int outer) {
 static void class_label(const ckey *c, char *b, size_t n) {
   char wb[16] = "";
   if (c->wb >= 0) snprintf(wb, sizeof wb, " b%d", c->wb);
-  snprintf(b, n, "%-5s %-20s %-16s p%d w%d mw%d n%d%s", c->fam ? "mma" : "wgmma", kind_name(c->kind, c->outer), EPI_NAME[c->epi], c->pipe, c->co,
-           c->mw, c->tn, wb);
+  snprintf(b, n, "%-5s %-20s %-16s p%d w%d%s mw%d n%d%s", c->fam ? "mma" : "wgmma", kind_name(c->kind, c->outer), EPI_NAME[c->epi], c->pipe,
+           c->co, c->pp ? " pp" : "", c->mw, c->tn, wb);
 }
 static ckey key_of(const fb_kernel_spec *k, const fb_variant *v) {
-  int wb = vparam(v, "weights_bf16"), co = vparam(v, "consumers");
+  int wb = vparam(v, "weights_bf16"), co = vparam(v, "consumers"), pp = vparam(v, "pingpong");
   int has_wb = 0;
   for (int i = 0; i < v->nparams; ++i) has_wb |= !strcmp(v->param[i], "weights_bf16");
   int kind = spec_kind(k, 1), fam = !strcmp(v->tmpl, "gemm_mma.cuh");
   ckey c = {kind == 3 ? 2 : kind, spec_outer(k), spec_epi(k), vparam(v, "pipe"), co,
-            fam ? vparam(v, "tile_m") / (4 * co / FB_GEMM_MMA_WARPS_N(vparam(v, "tile_n"))) / 16 : vparam(v, "tile_m") / co / 64, vparam(v, "tile_n"),
-            0, has_wb ? wb : -1, fam}; /* tile_k: not a class of its own (the BF16 GEMM's 64 / 128 differ by a loop's count) */
+            fam ? vparam(v, "tile_m") / (4 * co / FB_GEMM_MMA_WARPS_N(vparam(v, "tile_n"))) / 16 : vparam(v, "tile_m") / (pp ? 1 : co) / 64,
+            vparam(v, "tile_n"), 0, has_wb ? wb : -1, fam, pp}; /* tile_k: not a class of its own (the BF16 GEMM's 64 / 128 differ by a loop's count) */
   return c;
 }
 static int find_class(const ckey *c) {
@@ -270,12 +272,12 @@ static int ngspecs;
    (*v), 0 pruned (why) */
 static const char *const FAM_TMPL[2] = {"gemm_sm90.cuh", "gemm_mma.cuh"};
 static int fam_of(const fb_variant *v) { return !strcmp(v->tmpl, FAM_TMPL[1]); }
-static int probe(const fb_kernel_spec *k, const int val[8], int fam, fb_variant *v, char *why, size_t n) {
+static int probe(const fb_kernel_spec *k, const int val[NPN], int fam, fb_variant *v, char *why, size_t n) {
   fb_tune_family f;
   memset(&f, 0, sizeof f);
   snprintf(f.family, sizeof f.family, "gemm");
-  f.nparams = 8, f.nvariants = 1, f.values = (int *)val;
-  for (int p = 0; p < 8; ++p) snprintf(f.param[p], sizeof f.param[p], "%s", PN[p]);
+  f.nparams = NPN, f.nvariants = 1, f.values = (int *)val;
+  for (int p = 0; p < NPN; ++p) snprintf(f.param[p], sizeof f.param[p], "%s", PN[p]);
   fb_variant *vs;
   int nv, pruned;
   why[0] = 0;
@@ -306,8 +308,8 @@ static int dep_unit(int ui, int role) {
       k.act.outer = u->outer ? FB_GRAN_TENSOR : FB_GRAN_TOKEN;
     }
   }
-  int val[8];
-  for (int p = 0; p < 8; ++p) val[p] = vparam(&u->v, PN[p]);
+  int val[NPN];
+  for (int p = 0; p < NPN; ++p) val[p] = vparam(&u->v, PN[p]);
   if (role == R_TWIN) val[7] = 0;
   fb_variant v;
   char why[256];
@@ -339,12 +341,13 @@ static void hand_variant(const char *kname, const int *val, int np, fb_variant *
   for (int q = 0; q < np; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = val[q];
   int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", kname, val[0], val[1], val[2], val[3], val[4], val[5]);
   if (np > 6) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_b%d", val[6]);
-  if (np > 7 && val[7]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
+  if (np > 7 && val[7]) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
+  if (np > 8 && val[8]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_pp");
 }
-static void held_unit(const fb_kernel_spec *k, const int val[8], int ci) {
+static void held_unit(const fb_kernel_spec *k, const int val[NPN], int ci) {
   unit *u = new_unit();
   u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = 2, u->mode = 0, u->outer = 0, u->epi = spec_epi(k);
-  hand_variant(k->name, val, 8, &u->v);
+  hand_variant(k->name, val, NPN, &u->v);
   classes[ci].unit = (int)(u - units);
 }
 
@@ -360,12 +363,12 @@ static void build_cover(void) {
       if (strcmp(fam->family, "gemm")) continue;
       for (int j = 0; j < fam->nvariants; ++j)
         for (int p = 0; p < fam->nparams; ++p)
-          for (int q = 0; q < 8; ++q)
+          for (int q = 0; q < NPN; ++q)
             if (!strcmp(fam->param[p], PN[q])) add_value(q, fam->values[(size_t)j * fam->nparams + p]);
     }
   }
   for (int p = 0; p <= 2; ++p) add_value(7, p);
-  for (int q = 0; q < 8; ++q)
+  for (int q = 0; q < NPN; ++q)
     if (!nfv[q]) DIE("test_gemm: no shipped recipe's gemm family has %s", PN[q]);
   fb_tune_family F = product_family();
   for (size_t i = 0; i < g.gl_pathc; ++i) {
@@ -436,14 +439,14 @@ static void build_cover(void) {
         if ((kd == 3 ? 2 : kd) == kinds[a][0] && spec_outer(k) == kinds[a][1] && spec_epi(k) == e) break;
       }
       if (s == ngspecs) {
-        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1, 0};
+        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1, 0, 0};
         int ci = add_class(&c);
         snprintf(classes[ci].why, sizeof classes[ci].why, "no shipped recipe's plan has such a GEMM");
         continue;
       }
       const char *why;
       if (!fb_gen_template(&gspecs[s].k, &why)) {
-        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1, 0};
+        ckey c = {kinds[a][0], kinds[a][1], e, -1, 0, 0, 0, 0, -1, 0, 0};
         int ci = add_class(&c);
         snprintf(classes[ci].why, sizeof classes[ci].why, "%s (%s): %s", gspecs[s].k.name, gspecs[s].recipe, why);
         continue;
@@ -459,7 +462,7 @@ static void build_cover(void) {
                 const int wmm = 4 * co / FB_GEMM_MMA_WARPS_N(fvals[1][ni]); /* mma: warps down M */
                 if (fam ? !wmm || tm % (16 * wmm) : tm % (64 * co)) continue; /* wgmma: m64 sub-tiles a consumer; mma: m16 tiles a warp */
                 ckey c = {kinds[a][0], kinds[a][1], e, fvals[7][pi], co, fam ? tm / wmm / 16 : tm / co / 64, fvals[1][ni], 0,
-                          has_wb ? fvals[6][wi] : -1, fam};
+                          has_wb ? fvals[6][wi] : -1, fam, 0};
                 if (find_class(&c) >= 0) continue;
                 int ci = add_class(&c);
                 if (!has_wb && c.pipe) { /* not a tune parameter of the BF16 GEMM: its variants all have pipe 0 */
@@ -467,7 +470,7 @@ static void build_cover(void) {
                   continue;
                 }
                 /* the generator's reason for the largest tile_k (NVFP4 and MXFP8 take 128 only), the fewest stages */
-                int val[8] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe};
+                int val[NPN] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe, 0};
                 fb_variant v;
                 char pw[256];
                 if (probe(&gspecs[s].k, val, fam, &v, pw, sizeof pw))
@@ -739,7 +742,7 @@ static void print_classes(void) {
   int with = 0, in_rec = 0;
   for (int i = 0; i < nclasses; ++i) with += classes[i].unit >= 0, in_rec += classes[i].unit >= 0 && classes[i].in_recipe;
   printf("test_gemm: %d GEMM specs in the shipped plans; covering family:", ngspecs);
-  for (int p = 0; p < 8; ++p) {
+  for (int p = 0; p < NPN; ++p) {
     printf(" %s {", PN[p]);
     for (int i = 0; i < nfv[p]; ++i) printf("%s%d", i ? "," : "", fvals[p][i]);
     printf("}");
