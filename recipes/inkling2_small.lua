@@ -42,8 +42,8 @@ return recipe {
       -- on the H200 it gains with NVFP4 BF16 outputs and epilogues (+1..9%) and loses elsewhere (up to -14%): the tuner picks
       pipe = { 0, 2 },
       -- pingpong 1: the two consumer warpgroups take turns, a whole tile each, so that one's epilogue runs beside the
-      -- other's main loop (the wgrads: K is an expert's rows, and each tile stores 64 KiB of FP32); the generator keeps it
-      -- with two consumers and where one warpgroup's registers hold the whole tile
+      -- other's main loop (the wgrads: K is an expert's rows, and each tile stores 64 KiB of FP32); with two consumers,
+      -- where one warpgroup's registers hold the whole tile; held out by the generator until it has run on a GPU
       pingpong = { 0, 1 },
       -- mma_k 96: the tcgen05 family's K = 96 NVFP4 MMAs (sm_103a; the generator prunes them on other archs and on MXFP8
       -- GEMMs), on 768-wide K tiles of which 2 stages fit; S1's K (5120, 2048) ends in a partial K tile

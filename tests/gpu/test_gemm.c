@@ -293,6 +293,9 @@ static int probe(const fb_kernel_spec *k, const int val[NPN], int fam, fb_varian
 
 /* The companion of a fused unit (a plain FP32 rows GEMM of the same kind, outer scales and tune values) or the pipe 0
    twin of a pipelined FP32 one: its unit, added if new */
+static int g_held;
+#define HELD_WHY "held out until run on a GPU"
+static void hand_variant(const char *kname, const int *val, int np, fb_variant *v);
 static int dep_unit(int ui, int role) {
   const unit *u = &units[ui];
   fb_kernel_spec k = u->k;
@@ -313,7 +316,12 @@ static int dep_unit(int ui, int role) {
   if (role == R_TWIN) val[7] = 0;
   fb_variant v;
   char why[256];
-  if (!probe(&k, val, fam_of(&u->v), &v, why, sizeof why)) DIE("test_gemm: %s: its %s is pruned: %s", u->v.name, role == R_COMP ? "companion" : "pipe 0 twin", why);
+  if (!probe(&k, val, fam_of(&u->v), &v, why, sizeof why)) {
+    if (!(g_held && strstr(why, HELD_WHY)))
+      DIE("test_gemm: %s: its %s is pruned: %s", u->v.name, role == R_COMP ? "companion" : "pipe 0 twin", why);
+    if (k.src.format == FB_FMT_BF16) val[6] = -1;
+    hand_variant(k.name, val, NPN, &v); /* held as the unit itself is: built by hand the same way */
+  }
   for (int i = 0; i < nunits; ++i) /* the same kernel: the same name and outer scales (what else the name does not say) */
     if (!strcmp(units[i].v.name, v.name) && units[i].k.act.outer == k.act.outer && units[i].k.src.outer == k.src.outer) return i;
   unit *d = new_unit(); /* may move units */
@@ -331,23 +339,27 @@ static int dep_unit(int ui, int role) {
    with HELD_WHY in it; FP8 wgmma beside the forward SwiGLU and S2F6 epilogues were, until the H200 ran them this way),
    a variant each built here by hand with the probe's values, run and counted as the classes are (a wrong one fails
    the run); the generator's reason stays in the class's line */
-static int g_held;
-#define HELD_WHY "held out until run on a GPU"
 /* A wgmma variant built here, past the generator: the first np of PN's parameters (6: the tile, stages, cluster and
-   consumers; 8: also weights_bf16 and pipe), named as the generator names them (_b for weights_bf16, _p for a pipe) */
+   consumers; 8: also weights_bf16 and pipe; NPN: also pingpong), named as the generator names them (_b for weights_bf16,
+   none where val[6] < 0: the BF16 GEMM's family has no such parameter; _p for a pipe, _pp for ping-pong) */
 static void hand_variant(const char *kname, const int *val, int np, fb_variant *v) {
   snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
-  v->nparams = np;
-  for (int q = 0; q < np; ++q) snprintf(v->param[q], sizeof v->param[q], "%s", PN[q]), v->value[q] = val[q];
+  v->nparams = 0;
+  for (int q = 0; q < np; ++q)
+    if (q != 6 || val[6] >= 0) snprintf(v->param[v->nparams], sizeof v->param[0], "%s", PN[q]), v->value[v->nparams++] = val[q];
   int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", kname, val[0], val[1], val[2], val[3], val[4], val[5]);
-  if (np > 6) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_b%d", val[6]);
+  if (np > 6 && val[6] >= 0) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_b%d", val[6]);
   if (np > 7 && val[7]) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
   if (np > 8 && val[8]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_pp");
 }
 static void held_unit(const fb_kernel_spec *k, const int val[NPN], int ci) {
   unit *u = new_unit();
-  u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = 2, u->mode = 0, u->outer = 0, u->epi = spec_epi(k);
-  hand_variant(k->name, val, NPN, &u->v);
+  int v2[NPN];
+  memcpy(v2, val, sizeof v2);
+  if (k->src.format == FB_FMT_BF16) v2[6] = -1;
+  u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = spec_kind(k, v2[6] > 0), u->mode = k->op == FB_OP_GEMM_WGRAD;
+  u->outer = spec_outer(k), u->epi = spec_epi(k);
+  hand_variant(k->name, v2, NPN, &u->v);
   classes[ci].unit = (int)(u - units);
 }
 
@@ -457,12 +469,14 @@ static void build_cover(void) {
         for (int ci_ = 0; ci_ < nfv[5]; ++ci_)
           for (int mi = 0; mi < nfv[0]; ++mi)
             for (int ni = 0; ni < nfv[1]; ++ni)
-              for (int wi = 0; wi < (has_wb ? nfv[6] : 1); ++wi) {
-                int co = fvals[5][ci_], tm = fvals[0][mi];
-                const int wmm = 4 * co / FB_GEMM_MMA_WARPS_N(fvals[1][ni]); /* mma: warps down M */
-                if (fam ? !wmm || tm % (16 * wmm) : tm % (64 * co)) continue; /* wgmma: m64 sub-tiles a consumer; mma: m16 tiles a warp */
-                ckey c = {kinds[a][0], kinds[a][1], e, fvals[7][pi], co, fam ? tm / wmm / 16 : tm / co / 64, fvals[1][ni], 0,
-                          has_wb ? fvals[6][wi] : -1, fam, 0};
+              for (int wi = 0; wi < (has_wb ? nfv[6] : 1); ++wi)
+              for (int oi = 0; oi < nfv[8]; ++oi) {
+                int co = fvals[5][ci_], tm = fvals[0][mi], pp = fvals[8][oi];
+                if (pp && (fam || co != 2)) continue; /* ping-pong: wgmma's, two consumers taking turns */
+                const int wmm = 4 * co / FB_GEMM_MMA_WARPS_N(fvals[1][ni]), cs = pp ? 1 : co; /* mma: warps down M */
+                if (fam ? !wmm || tm % (16 * wmm) : tm % (64 * cs)) continue; /* wgmma: m64 sub-tiles a consumer; mma: m16 tiles a warp */
+                ckey c = {kinds[a][0], kinds[a][1], e, fvals[7][pi], co, fam ? tm / wmm / 16 : tm / cs / 64, fvals[1][ni], 0,
+                          has_wb ? fvals[6][wi] : -1, fam, pp};
                 if (find_class(&c) >= 0) continue;
                 int ci = add_class(&c);
                 if (!has_wb && c.pipe) { /* not a tune parameter of the BF16 GEMM: its variants all have pipe 0 */
@@ -470,9 +484,22 @@ static void build_cover(void) {
                   continue;
                 }
                 /* the generator's reason for the largest tile_k (NVFP4 and MXFP8 take 128 only), the fewest stages */
-                int val[NPN] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe, 0};
+                int val[NPN] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe, pp};
                 fb_variant v;
                 char pw[256];
+                /* a ping-pong class held out: its reason shows at the tile_k and stages it would be kept with, so look for
+                   it over those values */
+                for (int ki = 0; pp && ki < nfv[2]; ++ki)
+                  for (int si = 0; si < nfv[3]; ++si) {
+                    int vh[NPN];
+                    memcpy(vh, val, sizeof vh);
+                    vh[2] = fvals[2][ki], vh[3] = fvals[3][si];
+                    char wh[256];
+                    if (!probe(&gspecs[s].k, vh, fam, &v, wh, sizeof wh) && strstr(wh, HELD_WHY)) {
+                      memcpy(val, vh, sizeof vh), ki = nfv[2];
+                      break;
+                    }
+                  }
                 if (probe(&gspecs[s].k, val, fam, &v, pw, sizeof pw))
                   snprintf(classes[ci].why, sizeof classes[ci].why, "internal: %s is kept but was not in the covering family", v.name);
                 else {
