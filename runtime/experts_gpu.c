@@ -865,9 +865,11 @@ static const srmap *map_cols(int N, size_t Rg, size_t g0, srmap *m) {
   return m;
 }
 /* Quantize rows x cols (BF16, or FP32 with in_f32) along the rows as q says into *d. NVFP4 per-expert/tensor outer
- * scales (FP32 masters only): the amax of each group of `grows` rows by the amax kernel first. */
-static fb_status quant_rows_m(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
-                              size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, const srmap *map, dq *d) {
+ * scales (FP32 masters only): the amax of each group of `grows` rows by the amax kernel first, unless amax_in (device,
+ * FP32, one a group) has them already. */
+static fb_status quant_rows_a(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
+                              size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, const srmap *map,
+                              CUdeviceptr amax_in, dq *d) {
   const kent *e;
   fb_kernel_spec k = sp_quant(g, q, 0, in_f32);
   FB_TRY(kget(g, &k, NULL, &e));
@@ -887,18 +889,21 @@ static fb_status quant_rows_m(fb_gpu_experts *g, arena *a, const fb_qspec *q, in
         return FB_ERR(FB_EINVAL, "experts gpu: NVFP4 with a per-expert outer scale on activations (per token or tensor)");
       ng = q->outer == FB_GRAN_EXPERT ? (unsigned)(rows / grows) : 1u;
       d->no = ng;
-      CUdeviceptr dam, dgo = 0, dfl;
+      CUdeviceptr dam = amax_in, dgo = 0, dfl;
       if (q->outer == FB_GRAN_EXPERT) FB_TRY(group_offsets(g, ng, rows / ng, &dgo)); /* per tensor: none (rows vary) */
-      FB_TRY(aalloc_z(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
-      FB_TRY(aalloc_z(a, &dfl, sizeof(unsigned)));
-      const kent *ea;
-      fb_kernel_spec ka = sp_amax(g, q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, in_f32);
-      FB_TRY(kget(g, &ka, NULL, &ea));
-      fb_kp_mem pa;
-      memset(&pa, 0, sizeof pa);
-      pa.in = in, pa.rows = (long long)rows, pa.cols = (long long)cols, pa.amax = dam, pa.flags = dfl;
-      pa.group_offsets = dgo, pa.ngroups = ng;
-      FB_TRY(run_mem(g, ea, &pa, (long long)rows, (long long)cols, ng));
+      if (!dam) {
+        FB_TRY(aalloc_z(a, &dam, ng * sizeof(float))); /* zeros: the kernel takes atomicMax on them */
+        FB_TRY(aalloc_z(a, &dfl, sizeof(unsigned)));
+        const kent *ea;
+        fb_kernel_spec ka = sp_amax(g, q->outer == FB_GRAN_EXPERT ? FB_GRAN_EXPERT : FB_GRAN_TENSOR, in_f32);
+        FB_TRY(kget(g, &ka, NULL, &ea));
+        fb_kp_mem pa;
+        memset(&pa, 0, sizeof pa);
+        pa.in = in, pa.rows = (long long)rows, pa.cols = (long long)cols, pa.amax = dam, pa.flags = dfl;
+        pa.group_offsets = dgo, pa.ngroups = ng;
+        FB_TRY(run_mem(g, ea, &pa, (long long)rows, (long long)cols, ng));
+      } else
+        ++g->st.amax_reused;
       p.amax = dam, p.group_offsets = dgo, p.ngroups = ng;
     }
     FB_TRY(aalloc(a, &d->o, d->no * sizeof(float)));
@@ -910,6 +915,10 @@ static fb_status quant_rows_m(fb_gpu_experts *g, arena *a, const fb_qspec *q, in
   p.out = d->c, p.scales = d->s;
   FB_TRY(set_srmap(&p, map));
   return run_mem(g, e, &p, (long long)rows, (long long)cols, 0);
+}
+static fb_status quant_rows_m(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
+                              size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, const srmap *map, dq *d) {
+  return quant_rows_a(g, a, q, in_f32, in, rows, cols, grows, seed, stream, step, map, 0, d);
 }
 static fb_status quant_rows(fb_gpu_experts *g, arena *a, const fb_qspec *q, int in_f32, CUdeviceptr in, size_t rows,
                             size_t cols, size_t grows, uint32_t seed, uint32_t stream, uint32_t step, dq *d) {
@@ -1622,10 +1631,11 @@ static fb_status fwd_weights(fwd_ctx *x) {
     }
   } else {
     srmap m13, m2; /* this rank's experts are experts [e0, e0 + nE) of all */
-    FB_TRY(quant_rows_m(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
-                        map_rows(s->N, (size_t)s->e0 * 2 * F, D, &m13), &s->W13));
-    FB_TRY(quant_rows_m(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step,
-                        map_rows(s->N, (size_t)s->e0 * D, F, &m2), &s->W2));
+    /* NVFP4: the amax of each outer-scale group, from the caller when its AdamW pass left them (io->w13_amax, w2_amax) */
+    FB_TRY(quant_rows_a(g, m, &p->fwd_weight, 1, io->w13, nE * 2 * F, D, 2 * F, seed, fb_moe_stream(L->layer, FB_MOE_OP_W13), step,
+                        map_rows(s->N, (size_t)s->e0 * 2 * F, D, &m13), io->w13_amax, &s->W13));
+    FB_TRY(quant_rows_a(g, m, &p->fwd_weight, 1, io->w2, nE * D, F, D, seed, fb_moe_stream(L->layer, FB_MOE_OP_W2), step,
+                        map_rows(s->N, (size_t)s->e0 * D, F, &m2), io->w2_amax, &s->W2));
   }
 
   return FB_OK;

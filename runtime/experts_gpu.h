@@ -42,6 +42,8 @@ typedef struct {
   double compile_ms;             /* NVRTC wall time, summed */
   int unplanned;                 /* kernels run that the plan does not name (fourbit tune cannot have tuned them) */
   char unplanned_names[FB_GPU_UNPLANNED_MAX][128];
+  long long amax_reused;         /* forward weight quantizations that took the caller's amax (io.w13_amax / w2_amax)
+                                    instead of an amax pass over the masters */
 } fb_gpu_experts_stats;
 
 typedef struct fb_gpu_experts fb_gpu_experts;
@@ -68,6 +70,11 @@ void fb_gpu_experts_free(fb_gpu_experts *g);
 typedef struct {
   unsigned long long x, topk_idx, topk_w, w13, w2, y;   /* forward */
   unsigned long long dy, dx, dw13, dw2, dtopk_w;        /* backward */
+  /* forward, optional (0: the layer finds them itself): max |w| of the masters w13 / w2 as they are now, NaN ignored
+     (templates/amax.cuh's rule), FP32, one per expert of this rank (NVFP4 forward weights with a per-expert outer scale)
+     or one (per tensor): what AdamW's NVFP4 form (templates/adamw.cuh FB_WFMT 1) leaves; the layer then skips its own
+     amax pass over the masters */
+  unsigned long long w13_amax, w2_amax;
 } fb_gpu_layer_io;
 fb_status fb_gpu_experts_forward_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io);
 fb_status fb_gpu_experts_backward_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_io *io);

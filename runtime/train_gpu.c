@@ -50,6 +50,7 @@ static const char *const PIECE[K_NDENSE] = {"_embed", "_rms_fwd", "_rms_bwd_x", 
 #define CHUNK 64 /* dense.cuh's FB_CHUNK: tokens per partial column sum */
 
 typedef CUdeviceptr dptr;
+#define XMAX 4 /* distinct expert AdamW specs (NVFP4 forward weights) a recipe's layers may have */
 
 typedef struct {
   dptr x_in, n1, r1, xm, n2b, r2, probs, tw, idx, cnt, pe;
@@ -85,6 +86,15 @@ struct fbr_gpu {
   float *h_probs;              /* host: T x E (EP gathers) */
   int32_t *h_idx;
   int host_stale;              /* the device has newer w, g, m, v than the trainer's host arrays */
+  /* the expert weights' AdamW where a layer's forward weights are NVFP4 (xadamw_specs): no BF16 copy, and the new
+     masters' amax per outer-scale group, which the layer's next forward takes instead of its own amax pass */
+  fb_kernel_spec xspec[XMAX];
+  fb_variant xvar[XMAX];
+  fb_kernel xk[XMAX];
+  int nx;
+  int *xl;                     /* per layer: its xspec, -1 (the BF16-copy AdamW; the layer finds any amax itself) */
+  dptr *amax;                  /* per layer: w13's amax, then w2's (FP32, one per local expert, or one per tensor) */
+  int *amax_ok;                /* per layer: they are the amax of the masters as they are now */
 };
 
 /* ---- kernels: generated, from the cache by content key, else NVRTC (and then into the cache) ----------------- */
@@ -114,6 +124,21 @@ static fb_status cubin_of(const fb_kernel_spec *k, const fb_variant *v, const ch
   return FB_OK;
 }
 
+/* *v: the first legal variant of k in the recipe's family for it (what runs untuned) */
+static fb_status first_variant(const fb_recipe *r, const fb_kernel_spec *k, fb_variant *v) {
+  const fb_tune_family *fam = NULL;
+  for (int f = 0; f < r->nfamilies; ++f)
+    if (!strcmp(r->families[f].family, k->family)) fam = &r->families[f];
+  if (!fam && !fb_gen_fixed(k)) return FB_ERR(FB_EINVAL, "train gpu: %s: the recipe has no tune family '%s'", k->name, k->family);
+  fb_variant *vv = NULL;
+  int nv = 0;
+  FB_TRY(fb_gen_variants(k, fam, &vv, &nv, NULL, NULL, 0));
+  if (!nv) { free(vv); return FB_ERR(FB_EINVAL, "train gpu: %s: no legal variant in family '%s'", k->name, k->family); }
+  *v = vv[0];
+  free(vv);
+  return FB_OK;
+}
+
 /* The specs and variants of the step's own kernels for a plan of arch (gen/specs.c fb_gpu_step_kernels, which the plan
  * lists): dense.cuh (one program, its one variant), the router, AdamW with a BF16 copy (the recipe's first legal
  * variant of each family: what runs untuned; load_kernels asks the caller's lookup for the tuned winners). */
@@ -128,17 +153,37 @@ static fb_status specs(const fb_recipe *r, const fb_plan *pl, fb_kernel_spec ks[
     for (int i = 0; i < pl->nkernels && !found; ++i)
       if (!strcmp(pl->kernels[i].name, sk[j].name)) ks[j] = pl->kernels[i], found = 1;
     if (!found) return FB_ERR(FB_EINVAL, "train gpu: the plan has no kernel %s", sk[j].name);
-    const fb_tune_family *fam = NULL;
-    for (int f = 0; f < r->nfamilies; ++f)
-      if (!strcmp(r->families[f].family, ks[j].family)) fam = &r->families[f];
-    if (!fam && !fb_gen_fixed(&ks[j]))
-      return FB_ERR(FB_EINVAL, "train gpu: %s: the recipe has no tune family '%s'", ks[j].name, ks[j].family);
-    fb_variant *v = NULL;
-    int nv = 0;
-    FB_TRY(fb_gen_variants(&ks[j], fam, &v, &nv, NULL, NULL, 0));
-    if (!nv) { free(v); return FB_ERR(FB_EINVAL, "train gpu: %s: no legal variant in family '%s'", ks[j].name, ks[j].family); }
-    vs[j] = v[0];
-    free(v);
+    FB_TRY(first_variant(r, &ks[j], &vs[j]));
+  }
+  return FB_OK;
+}
+
+/* The expert weights' AdamW of the layers whose forward weights are NVFP4 with a per-expert or per-tensor outer scale:
+ * the plan's AdamW for those weights (templates/adamw.cuh FB_WFMT 1: no BF16 copy; the new masters' amax per outer-scale
+ * group, which is what the layer's amax pass would find), each distinct spec once with the recipe's first legal variant.
+ * lay[l]: layer l's index in ks, or -1 where the BF16-copy AdamW serves (BF16 or MXFP8 forward weights: the layer
+ * quantizes the masters with no amax). */
+static fb_status xadamw_specs(const fb_recipe *r, const fb_plan *pl, fb_kernel_spec ks[XMAX], fb_variant vs[XMAX], int *nx,
+                              int *lay) {
+  *nx = 0;
+  for (int l = 0; l < pl->nlayers; ++l) {
+    lay[l] = -1;
+    const fb_qspec *w = &pl->layers[l].fwd_weight;
+    if (w->format != FB_FMT_NVFP4 || (w->outer != FB_GRAN_EXPERT && w->outer != FB_GRAN_TENSOR)) continue;
+    fb_kernel_spec k = fb_spec_adamw(w, NULL);
+    FB_TRY(fb_kernel_spec_name(&k, pl->arch));
+    int j = 0;
+    while (j < *nx && strcmp(ks[j].name, k.name)) ++j;
+    if (j == *nx) {
+      if (j == XMAX) return FB_ERR(FB_EINVAL, "train gpu: more than %d AdamW forms of NVFP4 expert weights", XMAX);
+      int found = 0;
+      for (int i = 0; i < pl->nkernels && !found; ++i)
+        if (!strcmp(pl->kernels[i].name, k.name)) ks[j] = pl->kernels[i], found = 1;
+      if (!found) return FB_ERR(FB_EINVAL, "train gpu: the plan has no kernel %s", k.name);
+      FB_TRY(first_variant(r, &ks[j], &vs[j]));
+      ++*nx;
+    }
+    lay[l] = j;
   }
   return FB_OK;
 }
@@ -147,15 +192,18 @@ fb_status fb_train_gpu_compile(const fb_recipe *r, const char *arch, fb_cache *c
   memset(st, 0, sizeof *st);
   fb_plan *pl = NULL;
   FB_TRY(fb_plan_resolve(r, arch, &pl));
-  fb_kernel_spec ks[3];
-  fb_variant vs[3];
-  fb_status s = specs(r, pl, ks, vs);
-  for (int j = 0; j < 3 && s == FB_OK; ++j) {
+  fb_kernel_spec ks[3 + XMAX];
+  fb_variant vs[3 + XMAX];
+  int nx = 0, *lay = calloc((size_t)pl->nlayers + 1, sizeof *lay);
+  fb_status s = lay ? specs(r, pl, ks, vs) : FB_ERR(FB_ENOMEM, "train gpu: compile");
+  if (s == FB_OK) s = xadamw_specs(r, pl, ks + 3, vs + 3, &nx, lay);
+  for (int j = 0; j < 3 + nx && s == FB_OK; ++j) {
     void *cb = NULL;
     size_t n = 0;
     s = cubin_of(&ks[j], &vs[j], j ? r->path : "-", j ? pl->sha256 : "-", arch, cache, st, NULL, 0, &cb, &n);
     free(cb);
   }
+  free(lay);
   fb_plan_free(pl);
   return s;
 }
@@ -222,7 +270,13 @@ static fb_status load_kernels(fb_trainer *t, struct fbr_gpu *g) {
   }
   /* the router and AdamW: a tuned winner (or the cached default) through the caller's lookup first */
   FB_TRY(load_tuned(t, g, &ks[1], &g->rvar, &g->rk));
-  return load_tuned(t, g, &ks[2], &g->avar, &g->ak);
+  FB_TRY(load_tuned(t, g, &ks[2], &g->avar, &g->ak));
+  /* the expert weights' AdamW forms of NVFP4 layers */
+  g->xl = malloc(((size_t)t->plan->nlayers + 1) * sizeof *g->xl);
+  if (!g->xl) return FB_ERR(FB_ENOMEM, "train gpu: AdamW forms");
+  FB_TRY(xadamw_specs(r, t->plan, g->xspec, g->xvar, &g->nx, g->xl));
+  for (int j = 0; j < g->nx; ++j) FB_TRY(load_tuned(t, g, &g->xspec[j], &g->xvar[j], &g->xk[j]));
+  return FB_OK;
 }
 
 /* ---- device memory ----------------------------------------------------------------------------------------- */
@@ -275,6 +329,7 @@ fb_status fbr_gpu_upload(fb_trainer *t) {
   }
   free(hb);
   g->host_stale = 0;
+  for (int l = 0; l < t->M.layers; ++l) g->amax_ok[l] = 0; /* new masters: the layers find their amax themselves */
   return FB_OK;
 }
 
@@ -301,11 +356,20 @@ void fbr_gpu_free(fb_trainer *t) {
   fb_blas_free(g->blas);
   if (g->dmod) fb_cu.ModuleUnload(g->dmod);
   fb_kernel_unload(&g->rk), fb_kernel_unload(&g->ak);
+  for (int j = 0; j < g->nx; ++j) fb_kernel_unload(&g->xk[j]);
   for (int i = 0; i < g->nmem; ++i) fb_cu.MemFree(g->mem[i]);
   free(g->mem), free(g->p), free(g->L), free(g->h_off), free(g->h_pos), free(g->h_cnt), free(g->h_pe), free(g->h_probs);
-  free(g->h_idx);
+  free(g->h_idx), free(g->xl), free(g->amax), free(g->amax_ok);
   free(g);
   t->gpu = NULL;
+}
+
+/* the layer of expert parameter i (P_W13 or P_W2 of a layer) */
+static int xlayer(int i) { return (i - P_GLOBAL) / P_PER_LAYER; }
+/* the outer-scale groups of layer l's NVFP4 forward weights: one per local expert, or one per tensor */
+static size_t xgroups(const fb_trainer *t, int l) {
+  const fbr_param *w13 = &t->p[P_GLOBAL + l * P_PER_LAYER + P_W13];
+  return t->plan->layers[l].fwd_weight.outer == FB_GRAN_EXPERT ? w13->rows / (2 * (size_t)t->M.d_ff) : 1;
 }
 
 /* ---- attach ------------------------------------------------------------------------------------------------- */
@@ -336,7 +400,10 @@ fb_status fb_train_gpu_attach(fb_trainer *t, const fb_train_gpu_opts *o) {
   for (int i = 0; i < t->np; ++i) {
     const fbr_param *p = &t->p[i];
     size_t n = p->rows * p->cols;
-    if (p->expert) { maxex = n > maxex ? n : maxex; continue; }
+    if (p->expert) { /* the BF16-copy AdamW's throwaway output: only where no NVFP4 form serves */
+      if (g->xl[xlayer(i)] < 0) maxex = n > maxex ? n : maxex;
+      continue;
+    }
     off += (n + 63) / 64 * 64;
   }
   g->gblock_n = off;
@@ -352,12 +419,20 @@ fb_status fb_train_gpu_attach(fb_trainer *t, const fb_train_gpu_opts *o) {
     FB_TRY_GOTO(dalloc(g, &q->v, n * 4), fail);
     if (p->expert) {
       FB_TRY_GOTO(dalloc(g, &q->g, n * 4), fail);
-      q->wb = g->scratch_bf;
+      q->wb = g->xl[xlayer(i)] < 0 ? g->scratch_bf : 0;
     } else {
       q->g = g->gblock + off * 4, off += (n + 63) / 64 * 64;
       FB_TRY_GOTO(dalloc(g, &q->wb, n * 2), fail);
     }
   }
+  /* the NVFP4 layers' amax, w13's then w2's */
+  g->amax = calloc(L, sizeof *g->amax), g->amax_ok = calloc(L, sizeof *g->amax_ok);
+  if (!g->amax || !g->amax_ok) {
+    rc = FB_ERR(FB_ENOMEM, "train gpu: host state");
+    goto fail;
+  }
+  for (size_t l = 0; l < L; ++l)
+    if (g->xl[l] >= 0) FB_TRY_GOTO(dalloc(g, &g->amax[l], 2 * xgroups(t, (int)l) * 4), fail);
   /* activations */
   for (size_t l = 0; l < L; ++l) {
     glayer *a = &g->L[l];
@@ -496,6 +571,7 @@ static fb_status run(fb_trainer *t, uint32_t step, int grad, double *ce_out, dou
     fb_gpu_layer_io io;
     memset(&io, 0, sizeof io);
     io.x = a->n2b, io.topk_idx = a->idx, io.topk_w = a->tw, io.w13 = lp[P_W13].w, io.w2 = lp[P_W2].w, io.y = g->yb;
+    if (g->amax_ok[l]) io.w13_amax = g->amax[l], io.w2_amax = g->amax[l] + xgroups(t, (int)l) * 4; /* AdamW's */
     fb_status s = fb_gpu_experts_forward_dev(g->ex, ml, &io);
     if (s != FB_OK) { release_all(t); return s; }
     memset(&p, 0, sizeof p);
@@ -595,21 +671,31 @@ fb_status fbr_gpu_sumsq(fb_trainer *t, double *rep, double *ex) {
   return FB_OK;
 }
 
-/* AdamW on every tensor (the step is not skipped); h->wd is set here per tensor. */
+/* AdamW on every tensor (the step is not skipped); h->wd is set here per tensor. The expert weights of NVFP4 layers take
+ * its NVFP4 form: no BF16 copy, and their amax per outer-scale group for the layer's next forward. */
 fb_status fbr_gpu_adamw(fb_trainer *t, const fb_adamw_hparams *h0) {
   struct fbr_gpu *g = t->gpu;
   for (int i = 0; i < t->np; ++i) {
     const fbr_param *q = &t->p[i];
+    const int xs = q->expert ? g->xl[xlayer(i)] : -1;
     fb_kp_moe pm;
     memset(&pm, 0, sizeof pm);
     pm.master = g->p[i].w, pm.m = g->p[i].m, pm.v = g->p[i].v, pm.in = g->p[i].g, pm.out = g->p[i].wb;
     pm.rows = (long long)q->rows, pm.cols = (long long)q->cols, pm.experts = 1;
     pm.lr = h0->lr, pm.b1 = h0->b1, pm.b2 = h0->b2, pm.eps = h0->eps, pm.wd = q->decay ? t->o.wd : 0.0f;
     pm.bc1 = h0->bc1, pm.bc2 = h0->bc2, pm.gscale = h0->gscale;
+    if (xs >= 0) { /* zeros first: the kernel takes atomicMax on them */
+      const int l = xlayer(i);
+      const size_t ng = xgroups(t, l);
+      pm.amax = g->amax[l] + ((i - P_GLOBAL) % P_PER_LAYER == P_W2 ? ng * 4 : 0), pm.experts = (int)ng, pm.out = 0;
+      CUresult r = fb_cu.MemsetD8Async(pm.amax, 0, ng * 4, fb_cuda_stream());
+      if (r) return FB_ERR(FB_ECUDA, "train gpu: AdamW amax: %s", fb_cu_errstr((int)r));
+    }
     unsigned gx, gy, th;
-    FB_TRY(fb_launch_dims(&g->aspec, &g->avar, pm.rows, pm.cols, 0, &gx, &gy, &th));
-    FB_TRY(fb_kernel_launch(&g->ak, gx, gy, th, &pm, sizeof pm));
+    FB_TRY(fb_launch_dims(xs >= 0 ? &g->xspec[xs] : &g->aspec, xs >= 0 ? &g->xvar[xs] : &g->avar, pm.rows, pm.cols, 0, &gx, &gy, &th));
+    FB_TRY(fb_kernel_launch(xs >= 0 ? &g->xk[xs] : &g->ak, gx, gy, th, &pm, sizeof pm));
   }
+  for (int l = 0; l < t->M.layers; ++l) g->amax_ok[l] = g->xl[l] >= 0;
   g->host_stale = 1;
   return FB_OK;
 }

@@ -92,10 +92,11 @@ echo "  tiny --device gpu (SR backward), 2 ranks: step 1 loss and aux identical 
 #    agree bit for bit (loss, aux, lr, |g|): the router outputs and cross-entropies gathered over the host mesh, the
 #    replicated gradients summed with the device allreduce, the norm's expert part gathered, AdamW on every rank.
 FOURBIT_TRAIN_HOST=1 run host2 "$W/tiny_rn.lua" 2 3
-# the resident step alone has kernels of its own: a "train step kernels" line (3 kernels) where it ran, none in the host step
+# the resident step alone has kernels of its own: a "train step kernels" line where it ran (4 kernels: dense.cuh, the
+# router, AdamW with a BF16 copy, and the NVFP4 form of AdamW that tiny's NVFP4 expert weights take), none in the host step
 ! grep -q '^train step kernels:' "$W/host2.out" && ok || bad "host2: not the host step: $(grep device "$W/host2.out")"
 for n in 1 4; do
-  [ "$(nums "$W/rn$n.out" "train step kernels" | cut -d' ' -f1)" = 3 ] && ok || bad "--gpus $n: --device gpu did not run the resident step"
+  [ "$(nums "$W/rn$n.out" "train step kernels" | cut -d' ' -f1)" = 4 ] && ok || bad "--gpus $n: --device gpu did not run the resident step"
 done
 run dev2 "$W/tiny_rn.lua" 2 3
 [ "$(cut -d, -f1-7 "$W/host2.csv")" = "$(cut -d, -f1-7 "$W/dev2.csv")" ] && ok \
@@ -107,8 +108,8 @@ for i in 1 2; do
     || bad "--cache run $i failed: $(tail -3 "$W/cache$i.out")"
 done
 # "train step kernels: N (F from the cache, C compiled ...": N F C
-[ "$(nums "$W/cache1.out" "train step kernels" | cut -d' ' -f1-3)" = "3 0 3" ] && ok || bad "first --cache run: $(grep '^train step' "$W/cache1.out")"
-[ "$(nums "$W/cache2.out" "train step kernels" | cut -d' ' -f1-3)" = "3 3 0" ] && ok || bad "second --cache run compiled: $(grep '^train step' "$W/cache2.out")"
+[ "$(nums "$W/cache1.out" "train step kernels" | cut -d' ' -f1-3)" = "4 0 4" ] && ok || bad "first --cache run: $(grep '^train step' "$W/cache1.out")"
+[ "$(nums "$W/cache2.out" "train step kernels" | cut -d' ' -f1-3)" = "4 4 0" ] && ok || bad "second --cache run compiled: $(grep '^train step' "$W/cache2.out")"
 grep '^train step kernels' "$W/cache2.out" | sed 's/^/  second --cache run: /'
 
 # 5. --gpus 2 --cache: rank 0 prints every rank's kernel lookups (counts, and a digest of the cache's answers: kernel,

@@ -364,6 +364,21 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
     find(p->scales, n / 16, "q sf");
     find(p->s_dec, no * 4, "q sdec");
     CHK(fb_nvfp4_quantize(x, R, C, &o, (uint8_t *)p->out, (uint8_t *)p->scales, (float *)p->s_dec, NULL));
+    if (p->amax && o.outer != FB_OUTER_ROW) { /* the kernel takes S_enc from p.amax: it must be the data's amax (NaN
+                                                 ignored), whoever computed it (the amax kernel, AdamW's NVFP4 form) */
+      const size_t ng = o.outer == FB_OUTER_GROUP ? o.ngroups : 1;
+      find(p->amax, ng * 4, "q amax");
+      for (size_t g = 0; g < ng; ++g) {
+        const size_t r0 = ng > 1 ? o.group_offsets[g] : 0, r1 = ng > 1 ? o.group_offsets[g + 1] : R;
+        float a = 0.0f;
+        for (size_t i = r0 * C; i < r1 * C; ++i)
+          if (fabsf(x[i]) > a) a = fabsf(x[i]);
+        if (memcmp(&a, (const float *)p->amax + g, 4)) {
+          fprintf(stderr, "MOCK: %s: p.amax[%zu] = %a, but the input's amax is %a\n", nm, g, (double)((const float *)p->amax)[g], (double)a);
+          abort();
+        }
+      }
+    }
     free(go);
   } else if (k->op == FB_OP_QUANT && k->q.format == FB_FMT_MXFP8) {
     int col = k->col;
@@ -553,7 +568,7 @@ static void emu_moe(const fb_kernel_spec *k, const fb_kp_moe *p) {
   }
 }
 /* ---- the GPU-resident train step's kernels: templates/dense.cuh by the CPU path's functions (runtime/model_dense.c),
- * the router by fb_router_ref, AdamW (BF16 copy) by fb_adamw_ref ---- */
+ * the router by fb_router_ref, AdamW (BF16 copy; NVFP4's amax form) by fb_adamw_ref ---- */
 static int ends(const char *s, const char *suf) {
   size_t a = strlen(s), b = strlen(suf);
   return a >= b && !strcmp(s + a - b, suf);
@@ -682,8 +697,23 @@ static void emu_router(const char *nm, const fb_kp_moe *p) {
 static void emu_adamw(const fb_kernel_spec *k, const fb_kp_moe *p) {
   const char *nm = k->name;
   size_t R = (size_t)p->rows, C = (size_t)p->cols, n = R * C;
+  if (k->q.format == FB_FMT_NVFP4) { /* adamw.cuh FB_WFMT 1: the new masters, and max |w| (NaN ignored) maxed into
+                                        p->amax per expert (FB_AMAX 1: outer per expert) or per tensor */
+    find(p->master, n * 4, "adamw w"), find(p->m, n * 4, "adamw m"), find(p->v, n * 4, "adamw v"), find(p->in, n * 4, "adamw g");
+    const size_t ng = k->q.outer == FB_GRAN_EXPERT ? (size_t)p->experts : 1;
+    find(p->amax, ng * 4, "adamw amax");
+    fb_adamw_hparams h = {p->lr, p->b1, p->b2, p->eps, p->wd, p->bc1, p->bc2, p->gscale};
+    CHK(fb_adamw_ref((float *)p->master, (float *)p->m, (float *)p->v, (float *)p->in, R, C, &h, NULL));
+    const float *w = (const float *)p->master;
+    float *am = (float *)p->amax;
+    for (size_t i = 0; i < n; ++i) {
+      float *a = &am[ng > 1 ? i / (n / ng) : 0], x = fabsf(w[i]);
+      if (x > *a) *a = x; /* NaN compares false: ignored */
+    }
+    return;
+  }
   if (k->q.format != FB_FMT_BF16) {
-    fprintf(stderr, "MOCK: no emulation of %s (AdamW with a BF16 copy only)\n", nm);
+    fprintf(stderr, "MOCK: no emulation of %s (AdamW with a BF16 copy, or NVFP4's amax form, only)\n", nm);
     abort();
   }
   find(p->master, n * 4, "adamw w"), find(p->m, n * 4, "adamw m"), find(p->v, n * 4, "adamw v");

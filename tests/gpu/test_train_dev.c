@@ -106,10 +106,25 @@ static void compare(const env *e) {
   h = trainer(e, 0), d = trainer(e, 1);
   fb_step_stats sh[STEPS], sd[STEPS];
   double ms_h = 0, ms_d = 0;
+  const long long re0 = fb_gpu_experts_stats_get(e->g).amax_reused;
   for (int s = 0; s < STEPS; ++s) {
     CK(fb_train_step(h, &sh[s]));
     CK(fb_train_step(d, &sd[s]));
     ms_h += s ? sh[s].ms : 0, ms_d += s ? sd[s].ms : 0;
+  }
+  { /* the resident step's AdamW leaves the NVFP4 layers' weight amax, and the next forward takes them instead of an amax
+       pass over the masters: both weights of each such layer, every step after the first (the host step finds its own) */
+    fb_plan *pl = NULL;
+    CK(fb_plan_resolve(e->r, "sm_90a", &pl));
+    int nv = 0;
+    for (int l = 0; l < pl->nlayers; ++l) {
+      const fb_qspec *w = &pl->layers[l].fwd_weight;
+      nv += w->format == FB_FMT_NVFP4 && (w->outer == FB_GRAN_EXPERT || w->outer == FB_GRAN_TENSOR);
+    }
+    fb_plan_free(pl);
+    const long long re = fb_gpu_experts_stats_get(e->g).amax_reused - re0, want = (long long)(STEPS - 1) * 2 * nv;
+    snprintf(what, sizeof what, "AdamW's amax to the forward (%lld wanted)", want);
+    row(what, "weights quantized with them", (double)re, -1, nv > 0 && re == want);
   }
   for (int s = 0; s < STEPS; ++s) {
     double el = rel(sd[s].loss, sh[s].loss), ea = rel(sd[s].aux, sh[s].aux), en = rel(sd[s].grad_norm, sh[s].grad_norm);
