@@ -29,6 +29,14 @@ fivesame "$W/one" && awk -v r="$rel" 'BEGIN { exit !(r != "" && r <= 0.5) }' && 
 paths "$W/one" direct && ok || { bad "one rank: direct vs exchange path"; grep '^check one rank' "$W/one"; }
 # the launches of inkling2_small layer 1's step on each path (runtime/experts_gpu.c's orchestration: update with it)
 [ "$(launches "$W/one")" = 30 ] && ok || { bad "one rank: launches of the direct path"; grep '^kernels of' "$W/one"; }
+# --train-amax: the NVFP4 weights' amax given, as AdamW's NVFP4 form leaves them in a train step: the two amax launches are
+# gone, every forward's two weight quantizations took them (the fake driver checks each against its data), and y and dx are the bytes
+# of the run that found them itself
+LD_LIBRARY_PATH=$MOCK "$BL" $args --train-amax > "$W/tam" 2>&1 && ok || { bad "one rank, --train-amax: exit $?"; tail -5 "$W/tam"; }
+fnv() { sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) \/ [0-9a-f]*, dx \([0-9a-f]*\) .*/\1 \2/p' "$1"; }
+fivesame "$W/tam" && [ "$(launches "$W/tam")" = 28 ] && [ "$(nums "$W/tam" "weights' amax given:" | cut -d' ' -f1)" -ge 2 ] &&
+  [ -n "$(fnv "$W/one")" ] && [ "$(fnv "$W/tam")" = "$(fnv "$W/one")" ] && ! grep -q '^  fwd weights  *amax' "$W/tam" \
+  && ok || { bad "one rank, --train-amax: checks"; grep -E "^check|^kernels of|amax" "$W/tam"; }
 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
 paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 53 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
 # the MXFP8 backward GEMMs on the FP8 tensor cores (weights_bf16 0, picked): B goes in as MXFP8 codes and scales, so the

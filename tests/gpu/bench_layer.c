@@ -46,14 +46,16 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
              "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
-             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR] [--global] [--pool-only]\n"
+             "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR] [--global] [--pool-only] [--train-amax]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
              "--pick mma|wgmma|tcgen05[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
              "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n"
              "--global: every rank makes the inputs of all ranks (tokens of all, masters of every expert) and takes its slice, so\n"
              "that N ranks and one rank with N times the tokens and experts solve one problem (with --dump: DIR/rankR per rank).\n"
              "--pool-only: three forwards + backwards on zero inputs, no checks, not timed; prints the pool's peak (with the fake\n"
-             "driver's MOCK_POOL_ONLY=1, the host's accounting at shapes too large to compute on the CPU).\n");
+             "driver's MOCK_POOL_ONLY=1, the host's accounting at shapes too large to compute on the CPU).\n"
+             "--train-amax: the NVFP4 weights' amax handed to the layer, as AdamW's NVFP4 form leaves them in a train step\n"
+             "(computed here on the host), so the timed step has no amax pass over the masters: the layer as a train step runs it.\n");
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -152,7 +154,7 @@ static double silu(double g) { return g / (1 + exp(-g)); }
 int main(int argc, char **argv) {
   const char *picks = NULL, *recipe = "recipes/inkling2_small.lua", *routing = "balanced", *cache = NULL, *rout = NULL, *peer = NULL,
              *dump = NULL;
-  int routing_only = 0, pool_only = 0, global = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
+  int routing_only = 0, pool_only = 0, global = 0, train_amax = 0, layer = 1, T = 8192, E = 48, K = 8, D = 5120, F = 2048, iters = 10;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(s) (!strcmp(a, s) && v && (++i, 1))
@@ -173,6 +175,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--routing-only")) routing_only = 1;
     else if (!strcmp(a, "--pool-only")) pool_only = 1;
     else if (!strcmp(a, "--global")) global = 1;
+    else if (!strcmp(a, "--train-amax")) train_amax = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
   }
@@ -297,6 +300,22 @@ int main(int argc, char **argv) {
   if (dalloc(&io.topk_w, nT * nK * 4, tw, &held_io)) return 1;
   if (dalloc(&io.w13, nEl * 2 * nF * nD * 4, pool_only ? NULL : w13, &held_io)) return 1;
   if (dalloc(&io.w2, nEl * nD * nF * 4, pool_only ? NULL : w2, &held_io)) return 1;
+  const fb_qspec *fw = &prec->fwd_weight;
+  if (train_amax && !pool_only && fw->format == FB_FMT_NVFP4 && (fw->outer == FB_GRAN_EXPERT || fw->outer == FB_GRAN_TENSOR)) {
+    /* max |w| (NaN ignored) of each outer-scale group of this rank's masters: what AdamW's NVFP4 form leaves */
+    const size_t ng = fw->outer == FB_GRAN_EXPERT ? nEl : 1, n13 = nEl * 2 * nF * nD, n2 = nEl * nD * nF;
+    float *am = calloc(2 * ng, sizeof *am);
+    if (!am) return 1;
+    for (size_t i = 0; i < n13; ++i)
+      if (fabsf(w13[i]) > am[i / (n13 / ng)]) am[i / (n13 / ng)] = fabsf(w13[i]);
+    for (size_t i = 0; i < n2; ++i)
+      if (fabsf(w2[i]) > am[ng + i / (n2 / ng)]) am[ng + i / (n2 / ng)] = fabsf(w2[i]);
+    if (dalloc(&io.w13_amax, ng * 4, am, &held_io) || dalloc(&io.w2_amax, ng * 4, am + ng, &held_io)) return 1;
+    free(am);
+    printf("weights' amax: given, %zu a weight (as AdamW's NVFP4 form leaves them in a train step): no amax pass is timed\n", ng);
+  } else if (train_amax)
+    printf("weights' amax: --train-amax has nothing to give (the forward weights are %s, not NVFP4 with expert or tensor outer scales)\n",
+           fb_format_name(fw->format));
   if (dalloc(&io.y, nT * nD * 2, NULL, &held_io)) return 1;
   if (dalloc(&io.dy, nT * nD * 4, pool_only ? NULL : dy, &held_io)) return 1;
   if (dalloc(&io.dx, nT * nD * 4, NULL, &held_io)) return 1;
@@ -481,11 +500,12 @@ int main(int argc, char **argv) {
   CK(fb_gpu_experts_profile_end(g, pr, 256, &np));
   const char *phases[] = {"fwd dispatch", "fwd weights", "fwd w13", "fwd w2", "fwd combine", "bwd combine", "bwd w2 dgrad",
                           "bwd w2 wgrad", "bwd w13 dgrad", "bwd w13 wgrad", "bwd dx"};
-  double ksum = 0, wq = 0, gemm_ms = 0;
+  double ksum = 0, wq = 0, wa = 0, gemm_ms = 0;
   printf("\nper-kernel times of one profiled step (ms; a GEMM's FLOPs / its time):\n");
   for (int i = 0; i < np; ++i) {
     ksum += pr[i].ms;
     if (!strcmp(pr[i].phase, "fwd weights") && strncmp(pr[i].name, "bcopy", 5)) wq += pr[i].ms;
+    if (!strcmp(pr[i].phase, "fwd weights") && !strncmp(pr[i].name, "amax", 4)) wa += pr[i].ms;
     if (!strncmp(pr[i].name, "gemm_", 5)) gemm_ms += pr[i].ms;
     printf("  %-14s %-64s %8.3f\n", pr[i].phase, pr[i].name, pr[i].ms);
   }
@@ -504,8 +524,10 @@ int main(int argc, char **argv) {
          tt[0], tt[iters - 1]);
   printf("kernels of the profiled step: %.3f ms (%d launches; GEMMs %.3f ms = %.0f TFLOP/s on their %.2f TFLOP); the rest of "
          "the median step (memsets, copies, gaps) %.3f ms\n", ksum, np, gemm_ms, flop / (gemm_ms * 1e-3) / 1e12, flop / 1e12, mt - ksum);
-  printf("forward weight quantization (FP32 masters -> %s; the AdamW kernel's in a train step): %.3f ms; total without it %.3f ms\n",
-         fb_format_name(prec->fwd_weight.format), wq, mt - wq);
+  printf("forward weight quantization (FP32 masters -> %s): %.3f ms, of which amax passes %.3f ms (in a train step AdamW's NVFP4 "
+         "form leaves the amax: --train-amax times the layer so); total without it %.3f ms\n",
+         fb_format_name(prec->fwd_weight.format), wq, wa, mt - wq);
+  if (train_amax) printf("weights' amax given: %lld weight quantizations took them\n", fb_gpu_experts_stats_get(g).amax_reused);
   printf("layer TFLOP/s (GEMM FLOPs / total): %.0f\n", flop / (mt * 1e-3) / 1e12);
   printf("device memory: the layer's pool peak %.3f GiB (held %.3f GiB) + inputs, masters and gradients %.3f GiB = %.3f GiB\n",
          peak / 1073741824.0, held / 1073741824.0, held_io / 1073741824.0, (peak + held_io) / 1073741824.0);
