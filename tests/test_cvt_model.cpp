@@ -66,6 +66,17 @@ namespace {
 uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
+/* every normal exponent x 1024 mantissas (sign sg): 0, 1, all ones, the format's half step `half` (the tie's mantissa
+   bits) and its two neighbours, the rest random */
+void push_normals(std::vector<float> &v, float sg, uint32_t half, std::mt19937 &rng) {
+  for (uint32_t e = 1; e < 255; ++e)
+    for (int k = 0; k < 1024; ++k) {
+      uint32_t m = k == 0 ? 0u : k == 1 ? 1u : k == 2 ? 0x7FFFFFu : k == 3 ? half : k == 4 ? half - 1 : k == 5 ? half + 1
+                                                                                                  : (rng() & 0x7FFFFFu);
+      v.push_back(sg * u2f(e << 23 | m));
+    }
+}
+
 /* ---- the class table ---------------------------------------------------------------------------------------- */
 struct Row {
   const char *cls, *use; /* the class, and what the quantizers do with it on sm_100a */
@@ -125,14 +136,7 @@ void e2m1_classes(void **state) {
       for (uint32_t u = f2u(0.25f); u < f2u(8.0f); ++u) v.push_back(sg * u2f(u));
     });
     e2m1_row(t, neg ? "-normals: every exponent x 1024 mantissas" : "+normals: every exponent x 1024 mantissas", use,
-             [&](std::vector<float> &v) {
-               for (uint32_t e = 1; e < 255; ++e)
-                 for (int k = 0; k < 1024; ++k) {
-                   uint32_t m = k == 0 ? 0u : k == 1 ? 1u : k == 2 ? 0x7FFFFFu : k == 3 ? 0x400000u : k == 4 ? 0x3FFFFFu : k == 5 ? 0x400001u
-                                                                                                            : (rng() & 0x7FFFFFu);
-                   v.push_back(sg * u2f(e << 23 | m));
-                 }
-             });
+             [&](std::vector<float> &v) { push_normals(v, sg, 0x400000u, rng); });
     e2m1_row(t, neg ? "-saturation range (6, FLT_MAX]" : "+saturation range (6, FLT_MAX]", use, [&](std::vector<float> &v) {
       for (uint32_t k = 1; k < 64; ++k) v.push_back(sg * u2f(f2u(6.0f) + k));
       for (float x : {6.5f, 7.0f, 7.9999995f, 8.0f, 1e10f, 3e38f, FLT_MAX}) v.push_back(sg * x);
@@ -252,14 +256,7 @@ void e4m3_classes(void **state) {
     e4m3_row(t, neg ? "-every 7th float in [2^-5, 512)" : "+every 7th float in [2^-5, 512)", HW,
              [&](std::vector<float> &v) { for (uint32_t u = f2u(0x1p-5f); u < f2u(512.0f); u += 7) v.push_back(sg * u2f(u)); });
     e4m3_row(t, neg ? "-normals: every exponent x 1024 mantissas" : "+normals: every exponent x 1024 mantissas", HW,
-             [&](std::vector<float> &v) {
-               for (uint32_t e = 1; e < 255; ++e)
-                 for (int k = 0; k < 1024; ++k) {
-                   uint32_t m = k == 0 ? 0u : k == 1 ? 1u : k == 2 ? 0x7FFFFFu : k == 3 ? 0x80000u : k == 4 ? 0x7FFFFu : k == 5 ? 0x80001u
-                                                                                                         : (rng() & 0x7FFFFFu);
-                   v.push_back(sg * u2f(e << 23 | m));
-                 }
-             });
+             [&](std::vector<float> &v) { push_normals(v, sg, 0x80000u, rng); });
     e4m3_row(t, neg ? "-saturation range (448, FLT_MAX]" : "+saturation range (448, FLT_MAX]", HW, [&](std::vector<float> &v) {
       for (uint32_t k = 1; k < 4096; k += 3) v.push_back(sg * u2f(f2u(448.0f) + k));
       for (float x : {460.0f, 464.0f, 464.00003f, 479.99997f, 480.0f, 500.0f, 512.0f, 1e10f, 3e38f, FLT_MAX}) v.push_back(sg * x);

@@ -295,7 +295,7 @@ static int probe(const fb_kernel_spec *k, const int val[NPN], int fam, fb_varian
    twin of a pipelined FP32 one: its unit, added if new */
 static int g_held;
 #define HELD_WHY "held out until run on a GPU"
-static void hand_variant(const char *kname, const int *val, int np, fb_variant *v);
+static void hand_variant(const fb_kernel_spec *k, const int *val, int np, fb_variant *v);
 static int dep_unit(int ui, int role) {
   const unit *u = &units[ui];
   fb_kernel_spec k = u->k;
@@ -319,8 +319,7 @@ static int dep_unit(int ui, int role) {
   if (!probe(&k, val, fam_of(&u->v), &v, why, sizeof why)) {
     if (!(g_held && strstr(why, HELD_WHY)))
       DIE("test_gemm: %s: its %s is pruned: %s", u->v.name, role == R_COMP ? "companion" : "pipe 0 twin", why);
-    if (k.src.format == FB_FMT_BF16) val[6] = -1;
-    hand_variant(k.name, val, NPN, &v); /* held as the unit itself is: built by hand the same way */
+    hand_variant(&k, val, NPN, &v); /* held as the unit itself is: built by hand the same way */
   }
   for (int i = 0; i < nunits; ++i) /* the same kernel: the same name and outer scales (what else the name does not say) */
     if (!strcmp(units[i].v.name, v.name) && units[i].k.act.outer == k.act.outer && units[i].k.src.outer == k.src.outer) return i;
@@ -340,26 +339,24 @@ static int dep_unit(int ui, int role) {
    a variant each built here by hand with the probe's values, run and counted as the classes are (a wrong one fails
    the run); the generator's reason stays in the class's line */
 /* A wgmma variant built here, past the generator: the first np of PN's parameters (6: the tile, stages, cluster and
-   consumers; 8: also weights_bf16 and pipe; NPN: also pingpong), named as the generator names them (_b for weights_bf16,
-   none where val[6] < 0: the BF16 GEMM's family has no such parameter; _p for a pipe, _pp for ping-pong) */
-static void hand_variant(const char *kname, const int *val, int np, fb_variant *v) {
+   consumers; 8: also weights_bf16 and pipe; NPN: also pingpong) of spec k, named as the generator names them (_b for
+   weights_bf16, which the BF16 GEMM's family does not have; _p for a pipe, _pp for ping-pong) */
+static void hand_variant(const fb_kernel_spec *k, const int *val, int np, fb_variant *v) {
+  const int wb = k->src.format != FB_FMT_BF16; /* the family has weights_bf16 */
   snprintf(v->tmpl, sizeof v->tmpl, "gemm_sm90.cuh");
   v->nparams = 0;
   for (int q = 0; q < np; ++q)
-    if (q != 6 || val[6] >= 0) snprintf(v->param[v->nparams], sizeof v->param[0], "%s", PN[q]), v->value[v->nparams++] = val[q];
-  int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", kname, val[0], val[1], val[2], val[3], val[4], val[5]);
-  if (np > 6 && val[6] >= 0) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_b%d", val[6]);
+    if (q != 6 || wb) snprintf(v->param[v->nparams], sizeof v->param[0], "%s", PN[q]), v->value[v->nparams++] = val[q];
+  int n = snprintf(v->name, sizeof v->name, "%s_m%dn%dk%d_s%d_c%d_w%d", k->name, val[0], val[1], val[2], val[3], val[4], val[5]);
+  if (np > 6 && wb) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_b%d", val[6]);
   if (np > 7 && val[7]) n += snprintf(v->name + n, sizeof v->name - (size_t)n, "_p%d", val[7]);
   if (np > 8 && val[8]) snprintf(v->name + n, sizeof v->name - (size_t)n, "_pp");
 }
 static void held_unit(const fb_kernel_spec *k, const int val[NPN], int ci) {
   unit *u = new_unit();
-  int v2[NPN];
-  memcpy(v2, val, sizeof v2);
-  if (k->src.format == FB_FMT_BF16) v2[6] = -1;
-  u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = spec_kind(k, v2[6] > 0), u->mode = k->op == FB_OP_GEMM_WGRAD;
+  u->k = *k, u->role = R_HELD, u->cls = ci, u->kind = spec_kind(k, val[6]), u->mode = k->op == FB_OP_GEMM_WGRAD;
   u->outer = spec_outer(k), u->epi = spec_epi(k);
-  hand_variant(k->name, v2, NPN, &u->v);
+  hand_variant(k, val, NPN, &u->v);
   classes[ci].unit = (int)(u - units);
 }
 
@@ -528,7 +525,7 @@ static void add_hand(void) {
       unit *u = new_unit();
       u->k = k, u->role = g->kind == 2 ? R_FP8 : R_LAYER, u->kind = g->kind, u->mode = g->mode, u->outer = g->tensor_outer;
       u->epi = spec_epi(&k);
-      if (g->kind == 2) hand_variant(k.name, g->v[j], 6, &u->v); /* by hand: the generator prunes it */
+      if (g->kind == 2) hand_variant(&k, g->v[j], 6, &u->v); /* by hand: the generator prunes it */
       else {
         char why[256];
         if (!probe(&k, g->v[j], 0, &u->v, why, sizeof why)) DIE("test_gemm: %s: variant %d pruned: %s", k.name, j, why);
