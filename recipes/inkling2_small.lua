@@ -43,7 +43,8 @@ return recipe {
       pipe = { 0, 2 },
       -- pingpong 1: the two consumer warpgroups take turns, a whole tile each, so that one's epilogue runs beside the
       -- other's main loop (the wgrads: K is an expert's rows, and each tile stores 64 KiB of FP32); with two consumers,
-      -- where one warpgroup's registers hold the whole tile; held out by the generator until it has run on a GPU
+      -- where one warpgroup's registers hold the whole tile. On the H100 the tuner picks it for the wgrads (4% ahead of one
+      -- consumer at S1); in the layer it is within the run-to-run spread of one consumer (BENCHMARKS.md, twentieth session)
       pingpong = { 0, 1 },
       -- mma_k 96: the tcgen05 family's K = 96 NVFP4 MMAs (sm_103a; the generator prunes them on other archs and on MXFP8
       -- GEMMs), on 768-wide K tiles of which 2 stages fit; S1's K (5120, 2048) ends in a partial K tile

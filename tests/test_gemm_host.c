@@ -204,9 +204,9 @@ static void test_variants_fit(void **state) {
   assert_true(kept_mma > 0 && kept_mma < kept);
   assert_true(kept_fp8 > 0);
   assert_true(kept_fp8_p2 > 0);
-  /* ping-pong consumers are held out until they have run on a GPU (test_gemm --held runs them): none kept, and the
-     generator says so for the wgrad's 64 x 256 form */
-  assert_int_equal(kept_pp, 0);
+  /* ping-pong consumers are kept (test_gemm ran them on a GPU): some of every kept set's wgmma variants, and the wgrad's
+     64 x 256 form with two ping-pong consumers as well as with one consumer */
+  assert_true(kept_pp > 0 && kept_pp < kept);
   for (int i = 0; i < p->nkernels; ++i) {
     const fb_kernel_spec *k = &p->kernels[i];
     if (k->op != FB_OP_GEMM_WGRAD) continue;
@@ -217,16 +217,28 @@ static void test_variants_fit(void **state) {
     int val[9] = {64, 256, 128, 3, 1, 2, 1, 0, 1};
     one.nparams = 9, one.nvariants = 1, one.values = val;
     for (int q = 0; q < 9; ++q) snprintf(one.param[q], sizeof one.param[q], "%s", pn[q]);
-    fb_variant *vs = NULL;
-    int nv = -1, pruned = 0;
-    char why[256] = "";
-    for (int pp = 1; pp >= 0; --pp) { /* with ping-pong: no wgmma variant, and why; without: kept */
-      val[8] = pp, val[5] = pp ? 2 : 1, why[0] = 0; /* without ping-pong, 64 rows take one consumer */
+    for (int pp = 1; pp >= 0; --pp) { /* 64 rows: two ping-pong consumers, or one consumer */
+      fb_variant *vs = NULL;
+      int nv = -1, pruned = 0;
+      char why[256] = "";
+      val[8] = pp, val[5] = pp ? 2 : 1;
       assert_int_equal(fb_gen_variants(k, &one, &vs, &nv, &pruned, why, sizeof why), FB_OK);
       int wg = 0;
       for (int j = 0; j < nv; ++j) wg += !strcmp(vs[j].tmpl, "gemm_sm90.cuh");
-      assert_int_equal(wg, !pp);
-      if (pp) assert_non_null(strstr(why, "held out until run on a GPU"));
+      assert_int_equal(wg, 1);
+      free(vs);
+    }
+    /* two consumers of 64 rows each at tile_m 64 without ping-pong: no wgmma variant, and a reason */
+    {
+      fb_variant *vs = NULL;
+      int nv = -1, pruned = 0;
+      char why[256] = "";
+      val[8] = 0, val[5] = 2;
+      assert_int_equal(fb_gen_variants(k, &one, &vs, &nv, &pruned, why, sizeof why), FB_OK);
+      int wg = 0;
+      for (int j = 0; j < nv; ++j) wg += !strcmp(vs[j].tmpl, "gemm_sm90.cuh");
+      assert_int_equal(wg, 0);
+      assert_true(why[0] != 0);
       free(vs);
     }
   }
