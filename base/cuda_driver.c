@@ -68,6 +68,9 @@ static void load(void) {
     }
   }
   fb_cu.LaunchKernelEx = (CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **))dlsym(h, "cuLaunchKernelEx"); /* optional */
+  fb_cu.StreamCreate = (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate");       /* optional, both or neither */
+  fb_cu.StreamDestroy = (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy_v2");
+  if (!fb_cu.StreamCreate || !fb_cu.StreamDestroy) fb_cu.StreamCreate = NULL, fb_cu.StreamDestroy = NULL;
   CUresult r = fb_cu.Init(0);
   if (r != CUDA_SUCCESS) {
     const char *s = NULL;

@@ -49,6 +49,9 @@ typedef struct {
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   /* optional (NULL when the driver has none): cluster launches (fb_kernel_launch_cluster) */
   CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+  /* optional: a second stream of the GPU expert layer (runtime/experts_gpu.c: the dX exchange beside the w13 wgrad) */
+  CUresult (*StreamCreate)(CUstream *, unsigned);
+  CUresult (*StreamDestroy)(CUstream);
 } fb_cu_api;
 
 extern fb_cu_api fb_cu;

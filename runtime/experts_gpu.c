@@ -49,7 +49,9 @@
  *            the global token order, so the owner's rows are one rank's rows of its experts, padding included. w13,
  *            SwiGLU, A, w2 on them; the S2F6 combine rows regathered by source (the permute with top_k 1, index: the
  *            source of each row, -1 on padding; S2F6 rows move as MXFP8's bytes) and sent back; the source combines.
- *   backward dY rows (BF16) out and regrouped as the forward's, dX rows (BF16) back the forward's way back.
+ *   backward dY rows (BF16) out and regrouped as the forward's, dX rows (BF16) back the forward's way back; the MXFP8
+ *            backward sends dX on the layer's exchange stream while its w13 wgrad runs (dx_send / dx_finish, events
+ *            both ways; FOURBIT_GPU_OVERLAP=0: in series; FOURBIT_GPU_COMM_SMS=k: that wgrad leaves k SMs to NCCL).
  *   random   every MXFP8 quantizer with SR draws by the one-rank index of its element (the SR maps, map_rows /
  *            map_cols / dgrad_b: the owner's rows are rows [g0, g0 + R) of one rank's Rg, its experts [e0, e0 + nE),
  *            a source's tokens [me T, (me + 1) T)), as the CPU path's srmap does: N ranks give one rank's layer outputs
@@ -191,6 +193,11 @@ struct fb_gpu_experts {
   int trace;              /* FOURBIT_POOL_TRACE set: every pool allocation and release on stderr */
   int noplan;             /* FOURBIT_POOL_PLAN=0: the slab sized by the online best fit's replay, no planned placement */
   int bchunk;             /* FOURBIT_GPU_BCHUNK=n: the weights' dgrad B copies n experts at a time (tests); 0: by bytes */
+  int nooverlap;          /* FOURBIT_GPU_OVERLAP=0: the dX exchange in series after the w13 wgrad (comparisons) */
+  CUstream xs;            /* the exchange stream (made at its first use; 0: none yet) */
+  CUevent xev[2];         /* dX ready on the layer's stream; the exchange done on xs */
+  int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
+  int comm_sms;           /* FOURBIT_GPU_COMM_SMS=k: the persistent GEMMs launched while it is leave k SMs to it */
   prec pr[PROF_MAX];
 };
 
@@ -1149,7 +1156,10 @@ static fb_status gemm_run(fb_gpu_experts *g, const kent *e, fb_gemm_args *ga) {
   fb_kp_gemm kp;
   FB_TRY(fb_gemm_params(&cfg, ga, &kp));
   FB_TRY(prof_a(g, e->v.name));
-  FB_TRY(fb_gemm_launch(&e->k, &cfg, &kp, g->sms));
+  /* a persistent grid of one CTA an SM fills every SM (a wgmma CTA holds all registers): while an exchange is in flight,
+     FOURBIT_GPU_COMM_SMS leaves SMs to NCCL's kernels; any grid computes the same tiles the same way */
+  const int sms = g->xbusy && g->comm_sms > 0 && g->comm_sms < g->sms ? g->sms - g->comm_sms : g->sms;
+  FB_TRY(fb_gemm_launch(&e->k, &cfg, &kp, sms));
   return prof_b(g);
 }
 static fb_status gemm(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f, fb_gemm_args *ga) {
@@ -2076,8 +2086,9 @@ static fb_status mx_w13_dgrad(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, con
 
 /* The owner's backward GEMMs of an MXFP8 backward: dY (R x D BF16, in arena gy: given back once quantized both ways)
  * -> *dXr (R x D BF16, allocated in tmp), io->dw13, io->dw2. */
+static fb_status dx_send(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dXr, CUdeviceptr *dXb, int *async);
 static fb_status bwd_mx_(fb_gpu_experts *g, arena *tmp, arena *gy, arena *gh, arena *qr, arena *qt, fb_moe_layer *L, gsaved *s,
-                         const fb_gpu_layer_io *io, CUdeviceptr dY, CUdeviceptr *dXr) {
+                         const fb_gpu_layer_io *io, CUdeviceptr dY, CUdeviceptr *dXr, CUdeviceptr *dXb, int *async) {
   size_t D = (size_t)L->d_model, F = (size_t)L->d_ff, R = s->R;
   dq Yr, Yt, Hr, Ht;
   g->phase = "bwd w2 dgrad";
@@ -2096,33 +2107,75 @@ static fb_status bwd_mx_(fb_gpu_experts *g, arena *tmp, arena *gy, arena *gh, ar
   FB_TRY(aalloc(tmp, dXr, R * D * 2));
   FB_TRY(mx_w13_dgrad(g, L, s, &Hr, *dXr));
   afree(qr);
+  /* dX is complete: its rows leave for their sources on the exchange stream while the w13 wgrad runs (dx_send) */
+  FB_TRY(dx_send(g, tmp, L, s, *dXr, dXb, async));
   g->phase = "bwd w13 wgrad"; /* dW13_e = Q(dH down the rows)^T Q(X requantized from the dispatched payload) */
   return mx_wgrad(g, L, s, &Ht, 2 * F, &s->X, D, FB_MOE_OP_X_T, io->dw13);
 }
 static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, arena *gy, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io,
-                        CUdeviceptr dY, CUdeviceptr *dXr) {
+                        CUdeviceptr dY, CUdeviceptr *dXr, CUdeviceptr *dXb, int *async) {
   arena gh = {.g = g}, qr = {.g = g}, qt = {.g = g}; /* dH; a gradient quantized along its rows, and down them */
-  fb_status rc = bwd_mx_(g, tmp, gy, &gh, &qr, &qt, L, s, io, dY, dXr);
+  fb_status rc = bwd_mx_(g, tmp, gy, &gh, &qr, &qt, L, s, io, dY, dXr, dXb, async);
   afree(&gh), afree(&qr), afree(&qt);
   return rc;
 }
 
-/* dX rows (R x D BF16, the owner's) back to their sources in the order they were sent, summed there per token into
- * io->dx (every rank takes part) */
-static fb_status bwd_dx(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dXr) {
-  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, R = s->R, Rs = s->Rs, Rr = s->Rr, N = (size_t)s->N;
+/* dX rows (R x D BF16, the owner's) back to their sources in the order they were sent (dx_send), then summed there per
+ * token into io->dx (dx_finish; every rank takes part). With the exchange (N > 1, or FOURBIT_GPU_EXCHANGE=1) the
+ * all-to-all runs on the layer's exchange stream g->xs, after an event that follows the regather on the layer's stream,
+ * and *async says so: the layer's stream goes on (the w13 wgrad) and dx_finish waits on the exchange's event before the
+ * sum. The buffers the exchange reads and writes (dXs, dXb) stay in tmp until the layer's backward ends, after that
+ * wait, so no pool block the exchange touches is handed out while it runs; it is the backward's last NCCL call, and the
+ * next one (on the layer's stream) comes after the wait. FOURBIT_GPU_OVERLAP=0 and a driver without cuStreamCreate keep
+ * it in series on the layer's stream. (The fake driver runs every call at once, in order: there it checks the plumbing,
+ * the streams and events named, not the overlap.) */
+static fb_status dx_send(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dXr, CUdeviceptr *dXb, int *async) {
+  size_t D = (size_t)L->d_model, R = s->R, Rs = s->Rs, Rr = s->Rr, N = (size_t)s->N;
   size_t b2[1] = {2 * D};
-  CUdeviceptr dXs, dXb;
+  const char *ph = g->phase;
+  *async = 0;
   g->phase = "bwd dx";
   if (s->direct) { /* one rank: row_of names the owner's rows */
-    dXb = dXr;
+    *dXb = dXr;
     xcount(L, s, 1, b2, 1, L->traffic ? &L->traffic->dx : NULL);
-  } else {
-    FB_TRY(aalloc(tmp, &dXs, (Rr ? Rr : 1) * D * 2));
-    FB_TRY(regather(g, tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0));
-    FB_TRY(aalloc(tmp, &dXb, (Rs ? Rs : 1) * D * 2));
-    FB_TRY(xchg(g, L, s, 1, &dXs, &dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL));
+    g->phase = ph;
+    return FB_OK;
   }
+  CUdeviceptr dXs;
+  FB_TRY(aalloc(tmp, &dXs, (Rr ? Rr : 1) * D * 2));
+  FB_TRY(regather(g, tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0));
+  arelease(tmp, dXr); /* read by the regather just queued (stream order): the w13 wgrad may have its bytes */
+  FB_TRY(aalloc(tmp, dXb, (Rs ? Rs : 1) * D * 2));
+  const int side = !g->nooverlap && fb_cu.StreamCreate != NULL;
+  if (side && !g->xs) {
+    CU_CHECK(fb_cu.EventCreate(&g->xev[0], 0x2 /* CU_EVENT_DISABLE_TIMING */));
+    CU_CHECK(fb_cu.EventCreate(&g->xev[1], 0x2));
+    CU_CHECK(fb_cu.StreamCreate(&g->xs, 0x1 /* CU_STREAM_NON_BLOCKING */));
+  }
+  const CUstream ls = fb_cuda_stream();
+  if (side) {
+    CU_CHECK(fb_cu.EventRecord(g->xev[0], ls));
+    CU_CHECK(fb_cu.StreamWaitEvent(g->xs, g->xev[0], 0));
+    fb_cuda_set_stream(g->xs); /* the exchange's launches, its NCCL calls and its profile marks go to xs */
+  }
+  fb_status rc = xchg(g, L, s, 1, &dXs, dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL);
+  if (side) {
+    fb_cuda_set_stream(ls);
+    if (rc == FB_OK) {
+      CUresult r = fb_cu.EventRecord(g->xev[1], g->xs);
+      if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: the dX exchange's event: %s", fb_cu_errstr((int)r));
+    }
+    if (rc != FB_OK) fb_cu.StreamSynchronize(g->xs); /* nothing of it left running past the error */
+    else *async = 1, g->xbusy = 1;
+  }
+  g->phase = ph;
+  return rc;
+}
+static fb_status dx_finish(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dXb, int async) {
+  size_t T = (size_t)L->tokens, D = (size_t)L->d_model, Rs = s->Rs;
+  g->phase = "bwd dx";
+  g->xbusy = 0;
+  if (async) CU_CHECK(fb_cu.StreamWaitEvent(fb_cuda_stream(), g->xev[1], 0));
   if (!Rs) {
     CU_CHECK(s_zero(io->dx, T * D * 4));
     return FB_OK;
@@ -2147,6 +2200,8 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   fb_status rc = FB_OK;
   arena tmp = {.g = g}, gy = {.g = g}; /* gy: dY and what its making needed (the MXFP8 path gives it back early) */
   CUdeviceptr dY, dXr = 0;
+  CUdeviceptr dXb = 0;
+  int async = 0;
   FB_TRY_GOTO(bwd_combine(g, &gy, L, s, io, &dY), done);
   if (!R) { /* no rows for these experts: no GEMM (the wgrad GEMM would write every expert's tiles, empty ones as zeros) */
     FB_TRY_GOTO(aalloc(&tmp, &dXr, D * 2), done);
@@ -2156,9 +2211,12 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     FB_TRY_GOTO(aalloc(&tmp, &dXr, R * D * 2), done);
     FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
   } else {
-    FB_TRY_GOTO(bwd_mx(g, &tmp, &gy, L, s, io, dY, &dXr), done);
+    rc = bwd_mx(g, &tmp, &gy, L, s, io, dY, &dXr, &dXb, &async);
+    if (rc != FB_OK && async) fb_cu.StreamSynchronize(g->xs), g->xbusy = 0; /* the exchange ends before its buffers go back */
+    FB_TRY_GOTO(rc, done);
   }
-  FB_TRY_GOTO(bwd_dx(g, &tmp, L, s, io, dXr), done);
+  if (!dXb) FB_TRY_GOTO(dx_send(g, &tmp, L, s, dXr, &dXb, &async), done); /* the BF16 / NVFP4 backward, no rows: in turn */
+  FB_TRY_GOTO(dx_finish(g, L, s, io, dXb, async), done);
 done:
   g->phase = NULL;
   afree(&gy);
@@ -2261,6 +2319,9 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   if (g) {
     g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
     g->noplan = getenv("FOURBIT_POOL_PLAN") && !strcmp(getenv("FOURBIT_POOL_PLAN"), "0");
+    g->nooverlap = getenv("FOURBIT_GPU_OVERLAP") && !strcmp(getenv("FOURBIT_GPU_OVERLAP"), "0");
+    const char *cs = getenv("FOURBIT_GPU_COMM_SMS");
+    g->comm_sms = cs && atoi(cs) > 0 ? atoi(cs) : 0;
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");
     g->bchunk = bc && atoi(bc) > 0 ? atoi(bc) : 0;
   }
@@ -2304,6 +2365,7 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
     for (int i = 0; i < g->ngo; ++i) fb_cu.MemFree(g->go[i].p);
     for (int i = 0; i < g->nrm; ++i) fb_cu.MemFree(g->rm[i].p);
     for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);
+    if (g->xs) fb_cu.StreamDestroy(g->xs), fb_cu.EventDestroy(g->xev[0]), fb_cu.EventDestroy(g->xev[1]);
   }
   fb_plan_free(g->plan);
   if (g->own_comm) fb_comm_free(g->comm);

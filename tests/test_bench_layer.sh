@@ -37,8 +37,25 @@ fnv() { sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) \/ [0-9a-f]*, dx \([
 fivesame "$W/tam" && [ "$(launches "$W/tam")" = 28 ] && [ "$(nums "$W/tam" "weights' amax given:" | cut -d' ' -f1)" -ge 2 ] &&
   [ -n "$(fnv "$W/one")" ] && [ "$(fnv "$W/tam")" = "$(fnv "$W/one")" ] && ! grep -q '^  fwd weights  *amax' "$W/tam" \
   && ok || { bad "one rank, --train-amax: checks"; grep -E "^check|^kernels of|amax" "$W/tam"; }
-FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
+MOCK_STREAMS=1 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
 paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 53 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
+# the dX exchange on the layer's exchange stream beside the w13 wgrad (runtime/experts_gpu.c dx_send): one stream made
+# and destroyed, two waits each backward (the exchange on dX, the sum on the exchange); the fake driver runs every call
+# in order, so this checks the plumbing, not the overlap. FOURBIT_GPU_OVERLAP=0: in series, no stream, the same bytes
+# "MOCK streams: C created, D destroyed, S seen, W waits"
+sw=$(nums "$W/onex" "MOCK streams:")
+set -- $sw
+[ "${1:-}" = 1 ] && [ "${2:-}" = 1 ] && [ "${3:-0}" -ge 2 ] && [ "${4:-0}" -ge 2 ] && [ $(( ${4:-1} % 2 )) = 0 ] && ok \
+  || { bad "one rank, exchange path: the exchange stream"; grep 'MOCK streams' "$W/onex"; }
+MOCK_STREAMS=1 FOURBIT_GPU_OVERLAP=0 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex0" 2>&1 && ok || { bad "one rank, exchange path in series: exit $?"; tail -5 "$W/onex0"; }
+[ "$(nums "$W/onex0" "MOCK streams:")" = "0 0 1 0 " ] && [ -n "$(fnv "$W/onex")" ] && [ "$(fnv "$W/onex0")" = "$(fnv "$W/onex")" ] && ok \
+  || { bad "one rank, exchange path in series: no stream, the same bytes"; grep -E 'MOCK streams|^check one' "$W/onex0"; }
+# FOURBIT_GPU_COMM_SMS=16: the GEMMs launched while the dX exchange is in flight (the w13 wgrad's) take 132 - 16 CTAs, the
+# others the fake device's 132 SMs (MOCK_V: "launch NAME grid X x Y ..."), and the bytes are the same
+MOCK_V=1 FOURBIT_GPU_COMM_SMS=16 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onexc" 2>&1 && ok || { bad "one rank, COMM_SMS: exit $?"; tail -5 "$W/onexc"; }
+g116=$(grep -c '^  launch gemm_wgrad_.* grid 116 x 1 ' "$W/onexc"); gother=$(grep '^  launch gemm_' "$W/onexc" | grep -vc ' grid 132 x 1 ')
+[ "$g116" -ge 1 ] && [ "$gother" = "$g116" ] && [ "$(fnv "$W/onexc")" = "$(fnv "$W/onex")" ] && ok \
+  || { bad "one rank, COMM_SMS: the w13 wgrad's grid during the exchange ($g116 at 116, $gother not at 132), the same bytes"; grep -E '^check one' "$W/onexc"; }
 # the MXFP8 backward GEMMs on the FP8 tensor cores (weights_bf16 0, picked): B goes in as MXFP8 codes and scales, so the
 # four bcopy launches before them are gone, and the outputs pass the same checks
 fp8="gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m64n128k128_s3_c1_w1_b0,gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m64n128k128_s3_c1_w1_b0"

@@ -988,6 +988,24 @@ CUresult cuEventDestroy_v2(CUevent e) {
   free(e);
   return 0;
 }
+/* The GPU expert layer's exchange stream (runtime/experts_gpu.c dx_send): streams made and destroyed, counted; with
+   MOCK_STREAMS set, a line at exit (tests/test_bench_layer.sh: the dX exchange went to a stream of its own) */
+static long nscreate, nsdestroy;
+CUresult cuStreamCreate(CUstream *s, unsigned f) {
+  (void)f;
+  *s = (CUstream)malloc(8);
+  ++nscreate;
+  return *s ? 0 : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuStreamDestroy_v2(CUstream s) {
+  ++nsdestroy;
+  free(s);
+  return 0;
+}
+__attribute__((destructor)) static void mock_streams(void) {
+  if (getenv("MOCK_STREAMS"))
+    fprintf(stderr, "MOCK streams: %ld created, %ld destroyed, %d seen, %ld waits\n", nscreate, nsdestroy, nSS, nwaits);
+}
 /* libfourbit.so's stream fences and context release (lib/abi.c; everything here runs in order anyway) */
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) {
   (void)f;
