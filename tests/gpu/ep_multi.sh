@@ -6,7 +6,9 @@
 #      $OUT/recipes), and every rank's kernel lookups printed by rank 0 and required to agree (the same tuned winners);
 #   2. one S1-shaped expert layer (8192 tokens and 48 experts a rank, top-8, d_model 5120, d_ff 2048) at N = 1, 2, 4, 8
 #      (as many as there are GPUs): the step time (the slowest rank), the weak-scaling efficiency t(1) / t(N), and
-#      the dispatch exchange against a plain NCCL all-to-all of the same rows in BF16, from build/gpu/bench_layer.
+#      the dispatch exchange against a plain NCCL all-to-all of the same rows in BF16, from build/gpu/bench_layer;
+#      at the largest N also the dX exchange in series (FOURBIT_GPU_OVERLAP=0) and with the w13 wgrad leaving 16 SMs to
+#      NCCL (FOURBIT_GPU_COMM_SMS=16): how much the overlap hides.
 # usage: tests/gpu/ep_multi.sh [build/fourbit]   (results under $OUT, else build/ep)
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as the device documentation requires.
 set -u
@@ -76,22 +78,32 @@ for model in tiny mid; do
 done
 
 # ---- 2. the S1 layer at N = 1, 2, 4, 8 ----
-t1=
-for n in 1 2 4 8; do
-  [ $n -le $ngpu ] || break
-  port=$((29600 + n))
+layer() { # n tag [VAR=value ...]: the S1 layer on n ranks; its step time (the slowest rank) in $ms, its log in $L
+  local n=$1 tag=$2 port=$((29600 + $1)); shift 2
   for ((r = 0; r < n; ++r)); do
-    WORLD_SIZE=$n RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      build/gpu/bench_layer --cache "$FOURBIT_CACHE" --iters 10 > "$dir/layer_n${n}_r$r.log" 2>&1 &
+    env "$@" WORLD_SIZE=$n RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      build/gpu/bench_layer --cache "$FOURBIT_CACHE" --iters 10 > "$dir/layer_n${n}${tag}_r$r.log" 2>&1 &
   done
   wait
-  L="$dir/layer_n${n}_r0.log"
-  if ! grep -q '^RESULT' "$L"; then echo "  layer N=$n FAILED"; tail -5 "$L"; fail=1; continue; fi
+  L="$dir/layer_n${n}${tag}_r0.log"
   ms=$(grep -oE '^RESULT_EP ranks=[0-9]+ ms=[0-9.]+' "$L" | sed 's/.*ms=//')
   [ -n "$ms" ] || ms=$(grep -oE '^RESULT layer=.* ms=[0-9.]+' "$L" | sed 's/.*ms=//')
+  grep -q '^RESULT' "$L" && [ -n "$ms" ]
+}
+t1=; nmax=1
+for n in 1 2 4 8; do
+  [ $n -le $ngpu ] || break
+  if ! layer $n ""; then echo "  layer N=$n FAILED"; tail -5 "$L"; fail=1; continue; fi
   [ -n "$t1" ] || t1=$ms
+  nmax=$n
   eff=$(python3 -c "print(f'{$t1 / $ms:.3f}')")
   echo "  S1 layer, $n rank(s): step $ms ms; weak-scaling efficiency t(1)/t($n) = $eff"
   grep -E '^EXCHANGE|^check' "$L" | sed 's/^/    /'
 done
+if [ $nmax -gt 1 ]; then # the dX exchange beside the w13 wgrad: in series, and with SMs left to NCCL
+  for v in "_serial FOURBIT_GPU_OVERLAP=0" "_sms16 FOURBIT_GPU_COMM_SMS=16"; do
+    set -- $v
+    if layer $nmax "$1" "$2"; then echo "  S1 layer, $nmax ranks, $2: step $ms ms"; else echo "  layer N=$nmax $2 FAILED"; tail -5 "$L"; fail=1; fi
+  done
+fi
 [ $fail -eq 0 ] && echo "ep_multi: passed" || { echo "ep_multi: FAILED"; exit 1; }
