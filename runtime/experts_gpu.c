@@ -2147,10 +2147,17 @@ static fb_status dx_send(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved 
   arelease(tmp, dXr); /* read by the regather just queued (stream order): the w13 wgrad may have its bytes */
   FB_TRY(aalloc(tmp, dXb, (Rs ? Rs : 1) * D * 2));
   const int side = !g->nooverlap && fb_cu.StreamCreate != NULL;
-  if (side && !g->xs) {
-    CU_CHECK(fb_cu.EventCreate(&g->xev[0], 0x2 /* CU_EVENT_DISABLE_TIMING */));
-    CU_CHECK(fb_cu.EventCreate(&g->xev[1], 0x2));
-    CU_CHECK(fb_cu.StreamCreate(&g->xs, 0x1 /* CU_STREAM_NON_BLOCKING */));
+  if (side && !g->xs) { /* all three or none */
+    CUevent e0 = NULL, e1 = NULL;
+    CUstream x = NULL;
+    CUresult r = fb_cu.EventCreate(&e0, 0x2 /* CU_EVENT_DISABLE_TIMING */);
+    if (!r && !(r = fb_cu.EventCreate(&e1, 0x2)) && !(r = fb_cu.StreamCreate(&x, 0x1 /* CU_STREAM_NON_BLOCKING */)))
+      g->xs = x, g->xev[0] = e0, g->xev[1] = e1;
+    else {
+      if (e0) fb_cu.EventDestroy(e0);
+      if (e1) fb_cu.EventDestroy(e1);
+      return FB_ERR(FB_ECUDA, "experts gpu: the exchange stream: %s", fb_cu_errstr((int)r));
+    }
   }
   const CUstream ls = fb_cuda_stream();
   if (side) {
