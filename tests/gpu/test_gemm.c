@@ -484,8 +484,8 @@ static void build_cover(void) {
                 int val[NPN] = {tm, c.tn, fvals[2][nfv[2] - 1], fvals[3][0], 1, co, has_wb ? c.wb : 1, c.pipe, pp};
                 fb_variant v;
                 char pw[256];
-                /* a ping-pong class held out: its reason shows at the tile_k and stages it would be kept with, so look for
-                   it over those values */
+                /* a held-out ping-pong class (the generator held them until 2026-12-07; none now): its reason shows at the
+                   tile_k and stages it would be kept with, so look for it over those values */
                 for (int ki = 0; pp && ki < nfv[2]; ++ki)
                   for (int si = 0; si < nfv[3]; ++si) {
                     int vh[NPN];
