@@ -84,13 +84,9 @@ FB_TC_FN uint64_t fb_tc_sdesc(uint32_t addr, uint32_t lbo, uint32_t sbo, int lay
          ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 46) | ((uint64_t)(base_offset & 7) << 49) |
          ((uint64_t)(lbo_abs & 1) << 52) | ((uint64_t)(layout & 7) << 61);
 }
-/* The repeat of a swizzle pattern, bytes (none: 0), and the base offset of a start address inside it. */
-FB_TC_FN uint32_t fb_tc_swizzle_repeat(int layout) {
-  return layout == FB_TC_SW128 || layout == FB_TC_SW128_BASE32B ? 1024u : layout == FB_TC_SW64 ? 512u : layout == FB_TC_SW32 ? 256u : 0u;
-}
-FB_TC_FN int fb_tc_base_offset(uint32_t addr, int layout) {
-  return fb_tc_swizzle_repeat(layout) && addr % fb_tc_swizzle_repeat(layout) ? (int)((addr >> 7) & 7) : 0;
-}
+/* The descriptor's base offset belongs to the swizzle pattern, not to a start address: it cannot be told from an
+   address alone, and every kernel passes 0, as CUTLASS does for aligned tiles (fb_tc_base_offset, which took
+   (addr >> 7) & 7 and disagreed with CuTe inside aligned patterns, is gone, with its fb_tc_swizzle_repeat). */
 FB_TC_FN uint32_t fb_tc_sdesc_addr(uint64_t d) { return (uint32_t)(d & 0x3FFF) << 4; }
 FB_TC_FN uint32_t fb_tc_sdesc_lbo(uint64_t d) { return (uint32_t)((d >> 16) & 0x3FFF) << 4; }
 FB_TC_FN uint32_t fb_tc_sdesc_sbo(uint64_t d) { return (uint32_t)((d >> 32) & 0x3FFF) << 4; }

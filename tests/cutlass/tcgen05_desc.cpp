@@ -87,7 +87,7 @@ static void sdesc_grid() {
     for (int l : layouts)
       for (int mode = 0; mode < 2; ++mode) {
         uint32_t lbo = (addr * 5 + 16) & 0x3FFF0, sbo = (addr * 11 + 1024) & 0x3FFF0;
-        int bo = fb_tc_base_offset(addr, l);
+        int bo = int((addr >> 7) & 7); /* every base-offset value, against CUTLASS's bitfield */
         UMMA::SmemDescriptor d;
         d.desc_ = 0;
         d.start_address_ = uint16_t(addr >> 4), d.leading_byte_offset_ = uint16_t(lbo >> 4);
