@@ -51,7 +51,9 @@
  *            source of each row, -1 on padding; S2F6 rows move as MXFP8's bytes) and sent back; the source combines.
  *   backward dY rows (BF16) out and regrouped as the forward's, dX rows (BF16) back the forward's way back; the MXFP8
  *            backward sends dX on the layer's exchange stream while its w13 wgrad runs (dx_send / dx_finish, events
- *            both ways; FOURBIT_GPU_OVERLAP=0: in series; FOURBIT_GPU_COMM_SMS=k: that wgrad leaves k SMs to NCCL).
+ *            both ways; FOURBIT_GPU_OVERLAP=0: in series; FOURBIT_GPU_COMM_SMS=k: that wgrad leaves k SMs to NCCL);
+ *            FOURBIT_GPU_OVERLAP=2 also sends the dispatch there while the weights are quantized (fwd_dispatch /
+ *            fwd_weights / fwd_arrive; not yet run on a GPU, so not the default).
  *   random   every MXFP8 quantizer with SR draws by the one-rank index of its element (the SR maps, map_rows /
  *            map_cols / dgrad_b: the owner's rows are rows [g0, g0 + R) of one rank's Rg, its experts [e0, e0 + nE),
  *            a source's tokens [me T, (me + 1) T)), as the CPU path's srmap does: N ranks give one rank's layer outputs
@@ -193,7 +195,8 @@ struct fb_gpu_experts {
   int trace;              /* FOURBIT_POOL_TRACE set: every pool allocation and release on stderr */
   int noplan;             /* FOURBIT_POOL_PLAN=0: the slab sized by the online best fit's replay, no planned placement */
   int bchunk;             /* FOURBIT_GPU_BCHUNK=n: the weights' dgrad B copies n experts at a time (tests); 0: by bytes */
-  int nooverlap;          /* FOURBIT_GPU_OVERLAP=0: the dX exchange in series after the w13 wgrad (comparisons) */
+  int overlap;            /* FOURBIT_GPU_OVERLAP: 0 every exchange in series; 1 (default) the dX exchange beside the w13
+                             wgrad; 2 also the dispatch exchange beside the weights' quantization (not yet run on a GPU) */
   CUstream xs;            /* the exchange stream (made at its first use; 0: none yet) */
   CUevent xev[2];         /* dX ready on the layer's stream; the exchange done on xs */
   int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
@@ -1493,6 +1496,48 @@ out:
 /* The forward on device tensors (fb_gpu_experts_forward_dev). Host synchronizations: the row counts (one rank, s->direct:
  * the only one), then with the exchange the owner's index arrays (one synchronous copy up). */
 /* ---- the forward on device tensors: one function per phase, fwd_dev the list of them ---------------------------- */
+/* The layer's exchange stream g->xs: an exchange queued there (xs_begin .. xs_end) starts after everything the layer's
+ * stream had queued before it (event xev[0]) and the layer's stream waits for its end (xev[1]) at xs_join. The buffers
+ * it reads and writes must stay allocated until that wait, and no other NCCL call may be issued in between (one NCCL
+ * kernel of the communicator at a time). The stream and its two events are made at the first use, all three or none. */
+static fb_status xs_begin(fb_gpu_experts *g, CUstream *ls) {
+  if (!g->xs) {
+    CUevent e0 = NULL, e1 = NULL;
+    CUstream x = NULL;
+    CUresult r = fb_cu.EventCreate(&e0, 0x2 /* CU_EVENT_DISABLE_TIMING */);
+    if (!r && !(r = fb_cu.EventCreate(&e1, 0x2)) && !(r = fb_cu.StreamCreate(&x, 0x1 /* CU_STREAM_NON_BLOCKING */)))
+      g->xs = x, g->xev[0] = e0, g->xev[1] = e1;
+    else {
+      if (e0) fb_cu.EventDestroy(e0);
+      if (e1) fb_cu.EventDestroy(e1);
+      return FB_ERR(FB_ECUDA, "experts gpu: the exchange stream: %s", fb_cu_errstr((int)r));
+    }
+  }
+  *ls = fb_cuda_stream();
+  CU_CHECK(fb_cu.EventRecord(g->xev[0], *ls));
+  CU_CHECK(fb_cu.StreamWaitEvent(g->xs, g->xev[0], 0));
+  fb_cuda_set_stream(g->xs); /* the exchange's launches, its NCCL calls and its profile marks go to xs */
+  return FB_OK;
+}
+/* back to the layer's stream ls after the exchange (its status rc): its end recorded and *async set, or, if it failed,
+ * nothing of it left running */
+static fb_status xs_end(fb_gpu_experts *g, CUstream ls, fb_status rc, int *async) {
+  fb_cuda_set_stream(ls);
+  if (rc == FB_OK) {
+    CUresult r = fb_cu.EventRecord(g->xev[1], g->xs);
+    if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: an exchange's event: %s", fb_cu_errstr((int)r));
+  }
+  if (rc != FB_OK) fb_cu.StreamSynchronize(g->xs);
+  else *async = 1, g->xbusy = 1;
+  return rc;
+}
+/* the layer's stream waits for the exchange in flight (if async) */
+static fb_status xs_join(fb_gpu_experts *g, int async) {
+  g->xbusy = 0;
+  if (async) CU_CHECK(fb_cu.StreamWaitEvent(fb_cuda_stream(), g->xev[1], 0));
+  return FB_OK;
+}
+
 typedef struct {
   fb_gpu_experts *g;
   fb_moe_layer *L;
@@ -1507,6 +1552,12 @@ typedef struct {
   CUdeviceptr yq, ye;           /* the combine payload: S2F6 codes and E8M0 scales, or BF16 rows */
   int cbf;                      /* a BF16 combine */
   size_t yrb;                   /* its bytes a row */
+  /* the dispatch between fwd_dispatch (the exchange queued) and fwd_arrive (the owner's rows from it) */
+  size_t b[3];                  /* the payload planes' bytes a row */
+  CUdeviceptr xr[3], xo[3];     /* received rows (by source); the owner's rows (X's planes) */
+  fb_format tf;                 /* the payload's format */
+  int per_tok, qarr, xasync;    /* NVFP4 per-token outer scales; BF16 rows quantized on arrival; on the exchange stream */
+  arena *xa;                    /* where the owner's rows live */
 } fwd_ctx;
 
 /* dispatch: the tokens quantized (or BF16), gathered by expert into the owner's layout (X), exchanged when N > 1 */
@@ -1587,22 +1638,52 @@ static fb_status fwd_dispatch(fwd_ctx *x) {
     x->rows += (double)Rs, x->bf16 += (double)Rs * 2.0 * (double)D, x->dispatch_outer += (double)Rs * (double)b[2];
     if (per_tok) x->nvfp4 += (double)Rs * (double)(b[0] + b[1] + b[2]), x->nvfp4_bf16 += (double)Rs * 2.0 * (double)D;
   }
+  (void)R;
+  memcpy(x->b, b, sizeof b), memcpy(x->xo, xo, sizeof xo);
+  x->tf = tok.f, x->per_tok = per_tok, x->qarr = qarr, x->xa = xa, x->xasync = 0;
   if (s->direct) {
     xcount(L, s, 0, b, 3, L->traffic ? &L->traffic->dispatch : NULL);
-  } else {
-    /* exchange: plane by plane, then the owner groups the received rows per expert (padded as one rank has them) */
-    for (int q = 0; q < 3; ++q)
-      if (b[q]) FB_TRY(aalloc(x->tmp, &xr[q], (Rr ? Rr : 1) * b[q]));
-    FB_TRY(xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL));
+    return FB_OK;
+  }
+  /* exchange: plane by plane (FOURBIT_GPU_OVERLAP=2: on the exchange stream, beside fwd_weights), then fwd_arrive */
+  for (int q = 0; q < 3; ++q)
+    if (b[q]) FB_TRY(aalloc(x->tmp, &xr[q], (Rr ? Rr : 1) * b[q]));
+  memcpy(x->xr, xr, sizeof xr);
+  const int side = g->overlap >= 2 && fb_cu.StreamCreate != NULL;
+  CUstream ls = NULL;
+  if (side) FB_TRY(xs_begin(g, &ls));
+  fb_status rc = xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL);
+  if (side) rc = xs_end(g, ls, rc, &x->xasync);
+  return rc;
+}
+
+/* the owner's rows of the dispatch: after the exchange (waited for when it ran on the exchange stream), the received
+ * rows grouped per expert, padded as one rank has them; X; BF16 rows quantized on arrival */
+static fb_status fwd_arrive(fwd_ctx *x) {
+  fb_gpu_experts *g = x->g;
+  fb_moe_layer *L = x->L;
+  const fb_layer_prec *p = x->p;
+  gsaved *s = x->s;
+  arena *m = x->m, *xa = x->xa;
+  size_t D = x->D, nE = x->nE, R = s->R, Rr = s->Rr;
+  uint32_t seed = x->seed, step = x->step;
+  const size_t *b = x->b;
+  CUdeviceptr *xo = x->xo, *xr = x->xr;
+  const int per_tok = x->per_tok, qarr = x->qarr;
+  g->phase = "fwd dispatch";
+  FB_TRY(xs_join(g, x->xasync));
+  x->xasync = 0;
+  if (!s->direct) {
     FB_TRY(aalloc(xa, &xo[0], (R ? R : 1) * b[0]));
     if (b[1]) FB_TRY(aalloc(xa, &xo[1], (R ? R : 1) * b[1]));
     if (per_tok) FB_TRY(aalloc(xa, &xo[2], (R ? R : 1) * b[2]));
     FB_TRY(aalloc(m, &s->d_off, (nE + 1) * 8));
     FB_TRY(aalloc(m, &s->d_lrow, (Rr ? Rr : 1) * 4));
-    FB_TRY(regather(g, x->tmp, L, tok.f, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow));
+    FB_TRY(regather(g, x->tmp, L, x->tf, D, s->d_ridx, Rr, (int)nE, PAD, xr, xo, s->d_off, s->d_lrow));
   }
+  dq *X = &s->X;
   X->c = xo[0], X->s = xo[1], X->o = xo[2];
-  X->rows = R, X->cols = D, X->f = tok.f, X->no = per_tok ? R : 0, X->orow = per_tok;
+  X->rows = R, X->cols = D, X->f = x->tf, X->no = per_tok ? R : 0, X->orow = per_tok;
   if (qarr) {
     CUdeviceptr xb = X->c;
     srmap mx;
@@ -1798,7 +1879,8 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   CU_CHECK_GOTO(s_dtod(s->d_w, io->topk_w, T * K * 4), fail); /* the backward's router weights */
   FB_TRY_GOTO(aalloc(x.m, &s->d_rowof, T * K * 4), fail);
   FB_TRY_GOTO(fwd_dispatch(&x), fail);
-  FB_TRY_GOTO(fwd_weights(&x), fail);
+  FB_TRY_GOTO(fwd_weights(&x), fail); /* beside the dispatch exchange with FOURBIT_GPU_OVERLAP=2 */
+  FB_TRY_GOTO(fwd_arrive(&x), fail);
   FB_TRY_GOTO(fwd_w13(&x), fail);
   FB_TRY_GOTO(fwd_w2(&x), fail);
   FB_TRY_GOTO(fwd_combine(&x), fail);
@@ -1808,6 +1890,7 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   return FB_OK;
 fail:
   g->phase = NULL;
+  if (x.xasync) fb_cu.StreamSynchronize(g->xs), g->xbusy = 0; /* the exchange ends before its buffers go back */
   afree(&tmp);
   free(x.mine);
   gpu_release(g, L);
@@ -2126,7 +2209,7 @@ static fb_status bwd_mx(fb_gpu_experts *g, arena *tmp, arena *gy, fb_moe_layer *
  * and *async says so: the layer's stream goes on (the w13 wgrad) and dx_finish waits on the exchange's event before the
  * sum. The buffers the exchange reads and writes (dXs, dXb) stay in tmp until the layer's backward ends, after that
  * wait, so no pool block the exchange touches is handed out while it runs; it is the backward's last NCCL call, and the
- * next one (on the layer's stream) comes after the wait. FOURBIT_GPU_OVERLAP=0 and a driver without cuStreamCreate keep
+ * next one (on the layer's stream) comes after the wait (xs_begin / xs_end / xs_join). FOURBIT_GPU_OVERLAP=0 and a driver without cuStreamCreate keep
  * it in series on the layer's stream. (The fake driver runs every call at once, in order: there it checks the plumbing,
  * the streams and events named, not the overlap.) */
 static fb_status dx_send(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved *s, CUdeviceptr dXr, CUdeviceptr *dXb, int *async) {
@@ -2146,43 +2229,18 @@ static fb_status dx_send(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved 
   FB_TRY(regather(g, tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0));
   arelease(tmp, dXr); /* read by the regather just queued (stream order): the w13 wgrad may have its bytes */
   FB_TRY(aalloc(tmp, dXb, (Rs ? Rs : 1) * D * 2));
-  const int side = !g->nooverlap && fb_cu.StreamCreate != NULL;
-  if (side && !g->xs) { /* all three or none */
-    CUevent e0 = NULL, e1 = NULL;
-    CUstream x = NULL;
-    CUresult r = fb_cu.EventCreate(&e0, 0x2 /* CU_EVENT_DISABLE_TIMING */);
-    if (!r && !(r = fb_cu.EventCreate(&e1, 0x2)) && !(r = fb_cu.StreamCreate(&x, 0x1 /* CU_STREAM_NON_BLOCKING */)))
-      g->xs = x, g->xev[0] = e0, g->xev[1] = e1;
-    else {
-      if (e0) fb_cu.EventDestroy(e0);
-      if (e1) fb_cu.EventDestroy(e1);
-      return FB_ERR(FB_ECUDA, "experts gpu: the exchange stream: %s", fb_cu_errstr((int)r));
-    }
-  }
-  const CUstream ls = fb_cuda_stream();
-  if (side) {
-    CU_CHECK(fb_cu.EventRecord(g->xev[0], ls));
-    CU_CHECK(fb_cu.StreamWaitEvent(g->xs, g->xev[0], 0));
-    fb_cuda_set_stream(g->xs); /* the exchange's launches, its NCCL calls and its profile marks go to xs */
-  }
+  const int side = g->overlap >= 1 && fb_cu.StreamCreate != NULL;
+  CUstream ls = NULL;
+  if (side) FB_TRY(xs_begin(g, &ls));
   fb_status rc = xchg(g, L, s, 1, &dXs, dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL);
-  if (side) {
-    fb_cuda_set_stream(ls);
-    if (rc == FB_OK) {
-      CUresult r = fb_cu.EventRecord(g->xev[1], g->xs);
-      if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: the dX exchange's event: %s", fb_cu_errstr((int)r));
-    }
-    if (rc != FB_OK) fb_cu.StreamSynchronize(g->xs); /* nothing of it left running past the error */
-    else *async = 1, g->xbusy = 1;
-  }
+  if (side) rc = xs_end(g, ls, rc, async);
   g->phase = ph;
   return rc;
 }
 static fb_status dx_finish(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, const fb_gpu_layer_io *io, CUdeviceptr dXb, int async) {
   size_t T = (size_t)L->tokens, D = (size_t)L->d_model, Rs = s->Rs;
   g->phase = "bwd dx";
-  g->xbusy = 0;
-  if (async) CU_CHECK(fb_cu.StreamWaitEvent(fb_cuda_stream(), g->xev[1], 0));
+  FB_TRY(xs_join(g, async));
   if (!Rs) {
     CU_CHECK(s_zero(io->dx, T * D * 4));
     return FB_OK;
@@ -2326,7 +2384,8 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
   if (g) {
     g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
     g->noplan = getenv("FOURBIT_POOL_PLAN") && !strcmp(getenv("FOURBIT_POOL_PLAN"), "0");
-    g->nooverlap = getenv("FOURBIT_GPU_OVERLAP") && !strcmp(getenv("FOURBIT_GPU_OVERLAP"), "0");
+    const char *ov = getenv("FOURBIT_GPU_OVERLAP");
+    g->overlap = ov && !strcmp(ov, "0") ? 0 : ov && !strcmp(ov, "2") ? 2 : 1;
     const char *cs = getenv("FOURBIT_GPU_COMM_SMS");
     g->comm_sms = cs && atoi(cs) > 0 ? atoi(cs) : 0;
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");
