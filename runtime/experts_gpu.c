@@ -1537,6 +1537,22 @@ static fb_status xs_join(fb_gpu_experts *g, int async) {
   if (async) CU_CHECK(fb_cu.StreamWaitEvent(fb_cuda_stream(), g->xev[1], 0));
   return FB_OK;
 }
+/* after an error: the exchange in flight (if async) ends before its buffers go back to the pool */
+static void xs_abandon(fb_gpu_experts *g, int async) {
+  if (async) fb_cu.StreamSynchronize(g->xs), g->xbusy = 0;
+}
+static fb_status xchg(fb_gpu_experts *g, fb_moe_layer *L, gsaved *s, int back, const CUdeviceptr *snd, const CUdeviceptr *rcv,
+                      const size_t *b, int nplanes, double *bytes);
+/* xchg on the exchange stream when FOURBIT_GPU_OVERLAP is at least level (and the driver makes streams; *async = 1),
+ * else on the layer's stream (*async = 0) */
+static fb_status xchg_side(fb_gpu_experts *g, int level, fb_moe_layer *L, gsaved *s, int back, const CUdeviceptr *snd,
+                           const CUdeviceptr *rcv, const size_t *b, int nplanes, double *bytes, int *async) {
+  *async = 0;
+  if (g->overlap < level || !fb_cu.StreamCreate) return xchg(g, L, s, back, snd, rcv, b, nplanes, bytes);
+  CUstream ls = NULL;
+  FB_TRY(xs_begin(g, &ls));
+  return xs_end(g, ls, xchg(g, L, s, back, snd, rcv, b, nplanes, bytes), async);
+}
 
 typedef struct {
   fb_gpu_experts *g;
@@ -1649,12 +1665,7 @@ static fb_status fwd_dispatch(fwd_ctx *x) {
   for (int q = 0; q < 3; ++q)
     if (b[q]) FB_TRY(aalloc(x->tmp, &xr[q], (Rr ? Rr : 1) * b[q]));
   memcpy(x->xr, xr, sizeof xr);
-  const int side = g->overlap >= 2 && fb_cu.StreamCreate != NULL;
-  CUstream ls = NULL;
-  if (side) FB_TRY(xs_begin(g, &ls));
-  fb_status rc = xchg(g, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL);
-  if (side) rc = xs_end(g, ls, rc, &x->xasync);
-  return rc;
+  return xchg_side(g, 2, L, s, 0, xs, xr, b, 3, L->traffic ? &L->traffic->dispatch : NULL, &x->xasync);
 }
 
 /* the owner's rows of the dispatch: after the exchange (waited for when it ran on the exchange stream), the received
@@ -1890,7 +1901,7 @@ static fb_status fwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
   return FB_OK;
 fail:
   g->phase = NULL;
-  if (x.xasync) fb_cu.StreamSynchronize(g->xs), g->xbusy = 0; /* the exchange ends before its buffers go back */
+  xs_abandon(g, x.xasync);
   afree(&tmp);
   free(x.mine);
   gpu_release(g, L);
@@ -2229,11 +2240,7 @@ static fb_status dx_send(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsaved 
   FB_TRY(regather(g, tmp, L, FB_FMT_BF16, D, s->d_oidx, R, (int)N, 1, &dXr, &dXs, 0, 0));
   arelease(tmp, dXr); /* read by the regather just queued (stream order): the w13 wgrad may have its bytes */
   FB_TRY(aalloc(tmp, dXb, (Rs ? Rs : 1) * D * 2));
-  const int side = g->overlap >= 1 && fb_cu.StreamCreate != NULL;
-  CUstream ls = NULL;
-  if (side) FB_TRY(xs_begin(g, &ls));
-  fb_status rc = xchg(g, L, s, 1, &dXs, dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL);
-  if (side) rc = xs_end(g, ls, rc, async);
+  fb_status rc = xchg_side(g, 1, L, s, 1, &dXs, dXb, b2, 1, L->traffic ? &L->traffic->dx : NULL, async);
   g->phase = ph;
   return rc;
 }
@@ -2277,7 +2284,7 @@ static fb_status bwd_dev(fb_gpu_experts *g, fb_moe_layer *L, const fb_gpu_layer_
     FB_TRY_GOTO(bwd_lowp(g, &tmp, L, s, io, dY, dXr), done);
   } else {
     rc = bwd_mx(g, &tmp, &gy, L, s, io, dY, &dXr, &dXb, &async);
-    if (rc != FB_OK && async) fb_cu.StreamSynchronize(g->xs), g->xbusy = 0; /* the exchange ends before its buffers go back */
+    if (rc != FB_OK) xs_abandon(g, async);
     FB_TRY_GOTO(rc, done);
   }
   if (!dXb) FB_TRY_GOTO(dx_send(g, &tmp, L, s, dXr, &dXb, &async), done); /* the BF16 / NVFP4 backward, no rows: in turn */

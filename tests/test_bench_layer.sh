@@ -37,7 +37,7 @@ fnv() { sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) \/ [0-9a-f]*, dx \([
 fivesame "$W/tam" && [ "$(launches "$W/tam")" = 28 ] && [ "$(nums "$W/tam" "weights' amax given:" | cut -d' ' -f1)" -ge 2 ] &&
   [ -n "$(fnv "$W/one")" ] && [ "$(fnv "$W/tam")" = "$(fnv "$W/one")" ] && ! grep -q '^  fwd weights  *amax' "$W/tam" \
   && ok || { bad "one rank, --train-amax: checks"; grep -E "^check|^kernels of|amax" "$W/tam"; }
-MOCK_STREAMS=1 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
+MOCK_STREAMS=1 FOURBIT_GPU_OVERLAP=1 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
 paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 53 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
 # the dX exchange on the layer's exchange stream beside the w13 wgrad (runtime/experts_gpu.c dx_send): one stream made
 # and destroyed, two waits each backward (the exchange on dX, the sum on the exchange); the fake driver runs every call
