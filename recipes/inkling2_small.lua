@@ -53,10 +53,13 @@ return recipe {
       keep = function(v)
         -- K = 96 variants: tile_k 768 and 2 stages with it only, one CTA (tile_m 128) or the pair (256, cluster 2), and the
         -- parameters tcgen05 does not read at one value each
-        if v.mma_k == 96 or v.tile_k == 768 or v.stages == 2 then
+        if v.mma_k == 96 or v.tile_k == 768 then
           return v.mma_k == 96 and v.tile_k == 768 and v.stages == 2 and v.tile_m == 128 * v.cluster and v.consumers == 1
                  and v.weights_bf16 and v.pipe == 0 and v.pingpong == 0
         end
+        -- 2 stages only for the tiles of which 3 do not fit: 128 x 256 (and larger) of an MXFP8 x BF16-copy GEMM (the
+        -- dgrads and wgrads: 16 + 64 KiB a stage), where the two consumer warpgroups share each 64 KiB B tile
+        if v.stages == 2 then return v.tile_m * v.tile_n >= 128 * 256 end
         return v.tile_m * v.tile_n * v.stages <= 256 * 256 * 5
       end,
     },

@@ -137,11 +137,14 @@ static void test_tune_keep(void **state) {
                   for (int mk = 0; mk <= 96; mk += 96)   /* mma_k {0, 96} */
                   for (int po = 0; po <= 1; ++po) {      /* pingpong {0, 1} */
                     const int wb = 1 - wi;
-                    /* keep(): tile_k 768, 2 stages and mma_k 96 only together, on one CTA (tile_m 128) or the pair
-                       (256, cluster 2), consumers 1, weights_bf16, pipe 0; the rest within the shared memory rule */
-                    if (mk == 96 || tk[c] == 768 || st[d] == 2) {
+                    /* keep(): tile_k 768 and mma_k 96 only together, with 2 stages, on one CTA (tile_m 128) or the
+                       pair (256, cluster 2), consumers 1, weights_bf16, pipe 0; else 2 stages for tiles of at least
+                       128 x 256 only; the rest within the shared memory rule */
+                    if (mk == 96 || tk[c] == 768) {
                       if (!(mk == 96 && tk[c] == 768 && st[d] == 2 && tm[a] == 128 * cl && co == 1 && wb && pp == 0 && po == 0)) continue;
                       ++n96;
+                    } else if (st[d] == 2) {
+                      if (tm[a] * tn[b] < 128 * 256) continue;
                     } else if (tm[a] * tn[b] * st[d] > 256 * 256 * 5)
                       continue;
                     const int *v = &g->values[(size_t)n * g->nparams];
