@@ -72,10 +72,10 @@ read -ra v <<<"$(nums "$W/f2" "[0-9]* winners stored")"
 # as a Blackwell GPU (FB_EMU_CC=10.0: the emulated worker plans sm_100a): the generator's tcgen05 GEMM sources, compiled
 # as host C++, run under the functional model of the instructions (tests/emu/tc_model.h) through the tuner's own check
 # (gemm_harness.c: the skewed grouped problem with an empty expert, NVFP4 x NVFP4 against the FP64 reference and the
-# S2F6 payload's error) before they are timed: every candidate (4 single-CTA; launched as clusters of 2, 4 CTA-pair ones
-# and 4 with B multicast) passes, a tcgen05 winner is stored
+# S2F6 payload's error) before they are timed: every candidate (4 single-CTA; launched as clusters of 2, 5 CTA-pair ones,
+# one of them with 2 stages, and 4 with B multicast) passes, a tcgen05 winner is stored
 FB_EMU_CC=10.0 "$FB" tune recipes/tiny.lua --only gemm_fwd_nvfp4xnvfp4_s2f6 --cache "$W/ctc" > "$W/stc" 2>&1 &&
-  grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m(128|256)n128k64_s[0-9]_c[12] .* 12 +0$" "$W/stc" &&
+  grep -qE "^gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm100a +256 .* tc_m(128|256)n128k64_s[0-9]_c[12] .* 13 +0$" "$W/stc" &&
   grep -q "arch sm_100a" "$W/stc" && ok || { bad "tcgen05 sweep under the model"; tail -5 "$W/stc"; }
 # the MXFP8 quantizers as sm_100a: their E4M3 conversions go through the instruction's model (tests/emu/fb_cvt_model.h,
 # fb_formats.h FBF_E4M3_MODEL), every candidate checked against the CPU reference (a ties-away model fails them all)
