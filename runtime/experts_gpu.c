@@ -51,9 +51,9 @@
  *            source of each row, -1 on padding; S2F6 rows move as MXFP8's bytes) and sent back; the source combines.
  *   backward dY rows (BF16) out and regrouped as the forward's, dX rows (BF16) back the forward's way back; the MXFP8
  *            backward sends dX on the layer's exchange stream while its w13 wgrad runs (dx_send / dx_finish, events
- *            both ways; FOURBIT_GPU_OVERLAP=0: in series; FOURBIT_GPU_COMM_SMS=k: that wgrad leaves k SMs to NCCL);
- *            FOURBIT_GPU_OVERLAP=2 also sends the dispatch there while the weights are quantized (fwd_dispatch /
- *            fwd_weights / fwd_arrive; not yet run on a GPU, so not the default).
+ *            both ways; FOURBIT_GPU_OVERLAP=0: in series; FOURBIT_GPU_COMM_SMS=k: that wgrad leaves k SMs to NCCL),
+ *            and the dispatch there while the weights are quantized (fwd_dispatch / fwd_weights / fwd_arrive;
+ *            FOURBIT_GPU_OVERLAP=1: the dX exchange alone; byte-identical either way on the H100 at one rank).
  *   random   every MXFP8 quantizer with SR draws by the one-rank index of its element (the SR maps, map_rows /
  *            map_cols / dgrad_b: the owner's rows are rows [g0, g0 + R) of one rank's Rg, its experts [e0, e0 + nE),
  *            a source's tokens [me T, (me + 1) T)), as the CPU path's srmap does: N ranks give one rank's layer outputs
@@ -195,8 +195,8 @@ struct fb_gpu_experts {
   int trace;              /* FOURBIT_POOL_TRACE set: every pool allocation and release on stderr */
   int noplan;             /* FOURBIT_POOL_PLAN=0: the slab sized by the online best fit's replay, no planned placement */
   int bchunk;             /* FOURBIT_GPU_BCHUNK=n: the weights' dgrad B copies n experts at a time (tests); 0: by bytes */
-  int overlap;            /* FOURBIT_GPU_OVERLAP: 0 every exchange in series; 1 (default) the dX exchange beside the w13
-                             wgrad; 2 also the dispatch exchange beside the weights' quantization (not yet run on a GPU) */
+  int overlap;            /* FOURBIT_GPU_OVERLAP: 0 every exchange in series; 1 the dX exchange beside the w13 wgrad;
+                             2 (default) also the dispatch exchange beside the weights' quantization */
   CUstream xs;            /* the exchange stream (made at its first use; 0: none yet) */
   CUevent xev[2];         /* dX ready on the layer's stream; the exchange done on xs */
   int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
@@ -2392,7 +2392,7 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
     g->trace = getenv("FOURBIT_POOL_TRACE") != NULL;
     g->noplan = getenv("FOURBIT_POOL_PLAN") && !strcmp(getenv("FOURBIT_POOL_PLAN"), "0");
     const char *ov = getenv("FOURBIT_GPU_OVERLAP");
-    g->overlap = ov && !strcmp(ov, "0") ? 0 : ov && !strcmp(ov, "2") ? 2 : 1;
+    g->overlap = ov && !strcmp(ov, "0") ? 0 : ov && !strcmp(ov, "1") ? 1 : 2;
     const char *cs = getenv("FOURBIT_GPU_COMM_SMS");
     g->comm_sms = cs && atoi(cs) > 0 ? atoi(cs) : 0;
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");

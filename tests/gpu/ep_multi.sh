@@ -8,8 +8,9 @@
 #      (as many as there are GPUs): the step time (the slowest rank), the weak-scaling efficiency t(1) / t(N), and
 #      the dispatch exchange against a plain NCCL all-to-all of the same rows in BF16, from build/gpu/bench_layer;
 #      at the largest N also the dX exchange in series (FOURBIT_GPU_OVERLAP=0) and with the w13 wgrad leaving 16 SMs to
-#      NCCL (FOURBIT_GPU_COMM_SMS=16), and with the dispatch exchange beside the weights' quantization too
-#      (FOURBIT_GPU_OVERLAP=2, whose bytes the one-rank check compares): how much the overlap hides.
+#      NCCL (FOURBIT_GPU_COMM_SMS=16), and with the dispatch exchange in series (FOURBIT_GPU_OVERLAP=1: the dX
+#      exchange alone beside the wgrad; the default also sends the dispatch beside the weights' quantization): how
+#      much each overlap hides.
 # usage: tests/gpu/ep_multi.sh [build/fourbit]   (results under $OUT, else build/ep)
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as the device documentation requires.
 set -u
@@ -102,7 +103,7 @@ for n in 1 2 4 8; do
   grep -E '^EXCHANGE|^check' "$L" | sed 's/^/    /'
 done
 if [ $nmax -gt 1 ]; then # the dX exchange beside the w13 wgrad: in series, and with SMs left to NCCL
-  for v in "_serial FOURBIT_GPU_OVERLAP=0" "_sms16 FOURBIT_GPU_COMM_SMS=16" "_disp FOURBIT_GPU_OVERLAP=2"; do
+  for v in "_serial FOURBIT_GPU_OVERLAP=0" "_sms16 FOURBIT_GPU_COMM_SMS=16" "_dxonly FOURBIT_GPU_OVERLAP=1"; do
     set -- $v
     if layer $nmax "$1" "$2"; then echo "  S1 layer, $nmax ranks, $2: step $ms ms"; else echo "  layer N=$nmax $2 FAILED"; tail -5 "$L"; fail=1; fi
   done

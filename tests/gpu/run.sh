@@ -25,8 +25,8 @@ if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool (one GEMM variant of each operand kind, and two of the portable family)"
     # (with what each one's checks compare with: the FP32 companion of a fused epilogue, the pipe 0 twin)
-    for v in gemm_fwd_bf16xbf16_bf16_sm90a_m128n256k64_s3_c1_w2 gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_sm90a_m128n256k128_s3_c1_w2_b1 \
-             gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m128n128k128_s3_c1_w2_b1_p2 gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m128n128k128_s3_c1_w2_b1 \
+    for v in gemm_fwd_bf16xbf16_bf16_sm90a_m128n256k64_s2_c1_w2 gemm_fwd_nvfp4_tenxnvfp4_ten_bf16_sm90a_m128n256k128_s3_c1_w2_b1 \
+             gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m128n128k128_s3_c1_w2_b1_p2 gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m128n128k128_s3_c1_w2_b1 gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m128n256k128_s2_c1_w2_b1 \
              gemm_fwd_mxfp8xmxfp8_bf16_swiglu_sm90a_m128n128k128_s3_c1_w2_b1_p2 \
              gemm_fwd_nvfp4xnvfp4_s2f6_rht32_sm90a_mma_m128n128k128_s3_w2_b1_p2 gemm_wgrad_mxfp8xmxfp8_f32_sm90a_mma_m128n128k128_s3_w2_b0; do
       if ! timeout -s KILL 300 compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_gemm --only $v > /tmp/csg_$tool.log 2>&1; then
