@@ -43,8 +43,8 @@ return recipe {
       pipe = { 0, 2 },
       -- pingpong 1: the two consumer warpgroups take turns, a whole tile each, so that one's epilogue runs beside the
       -- other's main loop (the wgrads: K is an expert's rows, and each tile stores 64 KiB of FP32); with two consumers,
-      -- where one warpgroup's registers hold the whole tile. On the H100 the tuner picks it for the wgrads (4% ahead of one
-      -- consumer at S1); in the layer it is within the run-to-run spread of one consumer (BENCHMARKS.md, twentieth session)
+      -- where one warpgroup's registers hold the whole tile. On the H100 the tuner picked it for the wgrads until the
+      -- 2-stage 128 x 256 tile below beat it; it still wins the w2 forward with the S2F6 epilogue (BENCHMARKS.md)
       pingpong = { 0, 1 },
       -- mma_k 96: the tcgen05 family's K = 96 NVFP4 MMAs (sm_103a; the generator prunes them on other archs and on MXFP8
       -- GEMMs), on 768-wide K tiles of which 2 stages fit; S1's K (5120, 2048) ends in a partial K tile
@@ -58,7 +58,8 @@ return recipe {
                  and v.weights_bf16 and v.pipe == 0 and v.pingpong == 0
         end
         -- 2 stages only for the tiles of which 3 do not fit: 128 x 256 (and larger) of an MXFP8 x BF16-copy GEMM (the
-        -- dgrads and wgrads: 16 + 64 KiB a stage), where the two consumer warpgroups share each 64 KiB B tile
+        -- dgrads and wgrads: 16 + 64 KiB a stage), where the two consumer warpgroups share each 64 KiB B tile; on the
+        -- H100 it wins the wgrads, the w13 dgrad and the MXFP8 w13 forward (BENCHMARKS.md, twenty-first session)
         if v.stages == 2 then return v.tile_m * v.tile_n >= 128 * 256 end
         return v.tile_m * v.tile_n * v.stages <= 256 * 256 * 5
       end,
