@@ -201,6 +201,11 @@ struct fb_gpu_experts {
   CUevent xev[2];         /* dX ready on the layer's stream; the exchange done on xs */
   int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
   int comm_sms;           /* FOURBIT_GPU_COMM_SMS=k: the persistent GEMMs launched while it is leave k SMs to it */
+  int bpipe;              /* FOURBIT_GPU_BPIPE=k: a chunked GEMM's B copies made one chunk ahead on a stream of their own,
+                             its GEMMs launched on k fewer SMs beside them (bpipe_loop); 0 (default): in turn */
+  CUstream ps;            /* that stream (made at its first use) */
+  CUevent pev[5];         /* the start on the layer's stream; chunk copy ready [1, 2]; buffer read by its GEMM [3, 4] */
+  int pbusy;              /* a B copy is in flight beside the GEMM being launched */
   prec pr[PROF_MAX];
 };
 
@@ -405,6 +410,8 @@ typedef struct {
   CUdeviceptr p[160];
   size_t n[160];
   int k;
+  CUdeviceptr into; /* set: the next aalloc returns this block of into_n bytes (lent, not the arena's: bpipe_loop) */
+  size_t into_n;
 } arena;
 
 /* size classes: powers of two up to 2 MiB, then multiples of 2 MiB */
@@ -654,6 +661,11 @@ static void slab_consolidate(fb_gpu_experts *g) {
 static fb_status aalloc(arena *a, CUdeviceptr *out, size_t n) {
   fb_gpu_experts *g = a->g;
   *out = 0;
+  if (a->into) { /* a lent block: its owner frees it */
+    if (n > a->into_n) return FB_ERR(FB_EINVAL, "experts gpu: %zu bytes asked of a lent block of %zu", n, a->into_n);
+    *out = a->into, a->into = 0;
+    return FB_OK;
+  }
   if (a->k == (int)(sizeof a->p / sizeof a->p[0])) return FB_ERR(FB_ENOMEM, "experts gpu: arena full");
   size_t c = size_class(n);
   if (c > (2u << 20)) {
@@ -1161,7 +1173,9 @@ static fb_status gemm_run(fb_gpu_experts *g, const kent *e, fb_gemm_args *ga) {
   FB_TRY(prof_a(g, e->v.name));
   /* a persistent grid of one CTA an SM fills every SM (a wgmma CTA holds all registers): while an exchange is in flight,
      FOURBIT_GPU_COMM_SMS leaves SMs to NCCL's kernels; any grid computes the same tiles the same way */
-  const int sms = g->xbusy && g->comm_sms > 0 && g->comm_sms < g->sms ? g->sms - g->comm_sms : g->sms;
+  int leave = g->xbusy && g->comm_sms > 0 ? g->comm_sms : 0;
+  if (g->pbusy && g->bpipe > leave) leave = g->bpipe; /* FOURBIT_GPU_BPIPE: beside the next chunk's B copy */
+  const int sms = leave > 0 && leave < g->sms ? g->sms - leave : g->sms;
   FB_TRY(fb_gemm_launch(&e->k, &cfg, &kp, sms));
   return prof_b(g);
 }
@@ -1187,10 +1201,103 @@ static size_t bchunk_experts(const fb_gpu_experts *g, size_t bytes_per_expert) {
   size_t ce = g->bchunk ? (size_t)g->bchunk : BCHUNK_BYTES / (bytes_per_expert ? bytes_per_expert : 1);
   return ce < 1 ? 1 : ce;
 }
+/* FOURBIT_GPU_BPIPE=k: the chunks of a chunked GEMM (gemm_with_b, dgrad_b) with each chunk's B copy made one chunk
+ * ahead on the pipe stream g->ps, beside the previous chunk's GEMM on the layer's stream, which leaves k SMs to it
+ * (gemm_run: a persistent wgmma grid holds every SM it runs on). Two buffers of `bytes` (the largest chunk's copy) are
+ * taken from the pool first, on the layer's stream, and lent to make in turn (arena.into): make(ctx, c, a) queues chunk
+ * c's copy into the block a lends, run(ctx, c, buf) its GEMM. The pipe stream starts after everything the layer's stream
+ * had queued (pev[0]); a copy waits for the GEMM that last read its buffer (pev[3 + b]); a GEMM waits for its copy
+ * (pev[1 + b]). The last GEMM waits for the last copy, so when the loop returns the layer's stream is behind all of the
+ * pipe stream's work and the buffers go back to the pool in stream order. The same kernels on the same inputs as in
+ * turn: the same bytes. A failure synchronizes the pipe stream before the buffers go back. */
+static fb_status ps_make(fb_gpu_experts *g) {
+  if (g->ps) return FB_OK;
+  CUevent e[5] = {0};
+  CUstream x = NULL;
+  CUresult r = CUDA_SUCCESS;
+  for (int i = 0; i < 5 && !r; ++i) r = fb_cu.EventCreate(&e[i], 0x2 /* CU_EVENT_DISABLE_TIMING */);
+  if (!r) r = fb_cu.StreamCreate(&x, 0x1 /* CU_STREAM_NON_BLOCKING */);
+  if (r) {
+    for (int i = 0; i < 5; ++i)
+      if (e[i]) fb_cu.EventDestroy(e[i]);
+    return FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+  }
+  g->ps = x;
+  memcpy(g->pev, e, sizeof e);
+  return FB_OK;
+}
+typedef fb_status (*bpipe_make)(void *ctx, size_t c, arena *a);
+typedef fb_status (*bpipe_run)(void *ctx, size_t c, CUdeviceptr b);
+static fb_status bpipe_loop(fb_gpu_experts *g, size_t n, size_t bytes, bpipe_make make, bpipe_run run, void *ctx) {
+  arena pb = {.g = g};
+  CUdeviceptr buf[2] = {0, 0};
+  fb_status rc = aalloc(&pb, &buf[0], bytes);
+  if (rc == FB_OK) rc = aalloc(&pb, &buf[1], bytes);
+  if (rc == FB_OK) rc = ps_make(g);
+  const CUstream ls = fb_cuda_stream();
+  int started = 0;
+  if (rc == FB_OK) {
+    CUresult r = fb_cu.EventRecord(g->pev[0], ls);
+    if (!r) r = fb_cu.StreamWaitEvent(g->ps, g->pev[0], 0);
+    if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+    started = 1;
+  }
+  size_t issued = 0; /* chunk copies queued */
+  for (size_t c = 0; c < n && rc == FB_OK; ++c) {
+    for (; rc == FB_OK && issued < n && issued <= c + 1; ++issued) { /* this chunk's copy and the next one's */
+      const int b = (int)(issued & 1);
+      fb_cuda_set_stream(g->ps);
+      CUresult r = issued >= 2 ? fb_cu.StreamWaitEvent(g->ps, g->pev[3 + b], 0) : CUDA_SUCCESS;
+      arena a = {.g = g, .into = buf[b], .into_n = bytes};
+      if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+      else rc = make(ctx, issued, &a);
+      if (rc == FB_OK && a.into) rc = FB_ERR(FB_EINVAL, "experts gpu: a B copy that did not take its block");
+      if (rc == FB_OK && (r = fb_cu.EventRecord(g->pev[1 + b], g->ps)))
+        rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+      fb_cuda_set_stream(ls);
+    }
+    if (rc != FB_OK) break;
+    const int b = (int)(c & 1);
+    CUresult r = fb_cu.StreamWaitEvent(ls, g->pev[1 + b], 0);
+    if (r) { rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r)); break; }
+    g->pbusy = issued > c + 1; /* the next chunk's copy runs beside this GEMM */
+    rc = run(ctx, c, buf[b]);
+    g->pbusy = 0;
+    if (rc == FB_OK && (r = fb_cu.EventRecord(g->pev[3 + b], ls)))
+      rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+  }
+  if (rc != FB_OK && started) fb_cu.StreamSynchronize(g->ps);
+  afree(&pb);
+  return rc;
+}
+
 /* with B (E experts of N x K, quantized or BF16) as the kernel picked multiplies it (gemm_b); a copy goes in arena a.
  * Where the kernel takes B's exact BF16 copy of a quantized B (the forward's BF16-product variants), the copy is made a
  * chunk of experts at a time (bchunk_experts), each chunk's GEMM over the rows of its experts, so that the copy of the
  * whole weight never exists (W13's is 1.9 GiB at S1). The copy is exact: the result does not depend on the chunking. */
+typedef struct {
+  fb_gpu_experts *g;
+  const kent *e;
+  const dq *B;
+  const fb_gemm_args *ga;
+  size_t E, per, ce;
+} wb_ctx;
+static fb_status wb_make(void *p, size_t c, arena *a) {
+  const wb_ctx *x = p;
+  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  const dq sub = dq_experts(x->B, x->per, e0, n);
+  CUdeviceptr out;
+  return bf16copy(x->g, a, &sub, &out);
+}
+static fb_status wb_run(void *p, size_t c, CUdeviceptr b) {
+  const wb_ctx *x = p;
+  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  const dq sub = dq_experts(x->B, x->per, e0, n);
+  fb_gemm_args ch = *x->ga;
+  ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
+  if (x->ga->b_outer) ch.b_outer = x->ga->b_outer + (sub.o - x->B->o); /* per-expert S_dec: the chunk's */
+  return gemm_run(x->g, x->e, &ch);
+}
 static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
   const kent *e;
   FB_TRY(kget(g, k, f, &e));
@@ -1199,6 +1306,10 @@ static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *
   if ((takes_q_b(e) && e->spec.src.format != FB_FMT_BF16) || B->f == FB_FMT_BF16 || ce >= E || !per || B->rows % E) {
     FB_TRY(gemm_b(g, a, e, B, ga));
     return gemm_run(g, e, ga);
+  }
+  if (g->bpipe && fb_cu.StreamCreate) { /* FOURBIT_GPU_BPIPE: each chunk's copy beside the previous chunk's GEMM */
+    wb_ctx x = {g, e, B, ga, E, per, ce};
+    return bpipe_loop(g, (E + ce - 1) / ce, ce * per * B->cols * 2, wb_make, wb_run, &x);
   }
   for (size_t e0 = 0; e0 < E; e0 += ce) {
     const size_t n = ce < E - e0 ? ce : E - e0;
@@ -1222,6 +1333,33 @@ static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *
  * is bchunk_experts'. At S1 W13's copy is 1.9 GiB whole, 0.23 GiB a chunk.
  * Every chunk draws the SR bits of its elements in the whole transposed weight of all the layer's experts (the map:
  * the rank's first expert too), so the result is the same however the experts are chunked or spread over ranks. */
+typedef struct {
+  fb_gpu_experts *g;
+  const kent *ge;
+  const fb_moe_layer *L;
+  const fb_qspec *q, *sq;
+  const dq *src;
+  const fb_gemm_args *ga;
+  const srmap *whole;
+  size_t E, G, ce;
+  uint32_t stream;
+} db_ctx;
+static fb_status db_make(void *p, size_t c, arena *a) {
+  const db_ctx *x = p;
+  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  const dq sub = dq_experts(x->src, x->G, e0, n);
+  srmap m = *x->whole;
+  m.col0 += (long long)(e0 * x->G);
+  dq B;
+  return requant_(x->g, a, x->q, x->sq, &sub, x->G, x->L->seed, x->stream, x->L->step, 1, 1, &m, &B);
+}
+static fb_status db_run(void *p, size_t c, CUdeviceptr b) {
+  const db_ctx *x = p;
+  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  fb_gemm_args ch = *x->ga;
+  ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
+  return gemm_run(x->g, x->ge, &ch);
+}
 static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge, const fb_moe_layer *L, const gsaved *s,
                          const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t G, uint32_t stream, fb_gemm_args *ga) {
   const size_t E = src->rows / G, cols = src->cols;
@@ -1233,6 +1371,10 @@ static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge
     FB_TRY(b_requant(g, ph, wt, ge, L, q, sq, src, G, 1, stream, s->N > 1 ? &whole : NULL, &B));
     FB_TRY(gemm_b(g, ph, ge, &B, ga));
     return gemm_run(g, ge, ga);
+  }
+  if (g->bpipe && fb_cu.StreamCreate) { /* FOURBIT_GPU_BPIPE: each chunk's requantized copy beside the previous GEMM */
+    db_ctx x = {g, ge, L, q, sq, src, ga, &whole, E, G, ce, stream};
+    return bpipe_loop(g, (E + ce - 1) / ce, ce * G * cols * 2, db_make, db_run, &x);
   }
   for (size_t e0 = 0; e0 < E; e0 += ce) {
     const size_t n = ce < E - e0 ? ce : E - e0;
@@ -2395,6 +2537,8 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
     g->overlap = ov && !strcmp(ov, "0") ? 0 : ov && !strcmp(ov, "1") ? 1 : 2;
     const char *cs = getenv("FOURBIT_GPU_COMM_SMS");
     g->comm_sms = cs && atoi(cs) > 0 ? atoi(cs) : 0;
+    const char *bp = getenv("FOURBIT_GPU_BPIPE");
+    g->bpipe = bp && atoi(bp) > 0 ? atoi(bp) : 0;
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");
     g->bchunk = bc && atoi(bc) > 0 ? atoi(bc) : 0;
   }
@@ -2439,6 +2583,10 @@ void fb_gpu_experts_free(fb_gpu_experts *g) {
     for (int i = 0; i < g->nrm; ++i) fb_cu.MemFree(g->rm[i].p);
     for (int i = 0; i < g->nevents; ++i) fb_cu.EventDestroy(g->pr[i].a), fb_cu.EventDestroy(g->pr[i].b);
     if (g->xs) fb_cu.StreamDestroy(g->xs), fb_cu.EventDestroy(g->xev[0]), fb_cu.EventDestroy(g->xev[1]);
+    if (g->ps) {
+      fb_cu.StreamDestroy(g->ps);
+      for (int i = 0; i < 5; ++i) fb_cu.EventDestroy(g->pev[i]);
+    }
   }
   fb_plan_free(g->plan);
   if (g->own_comm) fb_comm_free(g->comm);

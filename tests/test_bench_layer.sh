@@ -63,6 +63,20 @@ MOCK_V=1 FOURBIT_GPU_COMM_SMS=16 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$
 g116=$(grep -c '^  launch gemm_wgrad_.* grid 116 x 1 ' "$W/onexc"); gother=$(grep '^  launch gemm_' "$W/onexc" | grep -vc ' grid 132 x 1 ')
 [ "$g116" -ge 1 ] && [ "$gother" = "$g116" ] && [ "$(fnv "$W/onexc")" = "$(fnv "$W/onex")" ] && ok \
   || { bad "one rank, COMM_SMS: the w13 wgrad's grid during the exchange ($g116 at 116, $gother not at 132), the same bytes"; grep -E '^check one' "$W/onexc"; }
+# FOURBIT_GPU_BPIPE=16 with one expert a chunk (FOURBIT_GPU_BCHUNK=1: 8 chunks): each chunk's B copy (bcopy, or the
+# weights' requantized copy for the dgrads) queued one chunk ahead on a stream of its own, the GEMM beside it launched on
+# 132 - 16 CTAs: the same bytes as in turn (and as the default chunking), one more stream, and of each chunked GEMM's
+# launches (both forwards, the two dgrads under one name) 7 of 8 at 116 (the last chunk's has no copy beside it) while the
+# wgrads (not chunked) stay at 132
+MOCK_STREAMS=1 FOURBIT_GPU_BCHUNK=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/bc1" 2>&1 && ok || { bad "one rank, BCHUNK=1: exit $?"; tail -5 "$W/bc1"; }
+MOCK_V=1 MOCK_STREAMS=1 FOURBIT_GPU_BCHUNK=1 FOURBIT_GPU_BPIPE=16 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/bp" 2>&1 && ok || { bad "one rank, BPIPE: exit $?"; tail -5 "$W/bp"; }
+grids=$(grep '^  launch gemm_' "$W/bp" | awk '{ split($2, a, "_sm90a"); n[a[1] " " $4]++ } END { for (k in n) print k, n[k] }' | sort)
+bpok=$(awk '{ c[$1 " " $2] = $3; k[$1] = 1 } END { m = 0; for (x in k) { a = c[x " 116"] + 0; b = c[x " 132"] + 0;
+  if (x ~ /wgrad/) { if (a || !b) exit 1 } else { if (!b || a != 7 * b) exit 1; m++ } } exit !(m == 3) }' <<<"$grids" && echo 1)
+c0=$(nums "$W/bc1" "MOCK streams:" | cut -d' ' -f1); c1=$(nums "$W/bp" "MOCK streams:" | cut -d' ' -f1)
+[ "${bpok:-}" = 1 ] && [ -n "$(fnv "$W/bp")" ] && [ "$(fnv "$W/bp")" = "$(fnv "$W/bc1")" ] && [ "$(fnv "$W/bp")" = "$(fnv "$W/one")" ] \
+  && [ -n "$c0" ] && [ "${c1:-x}" = $((c0 + 1)) ] && paths "$W/bp" direct && ok \
+  || { bad "one rank, BPIPE: the grids (fwd / dgrad 7 of 8 at 116, wgrad at 132), one more stream, the same bytes"; echo "$grids"; grep -E 'MOCK streams|^check one' "$W/bc1" "$W/bp"; }
 # the MXFP8 backward GEMMs on the FP8 tensor cores (weights_bf16 0, picked): B goes in as MXFP8 codes and scales, so the
 # four bcopy launches before them are gone, and the outputs pass the same checks
 fp8="gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m64n128k128_s3_c1_w1_b0,gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m64n128k128_s3_c1_w1_b0"
