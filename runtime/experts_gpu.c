@@ -1271,10 +1271,7 @@ static fb_status bpipe_loop(fb_gpu_experts *g, size_t n, size_t bytes, bpipe_mak
   return rc;
 }
 
-/* with B (E experts of N x K, quantized or BF16) as the kernel picked multiplies it (gemm_b); a copy goes in arena a.
- * Where the kernel takes B's exact BF16 copy of a quantized B (the forward's BF16-product variants), the copy is made a
- * chunk of experts at a time (bchunk_experts), each chunk's GEMM over the rows of its experts, so that the copy of the
- * whole weight never exists (W13's is 1.9 GiB at S1). The copy is exact: the result does not depend on the chunking. */
+/* gemm_with_b's chunks for bpipe_loop: chunk c's BF16 copy of B, and its GEMM over the rows of its experts */
 typedef struct {
   fb_gpu_experts *g;
   const kent *e;
@@ -1298,6 +1295,10 @@ static fb_status wb_run(void *p, size_t c, CUdeviceptr b) {
   if (x->ga->b_outer) ch.b_outer = x->ga->b_outer + (sub.o - x->B->o); /* per-expert S_dec: the chunk's */
   return gemm_run(x->g, x->e, &ch);
 }
+/* with B (E experts of N x K, quantized or BF16) as the kernel picked multiplies it (gemm_b); a copy goes in arena a.
+ * Where the kernel takes B's exact BF16 copy of a quantized B (the forward's BF16-product variants), the copy is made a
+ * chunk of experts at a time (bchunk_experts), each chunk's GEMM over the rows of its experts, so that the copy of the
+ * whole weight never exists (W13's is 1.9 GiB at S1). The copy is exact: the result does not depend on the chunking. */
 static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *k, const gfit *f, const dq *B, fb_gemm_args *ga) {
   const kent *e;
   FB_TRY(kget(g, k, f, &e));
@@ -1326,13 +1327,7 @@ static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *
   return FB_OK;
 }
 
-/* The dgrad GEMM (kernel ge, arguments ga but B) of a saved weight src (E experts of G rows: w2 G = d, w13 G = 2f), whose
- * B is src requantized down its other axis and regrouped per expert (b_requant). Where ge takes B's exact BF16 copy
- * (requant_kbf16) the copy is made a chunk of experts at a time: the chunk's copy, the GEMM over the rows of its experts
- * (the offsets from its first expert on), the copy given back to the pool before the next chunk takes it again. A chunk
- * is bchunk_experts'. At S1 W13's copy is 1.9 GiB whole, 0.23 GiB a chunk.
- * Every chunk draws the SR bits of its elements in the whole transposed weight of all the layer's experts (the map:
- * the rank's first expert too), so the result is the same however the experts are chunked or spread over ranks. */
+/* dgrad_b's chunks for bpipe_loop: chunk c's requantized BF16 copy (its SR map in the whole weight), and its GEMM */
 typedef struct {
   fb_gpu_experts *g;
   const kent *ge;
@@ -1360,6 +1355,13 @@ static fb_status db_run(void *p, size_t c, CUdeviceptr b) {
   ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
   return gemm_run(x->g, x->ge, &ch);
 }
+/* The dgrad GEMM (kernel ge, arguments ga but B) of a saved weight src (E experts of G rows: w2 G = d, w13 G = 2f), whose
+ * B is src requantized down its other axis and regrouped per expert (b_requant). Where ge takes B's exact BF16 copy
+ * (requant_kbf16) the copy is made a chunk of experts at a time: the chunk's copy, the GEMM over the rows of its experts
+ * (the offsets from its first expert on), the copy given back to the pool before the next chunk takes it again. A chunk
+ * is bchunk_experts'. At S1 W13's copy is 1.9 GiB whole, 0.23 GiB a chunk.
+ * Every chunk draws the SR bits of its elements in the whole transposed weight of all the layer's experts (the map:
+ * the rank's first expert too), so the result is the same however the experts are chunked or spread over ranks. */
 static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge, const fb_moe_layer *L, const gsaved *s,
                          const fb_qspec *q, const fb_qspec *sq, const dq *src, size_t G, uint32_t stream, fb_gemm_args *ga) {
   const size_t E = src->rows / G, cols = src->cols;
