@@ -209,7 +209,7 @@ MOCKENV   := LD_LIBRARY_PATH=$(BUILD)/mockcuda
 UNITTIERS := $(patsubst $(BUILD)/tests/%,unit/%,$(TESTBIN))
 CHECK_TIERS := unit/test_ep unit/test_emu unit/test_train $(filter-out unit/test_ep unit/test_emu unit/test_train,$(UNITTIERS)) \
                tier-recipes-bad tier-ep tier-cli tier-train tier-golden tier-cache tier-layers tier-gen-table
-TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen \
+TEST_TIERS  := tier-tune tier-kernels-compile tier-train-gpu tier-ep-gpu tier-train-dev tier-gemm-compile tier-gen tier-gpu-scripts \
                tier-bench-layer tier-names tier-fuzz tier-fuzz-checkpoint tier-fuzz-cache tier-tcgen05-cutlass tier-tc-model-cutlass \
                tier-tc-ops-sass \
                tier-asan-cli tier-portable $(CHECK_TIERS)
@@ -282,6 +282,9 @@ tier-layers:
 tier-names:
 	$(Q)$(MOCKENV) $(TIER) "test_names on the fake driver (every kernel the GPU paths request is a plan kernel)" \
 	  --log $(BUILD)/test_names_mock.log -- $(BUILD)/gpu/test_names
+# the GEMM variants tests/gpu/run.sh names for compute-sanitizer are ones test_gemm builds (--list, no GPU)
+tier-gpu-scripts:
+	$(Q)$(TIER) "tests/test_gpu_scripts.sh (make test-gpu's named variants exist)" -- bash tests/test_gpu_scripts.sh $(BUILD)/gpu/test_gemm
 tier-cli:
 	$(Q)$(TIER) tests/test_cli.sh -- bash tests/test_cli.sh $(BUILD)/fourbit $(BUILD)/tests/tools/f32tool
 tier-recipes-bad:
