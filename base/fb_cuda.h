@@ -49,7 +49,7 @@ typedef struct {
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   /* optional (NULL when the driver has none): cluster launches (fb_kernel_launch_cluster) */
   CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
-  /* optional: a second stream of the GPU expert layer (runtime/experts_gpu.c: the dX exchange beside the w13 wgrad) */
+  /* optional: the GPU expert layer's side streams (runtime/experts_gpu.c: the exchanges, FOURBIT_GPU_BPIPE's copies) */
   CUresult (*StreamCreate)(CUstream *, unsigned);
   CUresult (*StreamDestroy)(CUstream);
 } fb_cu_api;

@@ -1201,74 +1201,96 @@ static size_t bchunk_experts(const fb_gpu_experts *g, size_t bytes_per_expert) {
   size_t ce = g->bchunk ? (size_t)g->bchunk : BCHUNK_BYTES / (bytes_per_expert ? bytes_per_expert : 1);
   return ce < 1 ? 1 : ce;
 }
-/* FOURBIT_GPU_BPIPE=k: the chunks of a chunked GEMM (gemm_with_b, dgrad_b) with each chunk's B copy made one chunk
- * ahead on the pipe stream g->ps, beside the previous chunk's GEMM on the layer's stream, which leaves k SMs to it
- * (gemm_run: a persistent wgmma grid holds every SM it runs on). Two buffers of `bytes` (the largest chunk's copy) are
- * taken from the pool first, on the layer's stream, and lent to make in turn (arena.into): make(ctx, c, a) queues chunk
- * c's copy into the block a lends, run(ctx, c, buf) its GEMM. The pipe stream starts after everything the layer's stream
- * had queued (pev[0]); a copy waits for the GEMM that last read its buffer (pev[3 + b]); a GEMM waits for its copy
- * (pev[1 + b]). The last GEMM waits for the last copy, so when the loop returns the layer's stream is behind all of the
- * pipe stream's work and the buffers go back to the pool in stream order. The same kernels on the same inputs as in
- * turn: the same bytes. A failure synchronizes the pipe stream before the buffers go back. */
-static fb_status ps_make(fb_gpu_experts *g) {
-  if (g->ps) return FB_OK;
+/* a stream of the layer's own (non-blocking) and its n events, made at the first use: all of them or none (what names it
+ * in an error) */
+static fb_status side_stream(CUstream *st, CUevent *ev, int n, const char *what) {
+  if (*st) return FB_OK;
   CUevent e[5] = {0};
   CUstream x = NULL;
-  CUresult r = CUDA_SUCCESS;
-  for (int i = 0; i < 5 && !r; ++i) r = fb_cu.EventCreate(&e[i], 0x2 /* CU_EVENT_DISABLE_TIMING */);
+  CUresult r = n > 5 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  for (int i = 0; i < n && !r; ++i) r = fb_cu.EventCreate(&e[i], 0x2 /* CU_EVENT_DISABLE_TIMING */);
   if (!r) r = fb_cu.StreamCreate(&x, 0x1 /* CU_STREAM_NON_BLOCKING */);
   if (r) {
     for (int i = 0; i < 5; ++i)
       if (e[i]) fb_cu.EventDestroy(e[i]);
-    return FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+    return FB_ERR(FB_ECUDA, "experts gpu: %s: %s", what, fb_cu_errstr((int)r));
   }
-  g->ps = x;
-  memcpy(g->pev, e, sizeof e);
+  *st = x;
+  memcpy(ev, e, (size_t)n * sizeof *e);
   return FB_OK;
 }
-typedef fb_status (*bpipe_make)(void *ctx, size_t c, arena *a);
-typedef fb_status (*bpipe_run)(void *ctx, size_t c, CUdeviceptr b);
-static fb_status bpipe_loop(fb_gpu_experts *g, size_t n, size_t bytes, bpipe_make make, bpipe_run run, void *ctx) {
+/* a driver call of the B copies' pipeline, as a status */
+static fb_status pcu(CUresult r) {
+  return r ? FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r)) : FB_OK;
+}
+/* The chunks of a chunked GEMM: make(ctx, c, a, &b) queues chunk c's B copy into arena a (*b: where), run(ctx, c, b)
+ * its GEMM. In turn (each copy given back once its GEMM is queued, so the next copy may take its block), or with
+ * FOURBIT_GPU_BPIPE as bpipe_loop says; `bytes` is the largest chunk's copy. */
+typedef fb_status (*chunk_make)(void *ctx, size_t c, arena *a, CUdeviceptr *b);
+typedef fb_status (*chunk_run)(void *ctx, size_t c, CUdeviceptr b);
+/* FOURBIT_GPU_BPIPE=k: the chunks of a chunked GEMM (gemm_with_b, dgrad_b) with each chunk's B copy made one chunk
+ * ahead on the pipe stream g->ps, beside the previous chunk's GEMM on the layer's stream, which leaves k SMs to it
+ * (gemm_run: a persistent wgmma grid holds every SM it runs on). Two buffers of `bytes` (the largest chunk's copy) are
+ * taken from the pool first, on the layer's stream, and lent to make in turn (arena.into): make(ctx, c, a, &b) queues
+ * chunk c's copy into the block a lends, run(ctx, c, buf) its GEMM. The pipe stream starts after everything the layer's stream
+ * had queued (pev[0]); a copy waits for the GEMM that last read its buffer (pev[3 + b]); a GEMM waits for its copy
+ * (pev[1 + b]). The last GEMM waits for the last copy, so when the loop returns the layer's stream is behind all of the
+ * pipe stream's work and the buffers go back to the pool in stream order. The same kernels on the same inputs as in
+ * turn: the same bytes. A failure synchronizes the pipe stream before the buffers go back. */
+static fb_status bpipe_loop(fb_gpu_experts *g, size_t n, size_t bytes, chunk_make make, chunk_run run, void *ctx) {
   arena pb = {.g = g};
   CUdeviceptr buf[2] = {0, 0};
   fb_status rc = aalloc(&pb, &buf[0], bytes);
   if (rc == FB_OK) rc = aalloc(&pb, &buf[1], bytes);
-  if (rc == FB_OK) rc = ps_make(g);
+  if (rc == FB_OK) rc = side_stream(&g->ps, g->pev, 5, "the B copies' stream");
   const CUstream ls = fb_cuda_stream();
   int started = 0;
   if (rc == FB_OK) {
-    CUresult r = fb_cu.EventRecord(g->pev[0], ls);
-    if (!r) r = fb_cu.StreamWaitEvent(g->ps, g->pev[0], 0);
-    if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+    rc = pcu(fb_cu.EventRecord(g->pev[0], ls));
+    if (rc == FB_OK) rc = pcu(fb_cu.StreamWaitEvent(g->ps, g->pev[0], 0));
     started = 1;
   }
   size_t issued = 0; /* chunk copies queued */
   for (size_t c = 0; c < n && rc == FB_OK; ++c) {
     for (; rc == FB_OK && issued < n && issued <= c + 1; ++issued) { /* this chunk's copy and the next one's */
       const int b = (int)(issued & 1);
-      fb_cuda_set_stream(g->ps);
-      CUresult r = issued >= 2 ? fb_cu.StreamWaitEvent(g->ps, g->pev[3 + b], 0) : CUDA_SUCCESS;
       arena a = {.g = g, .into = buf[b], .into_n = bytes};
-      if (r) rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
-      else rc = make(ctx, issued, &a);
-      if (rc == FB_OK && a.into) rc = FB_ERR(FB_EINVAL, "experts gpu: a B copy that did not take its block");
-      if (rc == FB_OK && (r = fb_cu.EventRecord(g->pev[1 + b], g->ps)))
-        rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+      CUdeviceptr out = 0;
+      fb_cuda_set_stream(g->ps);
+      if (issued >= 2) rc = pcu(fb_cu.StreamWaitEvent(g->ps, g->pev[3 + b], 0));
+      if (rc == FB_OK) rc = make(ctx, issued, &a, &out);
+      if (rc == FB_OK && out != buf[b]) rc = FB_ERR(FB_EINVAL, "experts gpu: a B copy that did not take its block");
+      if (rc == FB_OK) rc = pcu(fb_cu.EventRecord(g->pev[1 + b], g->ps));
       fb_cuda_set_stream(ls);
     }
-    if (rc != FB_OK) break;
     const int b = (int)(c & 1);
-    CUresult r = fb_cu.StreamWaitEvent(ls, g->pev[1 + b], 0);
-    if (r) { rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r)); break; }
+    if (rc == FB_OK) rc = pcu(fb_cu.StreamWaitEvent(ls, g->pev[1 + b], 0));
+    if (rc != FB_OK) break;
     g->pbusy = issued > c + 1; /* the next chunk's copy runs beside this GEMM */
     rc = run(ctx, c, buf[b]);
     g->pbusy = 0;
-    if (rc == FB_OK && (r = fb_cu.EventRecord(g->pev[3 + b], ls)))
-      rc = FB_ERR(FB_ECUDA, "experts gpu: the B copies' stream: %s", fb_cu_errstr((int)r));
+    if (rc == FB_OK) rc = pcu(fb_cu.EventRecord(g->pev[3 + b], ls));
   }
   if (rc != FB_OK && started) fb_cu.StreamSynchronize(g->ps);
   afree(&pb);
   return rc;
+}
+static fb_status chunks_run(fb_gpu_experts *g, size_t n, size_t bytes, chunk_make make, chunk_run run, void *ctx) {
+  if (g->bpipe && fb_cu.StreamCreate) return bpipe_loop(g, n, bytes, make, run, ctx);
+  for (size_t c = 0; c < n; ++c) {
+    arena ca = {.g = g};
+    CUdeviceptr b = 0;
+    fb_status rc = make(ctx, c, &ca, &b);
+    if (rc == FB_OK) rc = run(ctx, c, b);
+    afree(&ca); /* in stream order: the next chunk's copy may take the block at once */
+    FB_TRY(rc);
+  }
+  return FB_OK;
+}
+/* chunk c of E experts, ce a chunk: its first expert *e0 and its count */
+static size_t chunk_of(size_t c, size_t ce, size_t E, size_t *e0) {
+  *e0 = c * ce;
+  return ce < E - *e0 ? ce : E - *e0;
 }
 
 /* gemm_with_b's chunks for bpipe_loop: chunk c's BF16 copy of B, and its GEMM over the rows of its experts */
@@ -1279,16 +1301,17 @@ typedef struct {
   const fb_gemm_args *ga;
   size_t E, per, ce;
 } wb_ctx;
-static fb_status wb_make(void *p, size_t c, arena *a) {
+static fb_status wb_make(void *p, size_t c, arena *a, CUdeviceptr *b) {
   const wb_ctx *x = p;
-  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  size_t e0;
+  const size_t n = chunk_of(c, x->ce, x->E, &e0);
   const dq sub = dq_experts(x->B, x->per, e0, n);
-  CUdeviceptr out;
-  return bf16copy(x->g, a, &sub, &out);
+  return bf16copy(x->g, a, &sub, b);
 }
 static fb_status wb_run(void *p, size_t c, CUdeviceptr b) {
   const wb_ctx *x = p;
-  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  size_t e0;
+  const size_t n = chunk_of(c, x->ce, x->E, &e0);
   const dq sub = dq_experts(x->B, x->per, e0, n);
   fb_gemm_args ch = *x->ga;
   ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
@@ -1308,23 +1331,8 @@ static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *
     FB_TRY(gemm_b(g, a, e, B, ga));
     return gemm_run(g, e, ga);
   }
-  if (g->bpipe && fb_cu.StreamCreate) { /* FOURBIT_GPU_BPIPE: each chunk's copy beside the previous chunk's GEMM */
-    wb_ctx x = {g, e, B, ga, E, per, ce};
-    return bpipe_loop(g, (E + ce - 1) / ce, ce * per * B->cols * 2, wb_make, wb_run, &x);
-  }
-  for (size_t e0 = 0; e0 < E; e0 += ce) {
-    const size_t n = ce < E - e0 ? ce : E - e0;
-    const dq sub = dq_experts(B, per, e0, n);
-    fb_gemm_args c = *ga;
-    c.offsets = ga->offsets + e0 * sizeof(long long), c.experts = (int)n;
-    if (ga->b_outer) c.b_outer = ga->b_outer + (sub.o - B->o); /* per-expert S_dec: the chunk's */
-    arena ca = {.g = g};
-    fb_status rc = bf16copy(g, &ca, &sub, &c.b);
-    if (rc == FB_OK) rc = gemm_run(g, e, &c);
-    afree(&ca); /* in stream order: the next chunk's copy may take the block at once */
-    FB_TRY(rc);
-  }
-  return FB_OK;
+  wb_ctx x = {g, e, B, ga, E, per, ce};
+  return chunks_run(g, (E + ce - 1) / ce, ce * per * B->cols * 2, wb_make, wb_run, &x);
 }
 
 /* dgrad_b's chunks for bpipe_loop: chunk c's requantized BF16 copy (its SR map in the whole weight), and its GEMM */
@@ -1339,18 +1347,22 @@ typedef struct {
   size_t E, G, ce;
   uint32_t stream;
 } db_ctx;
-static fb_status db_make(void *p, size_t c, arena *a) {
+static fb_status db_make(void *p, size_t c, arena *a, CUdeviceptr *b) {
   const db_ctx *x = p;
-  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  size_t e0;
+  const size_t n = chunk_of(c, x->ce, x->E, &e0);
   const dq sub = dq_experts(x->src, x->G, e0, n);
   srmap m = *x->whole;
   m.col0 += (long long)(e0 * x->G);
   dq B;
-  return requant_(x->g, a, x->q, x->sq, &sub, x->G, x->L->seed, x->stream, x->L->step, 1, 1, &m, &B);
+  FB_TRY(requant_(x->g, a, x->q, x->sq, &sub, x->G, x->L->seed, x->stream, x->L->step, 1, 1, &m, &B));
+  *b = B.c;
+  return FB_OK;
 }
 static fb_status db_run(void *p, size_t c, CUdeviceptr b) {
   const db_ctx *x = p;
-  const size_t e0 = c * x->ce, n = x->ce < x->E - e0 ? x->ce : x->E - e0;
+  size_t e0;
+  const size_t n = chunk_of(c, x->ce, x->E, &e0);
   fb_gemm_args ch = *x->ga;
   ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
   return gemm_run(x->g, x->ge, &ch);
@@ -1374,27 +1386,8 @@ static fb_status dgrad_b(fb_gpu_experts *g, arena *ph, arena *wt, const kent *ge
     FB_TRY(gemm_b(g, ph, ge, &B, ga));
     return gemm_run(g, ge, ga);
   }
-  if (g->bpipe && fb_cu.StreamCreate) { /* FOURBIT_GPU_BPIPE: each chunk's requantized copy beside the previous GEMM */
-    db_ctx x = {g, ge, L, q, sq, src, ga, &whole, E, G, ce, stream};
-    return bpipe_loop(g, (E + ce - 1) / ce, ce * G * cols * 2, db_make, db_run, &x);
-  }
-  for (size_t e0 = 0; e0 < E; e0 += ce) {
-    const size_t n = ce < E - e0 ? ce : E - e0;
-    const dq sub = dq_experts(src, G, e0, n);
-    dq B;
-    srmap m = whole;
-    m.col0 += (long long)(e0 * G);
-    arena ca = {.g = g};
-    fb_status rc = requant_(g, &ca, q, sq, &sub, G, L->seed, stream, L->step, 1, 1, &m, &B);
-    if (rc == FB_OK) {
-      fb_gemm_args c = *ga;
-      c.offsets = ga->offsets + e0 * sizeof(long long), c.experts = (int)n, c.b = B.c;
-      rc = gemm_run(g, ge, &c);
-    }
-    afree(&ca); /* in stream order: the next chunk's copy may take the block at once */
-    FB_TRY(rc);
-  }
-  return FB_OK;
+  db_ctx x = {g, ge, L, q, sq, src, ga, &whole, E, G, ce, stream};
+  return chunks_run(g, (E + ce - 1) / ce, ce * G * cols * 2, db_make, db_run, &x);
 }
 
 /* ---- checks ------------------------------------------------------------------------------------------------- */
@@ -1645,18 +1638,7 @@ out:
  * it reads and writes must stay allocated until that wait, and no other NCCL call may be issued in between (one NCCL
  * kernel of the communicator at a time). The stream and its two events are made at the first use, all three or none. */
 static fb_status xs_begin(fb_gpu_experts *g, CUstream *ls) {
-  if (!g->xs) {
-    CUevent e0 = NULL, e1 = NULL;
-    CUstream x = NULL;
-    CUresult r = fb_cu.EventCreate(&e0, 0x2 /* CU_EVENT_DISABLE_TIMING */);
-    if (!r && !(r = fb_cu.EventCreate(&e1, 0x2)) && !(r = fb_cu.StreamCreate(&x, 0x1 /* CU_STREAM_NON_BLOCKING */)))
-      g->xs = x, g->xev[0] = e0, g->xev[1] = e1;
-    else {
-      if (e0) fb_cu.EventDestroy(e0);
-      if (e1) fb_cu.EventDestroy(e1);
-      return FB_ERR(FB_ECUDA, "experts gpu: the exchange stream: %s", fb_cu_errstr((int)r));
-    }
-  }
+  FB_TRY(side_stream(&g->xs, g->xev, 2, "the exchange stream"));
   *ls = fb_cuda_stream();
   CU_CHECK(fb_cu.EventRecord(g->xev[0], *ls));
   CU_CHECK(fb_cu.StreamWaitEvent(g->xs, g->xev[0], 0));

@@ -988,8 +988,9 @@ CUresult cuEventDestroy_v2(CUevent e) {
   free(e);
   return 0;
 }
-/* The GPU expert layer's exchange stream (runtime/experts_gpu.c dx_send): streams made and destroyed, counted; with
-   MOCK_STREAMS set, a line at exit (tests/test_bench_layer.sh: the dX exchange went to a stream of its own) */
+/* The GPU expert layer's side streams (runtime/experts_gpu.c side_stream: the exchanges, the B copies): made and
+   destroyed, counted; with MOCK_STREAMS set, a line at exit (tests/test_bench_layer.sh: which work went to a stream of
+   its own) */
 static long nscreate, nsdestroy;
 CUresult cuStreamCreate(CUstream *s, unsigned f) {
   (void)f;
