@@ -1293,7 +1293,7 @@ static size_t chunk_of(size_t c, size_t ce, size_t E, size_t *e0) {
   return ce < E - *e0 ? ce : E - *e0;
 }
 
-/* gemm_with_b's chunks for bpipe_loop: chunk c's BF16 copy of B, and its GEMM over the rows of its experts */
+/* gemm_with_b's chunks for chunks_run: chunk c's BF16 copy of B, and its GEMM over the rows of its experts */
 typedef struct {
   fb_gpu_experts *g;
   const kent *e;
@@ -1335,7 +1335,7 @@ static fb_status gemm_with_b(fb_gpu_experts *g, arena *a, const fb_kernel_spec *
   return chunks_run(g, (E + ce - 1) / ce, ce * per * B->cols * 2, wb_make, wb_run, &x);
 }
 
-/* dgrad_b's chunks for bpipe_loop: chunk c's requantized BF16 copy (its SR map in the whole weight), and its GEMM */
+/* dgrad_b's chunks for chunks_run: chunk c's requantized BF16 copy (its SR map in the whole weight), and its GEMM */
 typedef struct {
   fb_gpu_experts *g;
   const kent *ge;
