@@ -113,7 +113,7 @@ fb_status fb_kernel_name(const fb_kernel_spec *k, const char *arch, char *buf, s
   case FB_OP_QUANT:
     put(&s, "quant_");
     qpart(&s, q);
-    put(&s, "%s_%s", k->in_f32 ? "_f32" : "", k->col ? "col" : "row");
+    put(&s, "%s_%s", k->in_f32 ? "_f32" : "", k->col == 2 ? "both" : k->col ? "col" : "row");
     break;
   case FB_OP_REQUANT:
     if (!k->col) return FB_ERR(FB_EINVAL, "kernel name: a requantization is transposed (col 1)");
@@ -284,6 +284,7 @@ static int body(cur *c, fb_kernel_spec *k) {
     if (!qread(c, q)) return 0;
     k->in_f32 = eat(c, "_f32");
     if (eat(c, "_col")) k->col = 1;
+    else if (eat(c, "_both")) k->col = 2;
     else if (!eat(c, "_row")) return 0;
     return 1;
   }

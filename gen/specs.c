@@ -177,6 +177,7 @@ fb_status fb_gpu_layer_kernels(const fb_layer_prec *p, const fb_model *M, fb_lay
   if (B == FB_FMT_MXFP8) {
     PUSH(fb_spec_quant(&grad, 0, 0, "quantize dY and dH along K of dgrad"));
     PUSH(fb_spec_quant(&grad, 1, 0, "quantize dY and dH down the rows for wgrad (transposed)"));
+    PUSH(fb_spec_quant(&grad, 2, 0, "quantize dY and dH along K of dgrad and down the rows for wgrad in one pass (one read)"));
     PUSH(fb_spec_requant(&p->bwd_saved, &p->fwd_weight, "weights: dequantize, transpose, requantize for dgrad (FP8 GEMMs)"));
     PUSH(fb_spec_requant(&p->bwd_saved, &p->fwd_act, "saved X and A: dequantize, transpose, requantize for wgrad (FP8 GEMMs)"));
     if (FF != FB_FMT_BF16) {

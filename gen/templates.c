@@ -100,8 +100,10 @@ PARAMS(P_MXCOL_QUANT, "rows", "cols", "threads");
 PARAMS(P_MXCOL_REQUANT, "rows", "cols", "threads", "slots", "half");
 static int mx_col_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
   const fb_qspec *q = &k->q;
-  if (k->op == FB_OP_QUANT)
+  if (k->op == FB_OP_QUANT) {
+    if (k->col == 2 && k->in_f32) return NO("MXFP8 both ways of an FP32 matrix: no template (BF16 gradients only)");
     return q->format == FB_FMT_MXFP8 && k->col && !q->e5m2 && !q->rht ? YES(P_MXCOL_QUANT) : FB_TMPL_NOT_MINE;
+  }
   if (k->op != FB_OP_REQUANT) return FB_TMPL_NOT_MINE;
   if (q->format != FB_FMT_MXFP8 || q->e5m2 || q->rht) return NO("requantization to anything but plain E4M3 MXFP8: no template yet");
   if (k->src.format == FB_FMT_NVFP4 && k->src.two_d) return NO("requantization of 16x16 NVFP4: no template yet");
@@ -137,6 +139,8 @@ static const char *mx_col_illegal(const fb_kernel_spec *k, const fb_variant *v) 
   if ((half ? (size_t)rows * (cols / 2 + 4) * 4 : (size_t)rows * (cols + 1) * 4) + (size_t)cols * 32 > 48 * 1024)
     return "mx_col: the tile exceeds 48 KiB of static shared memory";
   if (rows * cols / 32 < threads || rows / 32 * cols < threads) return "mx_col: fewer tile items than threads leaves threads idle";
+  if (k->op == FB_OP_QUANT && k->col == 2 && rows * (cols / 32) % threads)
+    return "mx_col both ways: the threads must divide the tile's row blocks (rows x cols / 32)";
   return NULL;
 }
 static void mx_col_defines(const fb_kernel_spec *k, fb_str *d) {
@@ -144,6 +148,7 @@ static void mx_col_defines(const fb_kernel_spec *k, fb_str *d) {
   fb_str_printf(d, "FB_IN_F32 %d\nFB_SR %d\nFB_SRC %d\nFB_SRC_OUTER %d\n", k->in_f32, k->q.rounding == FB_ROUND_SR, src,
                 src == 1 ? gran(k->src.outer) : 0);
   if (k->op == FB_OP_REQUANT && k->out_bf16) fb_str_printf(d, "FB_KBF16 1\n"); /* only then: the other kernels' text is unchanged */
+  if (k->op == FB_OP_QUANT && k->col == 2) fb_str_printf(d, "FB_BOTH 1\n");
 }
 static int mx_col_param_define(const char *p, int value, fb_str *d) { /* the tile's rows as 32-row MX blocks */
   if (strcmp(p, "rows")) return 0;

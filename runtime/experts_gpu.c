@@ -2209,14 +2209,39 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
  * holds 0.34 GiB of MXFP8 in place of 0.66 GiB of BF16 dY through the w2 dgrad, and likewise dH through the w13 dgrad.
  * Each phase keeps its scratch in arenas of its own, given back to the pool when the phase ends. Pool blocks are reused
  * in stream order, so a later phase may take them at once. */
-/* G (R x M BF16) quantized along its rows (*r, arena ar: a dgrad's A) and down them (*t, arena at: the wgrad's A) */
+/* G (R x M BF16) quantized along its rows (*r, arena ar: a dgrad's A) and down them (*t, arena at: the wgrad's A): in
+ * one pass (quant_mxfp8_sr_both, mx_col.cuh FB_BOTH: G read once) unless FOURBIT_GPU_GRAD_BOTH=0 or M is not a multiple
+ * of 32, else as two (quant_rows_m, quant_cols); the same bits either way (each half its own SR stream and map) */
 static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer *L, const gsaved *s, CUdeviceptr G, size_t R,
                            size_t M, int op_r, int op_t, dq *r, dq *t) {
   const fb_layer_prec *p = L->prec;
   srmap mr, mc;
-  FB_TRY(quant_rows_m(g, ar, &p->bwd_grad, 0, G, R, M, 0, L->seed, fb_moe_stream(L->layer, op_r), L->step,
-                      map_rows(s->N, s->g0, M, &mr), r));
-  return quant_cols(g, at, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_t), L->step, map_cols(s->N, s->Rg, s->g0, &mc), t);
+  const srmap *smr = map_rows(s->N, s->g0, M, &mr), *smc = map_cols(s->N, s->Rg, s->g0, &mc);
+  const char *ev = getenv("FOURBIT_GPU_GRAD_BOTH");
+  if (!(ev && !strcmp(ev, "0")) && M % 32 == 0) {
+    const kent *e;
+    fb_kernel_spec k = sp_quant(g, &p->bwd_grad, 2, 0);
+    FB_TRY(kget(g, &k, NULL, &e));
+    memset(r, 0, sizeof *r), memset(t, 0, sizeof *t);
+    r->rows = R, r->cols = M, r->f = FB_FMT_MXFP8;
+    t->rows = M, t->cols = R, t->f = FB_FMT_MXFP8;
+    FB_TRY(aalloc(ar, &r->c, R * M));
+    FB_TRY(aalloc(ar, &r->s, R * M / 32));
+    FB_TRY(aalloc(at, &t->c, R * M));
+    FB_TRY(aalloc(at, &t->s, R * M / 32));
+    fb_kp_mem pk;
+    memset(&pk, 0, sizeof pk);
+    pk.in = G, pk.out = t->c, pk.scales = t->s, pk.out2 = r->c, pk.scales2 = r->s;
+    pk.rows = (long long)R, pk.cols = (long long)M, pk.seed = L->seed, pk.step = L->step;
+    pk.stream = fb_moe_stream(L->layer, op_t), pk.stream2 = fb_moe_stream(L->layer, op_r);
+    FB_TRY(set_srmap(&pk, smr)); /* the rows' map, moved to sr2_*, then the columns' */
+    pk.sr2_row0 = pk.sr_row0, pk.sr2_ld = pk.sr_ld, pk.sr2_col0 = pk.sr_col0;
+    pk.sr_row0 = pk.sr_ld = pk.sr_col0 = 0;
+    FB_TRY(set_srmap(&pk, smc));
+    return run_mem(g, e, &pk, (long long)R, (long long)M, 0);
+  }
+  FB_TRY(quant_rows_m(g, ar, &p->bwd_grad, 0, G, R, M, 0, L->seed, fb_moe_stream(L->layer, op_r), L->step, smr, r));
+  return quant_cols(g, at, &p->bwd_grad, G, R, M, L->seed, fb_moe_stream(L->layer, op_t), L->step, smc, t);
 }
 /* w2 dgrad: dA = dYq Q(W2 requantized along d)^T, then the SwiGLU backward into *dH (R x 2F BF16, arena tmp) */
 static fb_status mx_w2_dgrad_(fb_gpu_experts *g, arena *ph, arena *wt, arena *tmp, fb_moe_layer *L, gsaved *s, const dq *dYq,

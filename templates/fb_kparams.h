@@ -28,6 +28,12 @@ typedef struct {
    * transposing mx_col) draws the bits of index (sr_row0 + i) * sr_ld + sr_col0 + j, so that a slice of a matrix (a
    * rank's rows, a chunk of experts) draws what the whole matrix draws there. sr_ld 0: the identity map. */
   long long sr_row0, sr_ld, sr_col0;
+  /* mx_col.cuh FB_BOTH (a BF16 matrix quantized down its columns as above and, in the same pass, along its rows): the
+   * row-wise codes (rows x cols E4M3) and scales (rows x cols/32 E8M0), their SR stream and index map (as sr_* above,
+   * in the row-wise output's layout) */
+  fb_dptr out2, scales2;
+  unsigned stream2, pad2_;
+  long long sr2_row0, sr2_ld, sr2_col0;
 } fb_kp_mem;
 
 /* ---- the MoE and optimizer kernels: router.cuh, permute.cuh, unpermute.cuh, swiglu.cuh, adamw.cuh ---- */

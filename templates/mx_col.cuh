@@ -5,7 +5,9 @@
  * Parameters: FB_KERNEL, FB_THREADS, FB_RB (32-row blocks per tile), FB_COLS (tile columns), FB_SR,
  * FB_IN_F32, FB_SRC_OUTER (NVFP4 source: 0 tensor, 1 token, 2 group),
  * FB_SLOTS (NVFP4 sources: the raw ring's depth; 0 the register path), FB_HALF (NVFP4 sources: 1 the f16 tile),
- * FB_KBF16 (requantizers of NVFP4 / MXFP8 sources: 1 writes the requantized values' exact BF16 copy instead, below).
+ * FB_KBF16 (requantizers of NVFP4 / MXFP8 sources: 1 writes the requantized values' exact BF16 copy instead, below),
+ * FB_BOTH (quantizers of BF16 matrices: 1 also quantizes each tile along its rows into p.out2 / p.scales2, exactly as
+ * quant_mxfp8.cuh with SR stream p.stream2 and map sr2_*; cols % 32 == 0).
  * Reads p.in (source codes or values, rows x cols as stored), p.src_scales, p.src_s_dec, p.group_offsets;
  * writes p.out (cols x rows E4M3), p.scales (cols x rows/32 E8M0). rows % 32 == 0, cols % 16 == 0.
  * FB_KBF16 1: the same codes and scales are made (the same SR draws: by their element of the cols x rows layout), and
@@ -44,6 +46,13 @@
 #endif
 #ifndef FB_KBF16
 #define FB_KBF16 0
+#endif
+/* FB_BOTH (quantizers of BF16 matrices: the ring path below): also along the rows, from the same tile (see there) */
+#ifndef FB_BOTH
+#define FB_BOTH 0
+#endif
+#if FB_BOTH && (FB_SRC != 0 || FB_IN_F32)
+#error "mx_col FB_BOTH: quantizers of BF16 matrices only"
 #endif
 #if FB_KBF16 && FB_SRC == 0
 #error "mx_col FB_KBF16: requantizers of NVFP4 / MXFP8 sources only"
@@ -160,14 +169,15 @@ static __device__ __forceinline__ void deq_raw(const raw_chunk &r, float sd, flo
 #endif
 }
 
-/* the 32 codes of one column block (v: 32 values down the column, o: its first output element) as 8 words */
-static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const float v[32], long long o, unsigned w[8]) {
+/* the 32 codes of one column block (v: 32 values down the column, o: its first output element; SR stream `stream`) as
+ * 8 words; FB_BOTH's row blocks take it too (32 values along a row, their stream p.stream2) */
+static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, unsigned stream, const float v[32], long long o, unsigned w[8]) {
 #if FB_SR
   unsigned r[8]; /* independent of the values: first, so that its chains can overlap the amax */
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     unsigned long long c = ((unsigned long long)o >> 4) + h;
-    fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, p.stream};
+    fb_u32 ctr[4] = {p.step, (fb_u32)c, (fb_u32)(c >> 32), 0u}, key[2] = {p.seed, stream};
     fb_philox4x32_10(ctr, key, r + 4 * h);
   }
 #endif
@@ -196,7 +206,7 @@ static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const f
              fbf_e4m3x2_sr(v[4 * q + 2] * inv, v[4 * q + 3] * inv, (r[q] >> 16) & 255u, r[q] >> 24) << 16;
   }
 #else
-  (void)p, (void)o;
+  (void)p, (void)o, (void)stream;
   const float inv = fbf_pow2(127 - (int)e);
 #pragma unroll
   for (int q = 0; q < 8; ++q)
@@ -242,6 +252,12 @@ static __device__ __forceinline__ unsigned col_block(const fb_kp_mem &p, const f
 #define NCH (SLOT / 8)                               /* 16-byte chunks of a tile */
 #define CPT ((NCH + FB_THREADS - 1) / FB_THREADS)     /* chunks a thread */
 #define NIC ((FB_RB * FB_COLS + FB_THREADS - 1) / FB_THREADS) /* column items a thread */
+#if FB_BOTH
+#define NIR (TR * (FB_COLS / 32) / FB_THREADS) /* FB_BOTH: row items a thread */
+#if NIR * FB_THREADS != TR * (FB_COLS / 32) || NIR < 1
+#error "mx_col FB_BOTH: FB_THREADS must divide the tile's row blocks"
+#endif
+#endif
 #if NST < 2
 #error "mx_col ring: fewer than two slots fit"
 #endif
@@ -359,7 +375,7 @@ extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
         for (int j = 0; j < 32; ++j) v[j] = __uint_as_float((unsigned)cp[j * FB_COLS] << 16);
         unsigned w[8];
         const long long o = it_o[n] + (long long)i * TR; /* output element index, row-major in the transposed layout */
-        const unsigned e = col_block(p, v, (long long)sr_at(p, (unsigned long long)o, c0 + it_cc[n]), w);
+        const unsigned e = col_block(p, p.stream, v, (long long)sr_at(p, (unsigned long long)o, c0 + it_cc[n]), w);
         unsigned x[4], sa[4], sb[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -373,6 +389,37 @@ extern "C" __global__ void FB_RING_BOUNDS FB_KERNEL(const fb_kp_mem p) {
           sc[it_cc[n]][i * FB_RB + it_rb[n]] = (unsigned char)e;
         }
       }
+#if FB_BOTH
+      /* row phase (FB_BOTH): the same tile quantized along its rows, exactly as quant_mxfp8.cuh (row-wise MXFP8 of the
+       * whole matrix: p.out2 rows x cols E4M3, p.scales2 rows x cols/32 E8M0, SR stream p.stream2 under the map sr2_*),
+       * so that a gradient wanted both ways is read from memory once. Item k = threadIdx.x + n * FB_THREADS of the tile
+       * is row k / (FB_COLS / 32), 32-column block k % (FB_COLS / 32): a thread reads its block's 64 bytes from the slot
+       * (16-byte loads; a quarter warp's eight lanes meet in two bank groups, a 4-way conflict that costs shared-memory
+       * cycles far below the tile's DRAM time) and writes its 32 codes and one scale; a warp writes whole rows' codes. */
+#pragma unroll
+      for (int n = 0; n < NIR; ++n) {
+        const int k = (int)threadIdx.x + n * FB_THREADS, rr = k / (FB_COLS / 32), cb = k % (FB_COLS / 32);
+        const long long row = r0 + rr, col = c0 + 32 * cb;
+        if (row >= p.rows || col >= p.cols) continue;
+        const uint4 *sp = reinterpret_cast<const uint4 *>(slot + rr * FB_COLS + 32 * cb);
+        float v[32];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint4 x = sp[q];
+          const unsigned xw[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[8 * q + 2 * j] = __uint_as_float(xw[j] << 16), v[8 * q + 2 * j + 1] = __uint_as_float(xw[j] & 0xFFFF0000u);
+        }
+        long long o = row * p.cols + col; /* the row-wise output's element, then its SR index under the map */
+        if (p.sr2_ld) o = (row + p.sr2_row0) * p.sr2_ld + p.sr2_col0 + col;
+        unsigned w[8];
+        const unsigned e = col_block(p, p.stream2, v, o, w);
+        uint4 *d = reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(p.out2) + row * p.cols + col);
+        d[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        reinterpret_cast<unsigned char *>(p.scales2)[(row * p.cols + col) >> 5] = (unsigned char)e;
+      }
+#endif
     }
     __syncthreads();
     /* the band's scales: output row col holds (b1 - b0) / 32 consecutive bytes at (col * rows + b0) / 32, written as

@@ -33,7 +33,8 @@ typedef struct {
   fb_qspec q;      /* the quantized output: quant, requant (its destination), permute/unpermute payload,
                       gemm output, adamw's weights */
   fb_qspec src;    /* requant: the stored source (format, outer); gemm: the operands' format */
-  int col;         /* quant/requant: blocks down the columns, stored transposed */
+  int col;         /* quant/requant: blocks down the columns, stored transposed; quant 2 ("_both"): that and, in the
+                      same pass, blocks along the rows (MXFP8 of a BF16 gradient: mx_col.cuh FB_BOTH) */
   int in_f32;      /* the input is FP32 (master weights), not BF16 */
   int top_k, experts;
   char family[16]; /* tune family: gemm, quant, ... */

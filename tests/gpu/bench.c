@@ -461,6 +461,7 @@ int main(int argc, char **argv) {
       {"MXFP8 quant rows, RN (last-1/6 forward X)", "quant_mxfp8_row", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
       {"MXFP8 quant rows, SR (dY)", "quant_mxfp8_sr_row", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
       {"MXFP8 quant columns, SR (dY for wgrad)", "quant_mxfp8_sr_col", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
+      {"MXFP8 quant both ways, SR (dY: the two above, one read)", "quant_mxfp8_sr_both", R, C, 1, 2 * n + 2 * (n + n / 32), 1, 0, 0},
       {"requant NVFP4 tok -> MXFP8^T SR (saved X)", "requant_nvfp4_tok_mxfp8_sr_t", R, C, 1, n / 2 + n / 16 + 4.0 * R + n + n / 32, 0, 0, 0},
       {"requant NVFP4 exp -> MXFP8^T SR (W13, 48 experts)", "requant_nvfp4_exp_mxfp8_sr_t", W, C, 48, nw / 2 + nw / 16 + 4.0 * 48 + nw + nw / 32, 0, 0, 0},
       {"RHT-32 + S2F6 quant (combine Y)", "s2f6_quant_rht32", R, C, 1, 2 * n + n + n / 32, 1, 0, 0},
@@ -615,6 +616,8 @@ int main(int argc, char **argv) {
       p.src_scales = dss, p.src_s_dec = dssd, p.rows = rows[i].rows, p.cols = rows[i].cols, p.ngroups = rows[i].ngroups;
       p.seed = 1, p.stream = 2, p.step = 3, p.signs = 0x9E3779B9u;
       if (u->t->k.op == FB_OP_S2F6_DQ) p.scales = dss; /* valid E8M0-ish exponents */
+      if (u->t->k.op == FB_OP_QUANT && u->t->k.col == 2) /* both ways: the row-wise half past the column-wise one */
+        p.out2 = dout + maxn * 2, p.scales2 = dsc + maxn / 32, p.stream2 = 5;
       if (u->t->k.op == FB_OP_REQUANT && u->t->k.src.outer == FB_GRAN_TOKEN) p.ngroups = 1;
       unsigned gx, gy, nt;
       CK(fb_launch_dims(&u->t->k, &u->v, p.rows, p.cols, p.ngroups, &gx, &gy, &nt));

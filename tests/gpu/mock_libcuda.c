@@ -391,6 +391,17 @@ static void emu_mem(const fb_kernel_spec *k, const fb_kp_mem *p) {
       if (col) free(t);
     } else
       CHK(fb_mxfp8_quantize(x, R, C, col ? FB_MX_COLWISE : FB_MX_ROWWISE, &so, (uint8_t *)p->out, (uint8_t *)p->scales));
+    if (col == 2) { /* both ways (mx_col.cuh FB_BOTH): the row-wise codes too, their own stream and map */
+      fb_sr_opts s2 = so;
+      s2.stream = p->stream2;
+      if (C % 32) { fprintf(stderr, "MOCK: %s: cols %zu not a multiple of 32\n", nm, C); abort(); }
+      find(p->out2, n, "mx out2");
+      find(p->scales2, n / 32, "mx sf2");
+      if (p->sr2_ld)
+        CHK(fb_mxfp8_quantize_rows_at(x, R, C, &s2, (size_t)p->sr2_row0, (size_t)p->sr2_ld, (size_t)p->sr2_col0, (uint8_t *)p->out2,
+                                      (uint8_t *)p->scales2));
+      else CHK(fb_mxfp8_quantize(x, R, C, FB_MX_ROWWISE, &s2, (uint8_t *)p->out2, (uint8_t *)p->scales2));
+    }
   } else if (k->op == FB_OP_REQUANT) {
     fb_sr_opts so = {sr ? FB_ROUND_SR : FB_ROUND_RN, p->seed, p->stream, p->step};
     /* kbf16 (mx_col.cuh FB_KBF16): the codes and scales made apart, then their BF16 copy, regrouped by out_group */

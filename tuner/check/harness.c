@@ -99,6 +99,8 @@ void build_specs(void) {
     add(FB_OP_QUANT, FB_FMT_MXFP8, 0, 0, 0, sr, 0, NULL, 0, 1, "quant", n);
     snprintf(n, sizeof n, "quant_mxfp8%s_col_sm90a", sr ? "_sr" : "");
     add(FB_OP_QUANT, FB_FMT_MXFP8, 0, 0, 0, sr, 1, NULL, 0, 0, "quant", n);
+    snprintf(n, sizeof n, "quant_mxfp8%s_both_sm90a", sr ? "_sr" : ""); /* both ways in one pass (mx_col.cuh FB_BOTH) */
+    add(FB_OP_QUANT, FB_FMT_MXFP8, 0, 0, 0, sr, 2, NULL, 0, 0, "quant", n);
   }
   for (int s = 0; s < 4; ++s)
     for (int sr = 0; sr < 2; ++sr) {
@@ -356,8 +358,31 @@ fb_status run_case(const unit *u, const fb_kernel *kern, int kind, unsigned seed
     const long long nat = tr ? R : C;
     const int mapped = k->q.rounding == FB_ROUND_SR && seed % 3 == 1;
     if (mapped) p.sr_row0 = 1 + seed % 7, p.sr_ld = nat + 32 * (1 + seed % 4), p.sr_col0 = 32 * (1 + seed % 5);
+    /* both ways (mx_col.cuh FB_BOTH): the row-wise codes and scales too, with a stream and (mapped) a map of their own */
+    const int both = k->op == FB_OP_QUANT && k->col == 2;
+    CUdeviceptr dout2 = 0, dsc2 = 0;
+    fb_sr_opts so2 = so;
+    if (both) {
+      dout2 = dalloc(&S, n), dsc2 = dalloc(&S, n / 32);
+      TRY(S.rc);
+      TRY_CU(fb_cu.MemsetD8(dout2, 0xA5, n));
+      TRY_CU(fb_cu.MemsetD8(dsc2, 0xA5, n / 32));
+      p.out2 = dout2, p.scales2 = dsc2, p.stream2 = p.stream + 11;
+      so2.stream = p.stream2;
+      if (mapped) p.sr2_row0 = 2 + seed % 5, p.sr2_ld = C + 32 * (1 + seed % 3), p.sr2_col0 = 32 * (seed % 4);
+    }
     TRY(fb_kernel_launch(kern, gx, gy, th, &p, sizeof p));
     TRY_CU(fb_cu.CtxSynchronize());
+    if (both) { /* the row-wise half: fb_mxfp8_quantize (ROWWISE), or fb_mxfp8_quantize_rows_at under the map */
+      uint8_t *r2 = hnew(&S, n), *rs2 = hnew(&S, n / 32), *g2 = hnew(&S, n), *gs2 = hnew(&S, n / 32);
+      TRY(S.rc);
+      if (mapped)
+        TRY(fb_mxfp8_quantize_rows_at(x, (size_t)R, (size_t)C, &so2, (size_t)p.sr2_row0, (size_t)p.sr2_ld, (size_t)p.sr2_col0, r2, rs2));
+      else TRY(fb_mxfp8_quantize(x, (size_t)R, (size_t)C, FB_MX_ROWWISE, &so2, r2, rs2));
+      TRY_CU(fb_cu.MemcpyDtoH(g2, dout2, n));
+      TRY_CU(fb_cu.MemcpyDtoH(gs2, dsc2, n / 32));
+      wrong += count_diff8(g2, r2, n, "row codes", nm, &shown) + count_diff8(gs2, rs2, n / 32, "row scales", nm, &shown);
+    }
     uint8_t *rc_ = hnew(&S, n), *rsc = hnew(&S, n / 32), *gc = hnew(&S, n), *gsc = hnew(&S, n / 32);
     TRY(S.rc);
     if (mapped) { /* the values the kernel quantizes, in its output's layout, then fb_mxfp8_quantize_rows_at */

@@ -457,6 +457,7 @@ static void one_set(const fb_kernel_spec *k, const fb_tune_shape_t *s, fb_kp_mem
     q->group_offsets = put(off, sizeof *off * (ng + 1));
     q->flags = dev(4, 0, 0);
     if (k->op == FB_OP_REQUANT) q->src_scales = dev(n / 16 + 64, 3, 0), q->src_s_dec = dev((size_t)R * 4 + 64, 5, 1.0 / 2688.0);
+    if (k->op == FB_OP_QUANT && k->col == 2) q->out2 = dev(n, 0, 0), q->scales2 = dev(n / 32 + 64, 0, 0), q->stream2 = 5;
     q->rows = R, q->cols = C, q->ngroups = ng, q->seed = 1, q->stream = 2, q->step = 3, q->signs = 0x9E3779B9u;
     /* the BF16 copy of requantized weights is regrouped per expert as the layer writes it */
     if (k->op == FB_OP_REQUANT && k->out_bf16 && ng > 1 && R % ng == 0 && (R / ng) % 32 == 0) q->out_group = (unsigned)(R / ng);
