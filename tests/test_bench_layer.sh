@@ -28,17 +28,26 @@ fivesame "$W/one" && awk -v r="$rel" 'BEGIN { exit !(r != "" && r <= 0.5) }' && 
 # one rank: the direct path (no exchange) and the exchange path forced on give the same bytes; the direct path timed
 paths "$W/one" direct && ok || { bad "one rank: direct vs exchange path"; grep '^check one rank' "$W/one"; }
 # the launches of inkling2_small layer 1's step on each path (runtime/experts_gpu.c's orchestration: update with it)
-[ "$(launches "$W/one")" = 30 ] && ok || { bad "one rank: launches of the direct path"; grep '^kernels of' "$W/one"; }
+# dY and dH quantized both ways in one launch each (quant_mxfp8_sr_both)
+[ "$(launches "$W/one")" = 28 ] && ok || { bad "one rank: launches of the direct path"; grep '^kernels of' "$W/one"; }
+# FOURBIT_GPU_GRAD_BOTH=0: each gradient quantized along and down its rows by two launches (quant_mxfp8_sr_row, _col):
+# two launches more, the same bytes
+FOURBIT_GPU_GRAD_BOTH=0 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/gb0" 2>&1 && ok || { bad "one rank, GRAD_BOTH=0: exit $?"; tail -5 "$W/gb0"; }
+fivesame "$W/gb0" && [ "$(launches "$W/gb0")" = 30 ] && [ "$(grep -c '^  bwd .*quant_mxfp8_sr_\(row\|col\)_' "$W/gb0")" = 4 ] &&
+  ! grep -q '^  bwd .*quant_mxfp8_sr_both_' "$W/gb0" && [ "$(grep -c '^  bwd .*quant_mxfp8_sr_both_' "$W/one")" = 2 ] &&
+  [ -n "$(sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) .*dx \([0-9a-f]*\) .*/\1 \2/p' "$W/one")" ] &&
+  [ "$(sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) .*dx \([0-9a-f]*\) .*/\1 \2/p' "$W/gb0")" = "$(sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) .*dx \([0-9a-f]*\) .*/\1 \2/p' "$W/one")" ] \
+  && ok || { bad "one rank, GRAD_BOTH=0: two launches more (row and col), the same bytes"; grep -E '^check one|^kernels of|quant_mxfp8_sr' "$W/gb0"; }
 # --train-amax: the NVFP4 weights' amax given, as AdamW's NVFP4 form leaves them in a train step: the two amax launches are
 # gone, every forward's two weight quantizations took them (the fake driver checks each against its data), and y and dx are the bytes
 # of the run that found them itself
 LD_LIBRARY_PATH=$MOCK "$BL" $args --train-amax > "$W/tam" 2>&1 && ok || { bad "one rank, --train-amax: exit $?"; tail -5 "$W/tam"; }
 fnv() { sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) \/ [0-9a-f]*, dx \([0-9a-f]*\) .*/\1 \2/p' "$1"; }
-fivesame "$W/tam" && [ "$(launches "$W/tam")" = 28 ] && [ "$(nums "$W/tam" "weights' amax given:" | cut -d' ' -f1)" -ge 2 ] &&
+fivesame "$W/tam" && [ "$(launches "$W/tam")" = 26 ] && [ "$(nums "$W/tam" "weights' amax given:" | cut -d' ' -f1)" -ge 2 ] &&
   [ -n "$(fnv "$W/one")" ] && [ "$(fnv "$W/tam")" = "$(fnv "$W/one")" ] && ! grep -q '^  fwd weights  *amax' "$W/tam" \
   && ok || { bad "one rank, --train-amax: checks"; grep -E "^check|^kernels of|amax" "$W/tam"; }
 MOCK_STREAMS=1 FOURBIT_GPU_OVERLAP=1 FOURBIT_GPU_EXCHANGE=1 LD_LIBRARY_PATH=$MOCK "$BL" $args > "$W/onex" 2>&1 && ok || { bad "one rank, exchange path: exit $?"; tail -5 "$W/onex"; }
-paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 53 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
+paths "$W/onex" exchange && [ "$(launches "$W/onex")" = 51 ] && ok || { bad "one rank, exchange path: checks"; grep -E '^check one|^kernels of' "$W/onex"; }
 # the dX exchange on the layer's exchange stream beside the w13 wgrad (runtime/experts_gpu.c dx_send): one stream made
 # and destroyed, two waits each backward (the exchange on dX, the sum on the exchange); the fake driver runs every call
 # in order, so this checks the plumbing, not the overlap. FOURBIT_GPU_OVERLAP=0: in series, no stream, the same bytes
@@ -82,7 +91,7 @@ c0=$(nums "$W/bc1" "MOCK streams:" | cut -d' ' -f1); c1=$(nums "$W/bp" "MOCK str
 fp8="gemm_dgrad_mxfp8xmxfp8_bf16_sm90a_m64n128k128_s3_c1_w1_b0,gemm_wgrad_mxfp8xmxfp8_f32_sm90a_m64n128k128_s3_c1_w1_b0"
 LD_LIBRARY_PATH=$MOCK "$BL" $args --pick "$fp8" > "$W/fp8" 2>&1 && ok || { bad "one rank, FP8 GEMMs: exit $?"; tail -5 "$W/fp8"; }
 rel8=$(nums "$W/fp8" "check y (8 tokens)" | cut -d' ' -f2)
-fivesame "$W/fp8" && awk -v r="$rel8" 'BEGIN { exit !(r != "" && r <= 0.5) }' && [ "$(launches "$W/fp8")" = 32 ] &&
+fivesame "$W/fp8" && awk -v r="$rel8" 'BEGIN { exit !(r != "" && r <= 0.5) }' && [ "$(launches "$W/fp8")" = 30 ] &&
   [ "$(grep -c '^  bwd .*gemm_.*grad_mxfp8xmxfp8_.*_b0 ' "$W/fp8")" = 4 ] && ! grep -q '^  bwd .*bcopy' "$W/fp8" \
   && ok || { bad "one rank, FP8 GEMMs: checks"; grep -E '^check|^kernels of|bcopy|_b0' "$W/fp8"; }
 # layer 48 (the MXFP8 forward of the recipe's last sixth) with every GEMM on the FP8 tensor cores, the forward's SwiGLU
