@@ -399,6 +399,7 @@ demo: all $(BUILD)/tests/tools/f32tool
 # Golden plans of the shipped recipes: regenerate after an intended change, and review the diff.
 golden: all $(BUILD)/tests/tools/gen_table
 	$(Q)bash tests/test_gen_table.sh $(BUILD)/tests/tools/gen_table /dev/null $(BUILD)/gen_table $(patsubst %,recipes/%.lua,$(GOLDEN)) > /dev/null; \
+	  [ $$? -ne 2 ] || { echo "golden: gen_table failed (tests/test_gen_table.sh says why): no digests written"; exit 1; }; \
 	  cp $(BUILD)/gen_table/now.sha256 tests/golden/gen_table.sha256 && echo "  golden  gen_table.sha256"
 	$(Q)for r in $(GOLDEN); do $(BUILD)/fourbit plan recipes/$$r.lua > tests/golden/plan_$$r.txt && \
 	  $(BUILD)/fourbit plan --json recipes/$$r.lua > tests/golden/plan_$$r.json && echo "  golden  $$r"; done

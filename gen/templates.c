@@ -139,7 +139,7 @@ static const char *mx_col_illegal(const fb_kernel_spec *k, const fb_variant *v) 
   if ((half ? (size_t)rows * (cols / 2 + 4) * 4 : (size_t)rows * (cols + 1) * 4) + (size_t)cols * 32 > 48 * 1024)
     return "mx_col: the tile exceeds 48 KiB of static shared memory";
   if (rows * cols / 32 < threads || rows / 32 * cols < threads) return "mx_col: fewer tile items than threads leaves threads idle";
-  if (k->op == FB_OP_QUANT && k->col == 2 && rows * (cols / 32) % threads)
+  if (k->op == FB_OP_QUANT && k->col == 2 && (threads <= 0 || rows * (cols / 32) % threads))
     return "mx_col both ways: the threads must divide the tile's row blocks (rows x cols / 32)";
   return NULL;
 }
