@@ -97,7 +97,7 @@ static void quant_mxfp8_defines(const fb_kernel_spec *k, fb_str *d) {
 
 /* ---- mx_col.cuh: MXFP8 down the columns (quantize, or requantize a saved NVFP4 / MXFP8 / BF16 tensor) ------------ */
 PARAMS(P_MXCOL_QUANT, "rows", "cols", "threads");
-PARAMS(P_MXCOL_REQUANT, "rows", "cols", "threads", "slots", "half");
+PARAMS(P_MXCOL_REQUANT, "rows", "cols", "threads", "slots", "half", "pair");
 static int mx_col_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
   const fb_qspec *q = &k->q;
   if (k->op == FB_OP_QUANT) {
@@ -113,7 +113,10 @@ static int mx_col_match(const fb_kernel_spec *k, const char *const **params, con
 }
 static const char *mx_col_illegal(const fb_kernel_spec *k, const fb_variant *v) {
   int rows = param(v, "rows", 0), cols = param(v, "cols", 0), threads = param(v, "threads", 0);
-  int slots = param(v, "slots", 0), half = param(v, "half", 0);
+  int slots = param(v, "slots", 0), half = param(v, "half", 0), pair = param(v, "pair", 0);
+  /* pair (mx_col.cuh FB_PAIR): lane pairs store the BF16 copy's 64-byte blocks as whole sectors */
+  if (pair && !(k->op == FB_OP_REQUANT && k->out_bf16)) return "mx_col: pair (whole-sector stores) applies to the BF16 copy (kbf16) only";
+  if (pair != 0 && pair != 1) return "mx_col: pair is 0 or 1";
   if (slots) { /* the raw ring (mx_col.cuh FB_SLOTS): NVFP4 sources only */
     if (k->op != FB_OP_REQUANT || k->src.format != FB_FMT_NVFP4) return "mx_col: slots (the raw ring) apply to NVFP4 sources only";
     if (slots < 2) return "mx_col: the raw ring takes at least 2 slots";
@@ -412,10 +415,16 @@ static unsigned gemm_tc_smem(const fb_kernel_spec *k, const fb_variant *v) {
 }
 
 /* ---- gemm_bcopy.cuh: the exact BF16 copy (K-permuted) of an NVFP4 / MXFP8 GEMM operand -------------------------- */
+PARAMS(P_BCOPY, "threads", "pair"); /* pair (gemm_bcopy.cuh FB_PAIR): lane pairs store whole sectors */
 static int bcopy_match(const fb_kernel_spec *k, const char *const **params, const char **why) {
   if (k->op != FB_OP_BCOPY) return FB_TMPL_NOT_MINE;
   if (k->q.format != FB_FMT_NVFP4 && k->q.format != FB_FMT_MXFP8) return NO("bcopy: NVFP4 or MXFP8 sources only");
-  return YES(P_THREADS);
+  return YES(P_BCOPY);
+}
+static const char *bcopy_illegal(const fb_kernel_spec *k, const fb_variant *v) {
+  (void)k;
+  int pair = param(v, "pair", 0);
+  return pair == 0 || pair == 1 ? NULL : "bcopy: pair is 0 or 1";
 }
 static void bcopy_defines(const fb_kernel_spec *k, fb_str *d) { fb_str_printf(d, "FB_SRC %d\n", k->q.format == FB_FMT_NVFP4 ? 1 : 2); }
 
@@ -571,7 +580,7 @@ static const fb_tmpl FB_TEMPLATES[] = {
      .grid = gemm_tc_grid, .smem = gemm_tc_smem, .family = "tcgen05"},
     {.file = "gemm_mma.cuh", .match = gemm_mma_match, .illegal = gemm_mma_illegal, .defines = gemm_defines, .tag = gemm_mma_tag,
      .grid = gemm_mma_grid, .smem = gemm_mma_smem, .family = "mma"},
-    {.file = "gemm_bcopy.cuh", .match = bcopy_match, .defines = bcopy_defines, .grid = per32_grid},
+    {.file = "gemm_bcopy.cuh", .match = bcopy_match, .illegal = bcopy_illegal, .defines = bcopy_defines, .grid = per32_grid},
     {.file = "tcopy.cuh", .match = tcopy_match, .defines = tcopy_defines, .grid = tcopy_grid},
     {.file = "router.cuh", .match = router_match, .grid = warp_per_row_grid},
     {.file = "permute.cuh", .match = permute_match, .defines = permute_defines, .grid = permute_grid},

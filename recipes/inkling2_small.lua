@@ -67,11 +67,14 @@ return recipe {
     -- rows: rows per CTA (row-wise quantizers) or tile height (column-wise); cols: tile width
     -- stage: KiB of shared memory per warp that keep a row between the passes of the per-token 4/6 quantizer
     -- (0: none, pass 2 reads the row again through L1/L2); 8 holds 256 of the 320 blocks of a 5120-wide row, 10 all
-    quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 }, stage = { 0, 4, 8, 10 } },
+    quant = { rows = { 8, 16, 32 }, cols = { 64, 128, 256 }, threads = { 128, 256 }, stage = { 0, 4, 8, 10 }, pair = { 0, 1 } },
     -- slots: the raw ring of NVFP4 sources (mx_col.cuh FB_SLOTS: raw tiles cp.async'd that many tiles ahead; 0: the
     -- register path); the generator prunes it on other sources, below 64 columns and past 48 KiB of shared memory
     -- half: the f16 tile of NVFP4 sources (mx_col.cuh FB_HALF: exact products e2m1 * sf, S_dec applied down the
     -- columns; 0: the FP32 tile); the generator prunes it on other sources, with slots and below 64 columns
-    requant = { rows = { 32, 64, 128 }, cols = { 32, 64, 128 }, slots = { 0, 2, 4, 8 }, half = { 0, 1 } },
+    -- pair: the BF16 copies (the requantizers' kbf16, and bcopy in the quant family) stored by lane pairs as whole
+    -- 32-byte sectors (1) or a lane's 64 bytes alone (0: half sectors a store; ncu on the H100 found both kernels
+    -- L2-bound with DRAM at 26-46%, twenty-second session); the generator prunes it on every other kernel
+    requant = { rows = { 32, 64, 128 }, cols = { 32, 64, 128 }, slots = { 0, 2, 4, 8 }, half = { 0, 1 }, pair = { 0, 1 } },
   },
 }

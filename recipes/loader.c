@@ -1207,8 +1207,8 @@ static const family_def FAMILIES[] = {
     {"gemm", {"tile_m", "tile_n", "tile_k", "stages", "cluster", "consumers", "weights_bf16", "pipe", "mma_k", "pingpong"},
      {{128}, {128, 256}, {64, 128}, {3, 4, 5}, {1, 2}, {1, 2}, {-1, 1}, {-1}, {-1}, {-1}}}, /* pipe, mma_k, pingpong: 0 */
     {"amax", {"rows", "threads"}, {{1, 4}, {256, 512}}},
-    {"quant", {"rows", "cols", "threads", "stage"}, {{16, 32}, {256, 512}, {128, 256}, {-1}}}, /* stage: 0 */
-    {"requant", {"rows", "cols", "threads", "slots", "half"}, {{32, 64}, {32, 64}, {128, 256}, {-1}, {-1}}}, /* slots, half: 0 */
+    {"quant", {"rows", "cols", "threads", "stage", "pair"}, {{16, 32}, {256, 512}, {128, 256}, {-1}, {-1}}}, /* stage, pair: 0 */
+    {"requant", {"rows", "cols", "threads", "slots", "half", "pair"}, {{32, 64}, {32, 64}, {128, 256}, {-1}, {-1}, {-1}}}, /* slots, half, pair: 0 */
     {"combine", {"rows", "threads"}, {{1, 4}, {128, 256}}},
     {"router", {"threads"}, {{128, 256}}},
     {"permute", {"threads", "vec"}, {{128, 256}, {4, 8}}},
@@ -1237,13 +1237,14 @@ CHECK(ck_slots, x == 0 || (x >= 2 && x <= 16), "slots takes 0 (none) or 2..16 (r
 CHECK(ck_half, x == 0 || x == 1, "half takes 0 (the FP32 tile) or 1 (the f16 tile of NVFP4 sources)")
 CHECK(ck_stage, x >= 0 && x <= 48, "stage takes 0..48 (KiB of shared memory per warp; 0: none)")
 CHECK(ck_pingpong, x == 0 || x == 1, "pingpong takes 0 (consumer warpgroups share a tile) or 1 (they take turns, a tile each)")
+CHECK(ck_pair, x == 0 || x == 1, "pair takes 0 (a lane stores its 64-byte BF16 copy alone) or 1 (lane pairs store whole sectors)")
 
 const fb_tune_param FB_TUNE_PARAMS[] = {
     {"tile_m", ck_tile_m, 0}, {"tile_n", ck_tile_n, 0}, {"tile_k", ck_tile_k, 0}, {"stages", ck_stages, 0},
     {"cluster", ck_cluster, 0}, {"consumers", ck_consumers, 0}, {"weights_bf16", ck_bool, 0}, {"pipe", ck_pipe, 1},
     {"rows", ck_rows, 0}, {"cols", ck_cols, 0}, {"threads", ck_threads, 0}, {"vec", ck_vec, 0},
     {"slots", ck_slots, 1}, {"half", ck_half, 1}, {"stage", ck_stage, 1}, {"mma_k", ck_mma_k, 1},
-    {"pingpong", ck_pingpong, 1}, {NULL, NULL, 0},
+    {"pingpong", ck_pingpong, 1}, {"pair", ck_pair, 1}, {NULL, NULL, 0},
 };
 
 const fb_tune_param *fb_tune_param_find(const char *name) {

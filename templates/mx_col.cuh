@@ -57,10 +57,20 @@
 #if FB_KBF16 && FB_SRC == 0
 #error "mx_col FB_KBF16: requantizers of NVFP4 / MXFP8 sources only"
 #endif
+#ifndef FB_PAIR
+#define FB_PAIR 0
+#endif
+#if FB_PAIR && !FB_KBF16
+#error "mx_col FB_PAIR: the BF16 copy's stores (FB_KBF16) only"
+#endif
 #if FB_KBF16
+#include "fb_store.h"
 /* FB_KBF16's store of one block: column col (the output row before regrouping), source rows row .. row + 31 (codes w,
- * scale e), as 64 contiguous bytes (two whole sectors a thread) */
-static __device__ __forceinline__ void kbf16_store(const fb_kp_mem &p, long long col, long long row, const unsigned w[8], unsigned e) {
+ * scale e), as 64 contiguous bytes; FB_PAIR 1 (tune value pair): written with the partner lane (lane ^ 1, whose column is
+ * the neighbouring item's) as whole sectors (fb_store.h fbf_store64_pair), 0: by this lane alone (half sectors a store
+ * instruction). Every lane of the warp calls it (the shuffles); in: whether this lane's block is stored */
+static __device__ __forceinline__ void kbf16_store(const fb_kp_mem &p, long long col, long long row, const unsigned w[8], unsigned e,
+                                                   bool in, bool odd) {
   unsigned o[16];
   fbf_mx_block_kbf16(w, e, o);
   long long ob = col * p.rows + row;
@@ -68,9 +78,16 @@ static __device__ __forceinline__ void kbf16_store(const fb_kp_mem &p, long long
     const long long G = p.out_group, g = row / G;
     ob = (g * p.cols + col) * G + (row - g * G);
   }
-  uint4 *d = reinterpret_cast<uint4 *>(p.out) + (ob >> 3);
+#if FB_PAIR
+  fbf_store64_pair((unsigned long long)p.out + (unsigned long long)ob * 2u, o, in, odd);
+#else
+  (void)odd;
+  if (in) {
+    uint4 *d = reinterpret_cast<uint4 *>(p.out) + (ob >> 3);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) d[k] = make_uint4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);
+    for (int k = 0; k < 4; ++k) d[k] = make_uint4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);
+  }
+#endif
 }
 #endif
 
@@ -639,8 +656,8 @@ static __device__ __forceinline__ void rq2_columns(const fb_kp_mem &p, const rq2
     const unsigned long long o = ic_o[n] + (unsigned long long)i * TR;
     const unsigned e = col_block2(p, q, v, sr_at(p, o, c0 + ic_cc[n]), w);
 #if FB_KBF16
-    (void)ic_st, (void)scj, (void)odd;
-    if (whole || ic_in[n]) kbf16_store(p, c0 + ic_cc[n], r0 + 32 * ic_rb[n], w, e);
+    (void)ic_st, (void)scj;
+    kbf16_store(p, c0 + ic_cc[n], r0 + 32 * ic_rb[n], w, e, whole || ic_in[n], odd);
     continue;
 #endif
     unsigned x[4], sa[4], sb[4];
@@ -1000,7 +1017,7 @@ extern "C" __global__ void FB_LAUNCH_BOUNDS FB_KERNEL(const fb_kp_mem p) {
           if (c == 0) rh_col<0>(p, q, h, e0, sr_at(p, o, c0 + ic_cc[n]), sdu, sdr, xmin, w);
           else rh_col<1>(p, q, h, e1, sr_at(p, o + 2ull * (unsigned long long)p.rows, c0 + ic_cc[n] + 2), sdu, sdr, xmin, w);
 #if FB_KBF16
-          if (whole || ic_in[n]) kbf16_store(p, c0 + ic_cc[n] + 2 * c, r0 + 32 * ic_rb[n], w, c ? e1 : e0);
+          kbf16_store(p, c0 + ic_cc[n] + 2 * c, r0 + 32 * ic_rb[n], w, c ? e1 : e0, whole || ic_in[n], odd);
           continue;
 #endif
           unsigned y[4], sa[4], sb[4];

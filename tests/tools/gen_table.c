@@ -21,13 +21,13 @@ static const int *grid_values(const char *p, int k96, int *n) {
   static const int tm[] = {64, 128, 192, 256}, tn[] = {64, 96, 128, 192, 256}, tk[] = {64, 128, 192}, st[] = {1, 2, 3, 4, 6},
                    cl[] = {1, 2}, co[] = {1, 2, 3}, wb[] = {0, 1}, pipe[] = {0, 1, 2, 3}, rows[] = {8, 16, 32, 48, 64, 128, 256},
                    cols[] = {16, 32, 64, 96, 128, 256}, thr[] = {32, 64, 128, 256, 512}, stage[] = {0, 4, 8, 10, 24},
-                   slots[] = {0, 1, 2, 3}, half[] = {0, 1, 2}, vec[] = {1, 2, 4, 8};
+                   slots[] = {0, 1, 2, 3}, half[] = {0, 1, 2}, vec[] = {1, 2, 4, 8}, pair[] = {0, 1, 2};
 #define R(name, a) if (!strcmp(p, name)) { *n = (int)(sizeof a / sizeof a[0]); return a; }
   /* the tcgen05 family's K = 96 form (mma_k 96, sm_103a) takes 768-wide K tiles: its specs' grid adds tile_k 768 */
   static const int mk[] = {0, 96}, tk96[] = {64, 128, 192, 768};
   if (k96) { R("mma_k", mk) R("tile_k", tk96) }
   R("tile_m", tm) R("tile_n", tn) R("tile_k", tk) R("stages", st) R("cluster", cl) R("consumers", co) R("weights_bf16", wb)
-  R("pipe", pipe) R("rows", rows) R("cols", cols) R("threads", thr) R("stage", stage) R("slots", slots) R("half", half) R("vec", vec)
+  R("pipe", pipe) R("rows", rows) R("cols", cols) R("threads", thr) R("stage", stage) R("slots", slots) R("half", half) R("vec", vec) R("pair", pair)
 #undef R
   static const int one[] = {1};
   *n = 1;
