@@ -34,8 +34,8 @@ if command -v compute-sanitizer >/dev/null; then
       else grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_gemm:" /tmp/csg_$tool.log | tail -2; fi
     done
     # one variant of each spec (--quick: the first), then the requantizers' other forms of mx_col.cuh, whose first
-    # variant is the FP32 tile: the f16 tile (_h1) and the raw ring (_s2)
-    for sel in "" "--only requant --variant _h1" "--only requant --variant _s2"; do
+    # variant is the FP32 tile: the f16 tile (_h1), the raw ring (_s2) and the BF16 copy's lane-pair stores (_p1)
+    for sel in "" "--only requant --variant _h1" "--only requant --variant _s2" "--only kbf16 --variant _p1"; do
       echo "== compute-sanitizer --tool $tool (test_kernels --quick $sel: one input)"
       log=/tmp/cs_$tool${sel//[ -]/_}.log
       if compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/test_kernels --quick $sel > $log 2>&1; then
