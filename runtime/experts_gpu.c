@@ -201,6 +201,7 @@ struct fb_gpu_experts {
   CUevent xev[2];         /* dX ready on the layer's stream; the exchange done on xs */
   int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
   int comm_sms;           /* FOURBIT_GPU_COMM_SMS=k: the persistent GEMMs launched while it is leave k SMs to it */
+  int grad_both;          /* 1 (default): dY / dH quantized both ways in one launch; FOURBIT_GPU_GRAD_BOTH=0: two */
   int bpipe;              /* FOURBIT_GPU_BPIPE=k: a chunked GEMM's B copies made one chunk ahead on a stream of their own,
                              its GEMMs launched on k fewer SMs beside them (bpipe_loop); 0 (default): in turn */
   CUstream ps;            /* that stream (made at its first use) */
@@ -866,13 +867,15 @@ static fb_status group_offsets(fb_gpu_experts *g, unsigned ng, size_t per, CUdev
 /* The SR index map of an MXFP8 quantizer with SR (fb_kparams.h sr_*, as fb_mxfp8_quantize_rows_at): element (i, j) of
  * its output draws the bits of (row0 + i) ld + col0 + j; ld 0: the identity. */
 typedef struct { long long row0, ld, col0; } srmap;
-static fb_status set_srmap(fb_kp_mem *p, const srmap *m) {
+/* map m (NULL or ld 0: the identity) into a quantizer's SR map fields (row0, ld, col0: fb_kp_mem's sr_* or sr2_*) */
+static fb_status put_srmap(const srmap *m, long long *row0, long long *ld, long long *col0) {
   if (!m || !m->ld) return FB_OK;
   if (m->ld % 32 || m->col0 % 32 || m->row0 < 0 || m->col0 < 0)
     return FB_ERR(FB_EINVAL, "experts gpu: SR map (%lld, %lld, %lld): ld and col0 must be multiples of 32", m->row0, m->ld, m->col0);
-  p->sr_row0 = m->row0, p->sr_ld = m->ld, p->sr_col0 = m->col0;
+  *row0 = m->row0, *ld = m->ld, *col0 = m->col0;
   return FB_OK;
 }
+static fb_status set_srmap(fb_kp_mem *p, const srmap *m) { return put_srmap(m, &p->sr_row0, &p->sr_ld, &p->sr_col0); }
 /* The SR maps of the owner's operands under expert parallelism (N > 1; NULL on one rank: the identity), so that N ranks
  * draw the bits one rank draws for the same (token, expert) row (model_experts.c's srmap does the same on the CPU):
  * a row-wise operand's rows are rows [g0, g0 + R) of one rank's; a column-wise one (stored transposed) its columns */
@@ -1293,6 +1296,12 @@ static size_t chunk_of(size_t c, size_t ce, size_t E, size_t *e0) {
   return ce < E - *e0 ? ce : E - *e0;
 }
 
+/* a chunked GEMM's arguments for the chunk of experts [e0, e0 + n) with B at b (its rows: the offsets from e0 on) */
+static fb_gemm_args chunk_args(const fb_gemm_args *ga, size_t e0, size_t n, CUdeviceptr b) {
+  fb_gemm_args ch = *ga;
+  ch.offsets = ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
+  return ch;
+}
 /* gemm_with_b's chunks for chunks_run: chunk c's BF16 copy of B, and its GEMM over the rows of its experts */
 typedef struct {
   fb_gpu_experts *g;
@@ -1313,8 +1322,7 @@ static fb_status wb_run(void *p, size_t c, CUdeviceptr b) {
   size_t e0;
   const size_t n = chunk_of(c, x->ce, x->E, &e0);
   const dq sub = dq_experts(x->B, x->per, e0, n);
-  fb_gemm_args ch = *x->ga;
-  ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
+  fb_gemm_args ch = chunk_args(x->ga, e0, n, b);
   if (x->ga->b_outer) ch.b_outer = x->ga->b_outer + (sub.o - x->B->o); /* per-expert S_dec: the chunk's */
   return gemm_run(x->g, x->e, &ch);
 }
@@ -1363,8 +1371,7 @@ static fb_status db_run(void *p, size_t c, CUdeviceptr b) {
   const db_ctx *x = p;
   size_t e0;
   const size_t n = chunk_of(c, x->ce, x->E, &e0);
-  fb_gemm_args ch = *x->ga;
-  ch.offsets = x->ga->offsets + e0 * sizeof(long long), ch.experts = (int)n, ch.b = b;
+  fb_gemm_args ch = chunk_args(x->ga, e0, n, b);
   return gemm_run(x->g, x->ge, &ch);
 }
 /* The dgrad GEMM (kernel ge, arguments ga but B) of a saved weight src (E experts of G rows: w2 G = d, w13 G = 2f), whose
@@ -2217,8 +2224,7 @@ static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer
   const fb_layer_prec *p = L->prec;
   srmap mr, mc;
   const srmap *smr = map_rows(s->N, s->g0, M, &mr), *smc = map_cols(s->N, s->Rg, s->g0, &mc);
-  const char *ev = getenv("FOURBIT_GPU_GRAD_BOTH");
-  if (!(ev && !strcmp(ev, "0")) && M % 32 == 0) {
+  if (g->grad_both && M % 32 == 0) {
     const kent *e;
     fb_kernel_spec k = sp_quant(g, &p->bwd_grad, 2, 0);
     FB_TRY(kget(g, &k, NULL, &e));
@@ -2234,10 +2240,8 @@ static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer
     pk.in = G, pk.out = t->c, pk.scales = t->s, pk.out2 = r->c, pk.scales2 = r->s;
     pk.rows = (long long)R, pk.cols = (long long)M, pk.seed = L->seed, pk.step = L->step;
     pk.stream = fb_moe_stream(L->layer, op_t), pk.stream2 = fb_moe_stream(L->layer, op_r);
-    FB_TRY(set_srmap(&pk, smr)); /* the rows' map, moved to sr2_*, then the columns' */
-    pk.sr2_row0 = pk.sr_row0, pk.sr2_ld = pk.sr_ld, pk.sr2_col0 = pk.sr_col0;
-    pk.sr_row0 = pk.sr_ld = pk.sr_col0 = 0;
-    FB_TRY(set_srmap(&pk, smc));
+    FB_TRY(set_srmap(&pk, smc));                                     /* the columns' map */
+    FB_TRY(put_srmap(smr, &pk.sr2_row0, &pk.sr2_ld, &pk.sr2_col0)); /* the rows' */
     return run_mem(g, e, &pk, (long long)R, (long long)M, 0);
   }
   FB_TRY(quant_rows_m(g, ar, &p->bwd_grad, 0, G, R, M, 0, L->seed, fb_moe_stream(L->layer, op_r), L->step, smr, r));
@@ -2550,6 +2554,8 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
     g->bpipe = bp && atoi(bp) > 0 ? atoi(bp) : 0;
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");
     g->bchunk = bc && atoi(bc) > 0 ? atoi(bc) : 0;
+    const char *gb = getenv("FOURBIT_GPU_GRAD_BOTH");
+    g->grad_both = !(gb && !strcmp(gb, "0"));
   }
   if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
   g->o = *o, g->sms = info.sm_count, g->arch = arch;
