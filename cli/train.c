@@ -232,10 +232,11 @@ typedef struct {
 } gpu_lookup;
 
 static fb_status lookup_kernel(void *user, const fb_kernel_spec *k, long long tokens, char *var_name, size_t var_len,
-                               void **cubin, size_t *size, char *note, size_t notelen) {
+                               void **cubin, size_t *size, double *ms, char *note, size_t notelen) {
   gpu_lookup *u = user;
   fb_tune_choice ch;
   fb_status s = fb_tune_lookup(u->cache, &u->fp, u->r, u->plan, k, tokens, &ch, cubin, size, note, notelen);
+  if (ms) *ms = s == FB_OK && ch.from_winner ? ch.winner.median_ms : 0;
   if (s == FB_OK) {
     snprintf(var_name, var_len, "%s", ch.var.name);
     char hex[65], line[600];

@@ -306,10 +306,11 @@ struct fourbit_saved {
 };
 
 static fb_status layer_lookup(void *user, const fb_kernel_spec *k, long long tokens, char *vn, size_t vl, void **cubin,
-                              size_t *size, char *note, size_t nl) {
+                              size_t *size, double *ms, char *note, size_t nl) {
   fourbit_layer *l = user;
   fb_tune_choice ch;
   fb_status s = fb_tune_lookup(l->cache, &l->fp, l->r->r, l->plan, k, tokens, &ch, cubin, size, note, nl);
+  if (ms) *ms = s == FB_OK && ch.from_winner ? ch.winner.median_ms : 0;
   if (s == FB_OK) snprintf(vn, vl, "%s", ch.var.name);
   if (l->nseen == l->capseen) {
     int cap = l->capseen ? 2 * l->capseen : 64;

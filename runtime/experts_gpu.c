@@ -112,6 +112,7 @@ typedef struct {
   fb_variant v;
   fb_kernel k;
   int shared; /* k belongs to an earlier entry (the same variant for another shape) */
+  double ms;  /* the tuned winner's median time at its shape bucket (the lookup's; 0: not a timed winner) */
 } kent;
 
 /* Device memory is pooled, so that a step allocates nothing once the first steps have run (cuMemAlloc synchronizes
@@ -201,7 +202,9 @@ struct fb_gpu_experts {
   CUevent xev[2];         /* dX ready on the layer's stream; the exchange done on xs */
   int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
   int comm_sms;           /* FOURBIT_GPU_COMM_SMS=k: the persistent GEMMs launched while it is leave k SMs to it */
-  int grad_both;          /* 1 (default): dY / dH quantized both ways in one launch; FOURBIT_GPU_GRAD_BOTH=0: two */
+  int grad_both;          /* dY / dH quantized both ways in one launch (1) or two (0); -1 (default): by the tuned winners'
+                             times (grad_both_fused), FOURBIT_GPU_GRAD_BOTH=1 / 0 forces one */
+  int gb_said;            /* that choice told in the log */
   int bpipe;              /* FOURBIT_GPU_BPIPE=k: a chunked GEMM's B copies made one chunk ahead on a stream of their own,
                              its GEMMs launched on k fewer SMs beside them (bpipe_loop); 0 (default): in turn */
   CUstream ps;            /* that stream (made at its first use) */
@@ -265,15 +268,16 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   }
   void *cub = NULL;
   size_t sz = 0;
+  double ms = 0;
   char note[1400] = "";
   if (g->o.lookup) {
     char vn[192] = "";
     char ln[1200] = "";
-    if (g->o.lookup(g->o.lookup_user, k, g->o.tokens, vn, sizeof vn, &cub, &sz, ln, sizeof ln) == FB_OK) {
+    if (g->o.lookup(g->o.lookup_user, k, g->o.tokens, vn, sizeof vn, &cub, &sz, &ms, ln, sizeof ln) == FB_OK) {
       for (int j = 0; j < nv && pick < 0; ++j)
         if (!strcmp(vs[j].name, vn) && fits(&vs[j], f)) pick = j;
       if (pick < 0) {
-        free(cub), cub = NULL;
+        free(cub), cub = NULL, ms = 0;
         snprintf(note, sizeof note, g->o.pick_family ? "cached %s is not of the picked family or does not fit this shape; "
                                                      : "cached %s does not fit this shape; ", vn);
       } else {
@@ -293,7 +297,7 @@ static fb_status kget(fb_gpu_experts *g, const fb_kernel_spec *k, const gfit *f,
   kent *e = &g->kt[g->nk];
   memset(e, 0, sizeof *e);
   snprintf(e->key, sizeof e->key, "%s", key);
-  e->spec = *k, e->v = vs[pick];
+  e->spec = *k, e->v = vs[pick], e->ms = ms > 0 ? ms : 0;
   free(vs);
   for (int i = 0; i < g->nk; ++i)
     if (!strcmp(g->kt[i].v.name, e->v.name) && !memcmp(&g->kt[i].spec, k, sizeof *k)) {
@@ -2216,15 +2220,36 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
  * holds 0.34 GiB of MXFP8 in place of 0.66 GiB of BF16 dY through the w2 dgrad, and likewise dH through the w13 dgrad.
  * Each phase keeps its scratch in arenas of its own, given back to the pool when the phase ends. Pool blocks are reused
  * in stream order, so a later phase may take them at once. */
+/* Whether grad_both quantizes in one pass: FOURBIT_GPU_GRAD_BOTH=1 / 0 say so; else the tuner's times say it: the fused
+ * kernel when its winner's median is at most the sum of the row and column quantizers' (the tuner times all three at the
+ * same shape, tuner/shape.c), and also when any of the three has no timed winner (no cache, or an untuned one: the
+ * fused pass reads G once, and measured faster on the H100, BENCHMARKS.md). The first answer is told in the log. */
+static fb_status grad_both_fused(fb_gpu_experts *g, const fb_qspec *q, int *fused) {
+  *fused = g->grad_both != 0;
+  if (g->grad_both >= 0 || !g->o.lookup) return FB_OK;
+  const kent *b, *r, *c;
+  fb_kernel_spec kb = sp_quant(g, q, 2, 0), kr = sp_quant(g, q, 0, 0), kc = sp_quant(g, q, 1, 0);
+  FB_TRY(kget(g, &kb, NULL, &b));
+  if (b->ms <= 0) return FB_OK; /* not a timed winner: nothing to compare */
+  FB_TRY(kget(g, &kr, NULL, &r));
+  FB_TRY(kget(g, &kc, NULL, &c));
+  if (r->ms > 0 && c->ms > 0) *fused = b->ms <= r->ms + c->ms;
+  if (!g->gb_said++ && g->o.log)
+    fprintf(g->o.log, "grad_both: %s (tuned: %s %.4f ms against %s + %s %.4f + %.4f ms)\n",
+            *fused ? "one pass" : "two passes", b->v.name, b->ms, r->v.name, c->v.name, r->ms, c->ms);
+  return FB_OK;
+}
 /* G (R x M BF16) quantized along its rows (*r, arena ar: a dgrad's A) and down them (*t, arena at: the wgrad's A): in
- * one pass (quant_mxfp8_sr_both, mx_col.cuh FB_BOTH: G read once) unless FOURBIT_GPU_GRAD_BOTH=0 or M is not a multiple
- * of 32, else as two (quant_rows_m, quant_cols); the same bits either way (each half its own SR stream and map) */
+ * one pass (quant_mxfp8_sr_both, mx_col.cuh FB_BOTH: G read once) where grad_both_fused says so and M is a multiple of
+ * 32, else as two (quant_rows_m, quant_cols); the same bits either way (each half its own SR stream and map) */
 static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer *L, const gsaved *s, CUdeviceptr G, size_t R,
                            size_t M, int op_r, int op_t, dq *r, dq *t) {
   const fb_layer_prec *p = L->prec;
   srmap mr, mc;
   const srmap *smr = map_rows(s->N, s->g0, M, &mr), *smc = map_cols(s->N, s->Rg, s->g0, &mc);
-  if (g->grad_both && M % 32 == 0) {
+  int fused;
+  FB_TRY(grad_both_fused(g, &p->bwd_grad, &fused));
+  if (fused && M % 32 == 0) {
     const kent *e;
     fb_kernel_spec k = sp_quant(g, &p->bwd_grad, 2, 0);
     FB_TRY(kget(g, &k, NULL, &e));
@@ -2555,7 +2580,7 @@ fb_status fb_gpu_experts_create(const fb_gpu_experts_opts *o, fb_gpu_experts **o
     const char *bc = getenv("FOURBIT_GPU_BCHUNK");
     g->bchunk = bc && atoi(bc) > 0 ? atoi(bc) : 0;
     const char *gb = getenv("FOURBIT_GPU_GRAD_BOTH");
-    g->grad_both = !(gb && !strcmp(gb, "0"));
+    g->grad_both = gb && !strcmp(gb, "0") ? 0 : gb && !strcmp(gb, "1") ? 1 : -1;
   }
   if (!g) return FB_ERR(FB_ENOMEM, "experts gpu");
   g->o = *o, g->sms = info.sm_count, g->arch = arch;

@@ -15,9 +15,11 @@
 
 /* Where a kernel's cubin comes from before NVRTC: the caller's cache lookup (cli/train.c wraps fb_tune_lookup; the
  * runtime does not link the tuner). On FB_OK *cubin (malloc'd, the callee frees it after loading) holds the variant
- * named var_name; anything else means "compile the default here". note: one line for people. */
+ * named var_name; anything else means "compile the default here". *ms (may be NULL): a tuned winner's median time at
+ * its shape bucket, else 0 (the runtime chooses between a fused kernel and the unfused pair by it: grad_both). note: one
+ * line for people. */
 typedef fb_status (*fb_gpu_kernel_lookup)(void *user, const fb_kernel_spec *k, long long tokens, char *var_name,
-                                          size_t var_len, void **cubin, size_t *size, char *note, size_t notelen);
+                                          size_t var_len, void **cubin, size_t *size, double *ms, char *note, size_t notelen);
 
 typedef struct {
   const fb_recipe *recipe;       /* its model and layer rules; kept by reference */

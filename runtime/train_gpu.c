@@ -216,7 +216,7 @@ static fb_status tuned_cubin(fb_trainer *t, struct fbr_gpu *g, const fb_kernel_s
   size_t n = 0;
   if (g->o.lookup) {
     char vn[192] = "", note[1200] = "";
-    if (g->o.lookup(g->o.lookup_user, k, t->T, vn, sizeof vn, &cb, &n, note, sizeof note) == FB_OK) {
+    if (g->o.lookup(g->o.lookup_user, k, t->T, vn, sizeof vn, &cb, &n, NULL, note, sizeof note) == FB_OK) {
       const fb_tune_family *fam = NULL;
       for (int f = 0; f < r->nfamilies; ++f)
         if (!strcmp(r->families[f].family, k->family)) fam = &r->families[f];

@@ -38,11 +38,30 @@ fivesame "$W/gb0" && [ "$(launches "$W/gb0")" = 30 ] && [ "$(grep -c '^  bwd .*q
   [ -n "$(sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) .*dx \([0-9a-f]*\) .*/\1 \2/p' "$W/one")" ] &&
   [ "$(sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) .*dx \([0-9a-f]*\) .*/\1 \2/p' "$W/gb0")" = "$(sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) .*dx \([0-9a-f]*\) .*/\1 \2/p' "$W/one")" ] \
   && ok || { bad "one rank, GRAD_BOTH=0: two launches more (row and col), the same bytes"; grep -E '^check one|^kernels of|quant_mxfp8_sr' "$W/gb0"; }
+# grad_both by the tuner's times: fourbit tune (tiny.lua: its quantizers, the same bucket of 256 tokens) on the fake
+# driver with a fake clock (MOCK_KERNEL_US: the fused pass 300 or 150 us, the row and column quantizers 100 each), then
+# bench_layer --cache: "grad_both: two passes | one pass (tuned: V a ms against V + V b + c ms)": two passes where
+# a > b + c (two launches more), one where a <= b + c, the same bytes either way; FOURBIT_GPU_GRAD_BOTH=1
+# makes one pass over the slow one's cache
+FB=$(dirname "$BL")/../fourbit
+fnv() { sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) \/ [0-9a-f]*, dx \([0-9a-f]*\) .*/\1 \2/p' "$1"; }
+gbline() { grep -m1 '^grad_both: ' "$1"; }
+for c in 300 150; do
+  MOCK_KERNEL_US="sr_both=$c,sr_row=100,sr_col=100" LD_LIBRARY_PATH=$MOCK "$FB" tune recipes/tiny.lua --only quant_mxfp8_sr \
+    --cache "$W/gbc$c" --jobs 2 > "$W/gbt$c" 2>&1 && ok || { bad "grad_both: tune with the fake clock ($c us): exit $?"; tail -3 "$W/gbt$c"; }
+  LD_LIBRARY_PATH=$MOCK "$BL" --recipe recipes/tiny.lua $args --cache "$W/gbc$c" > "$W/gb$c" 2>&1 && ok || { bad "grad_both, cache $c: exit $?"; tail -5 "$W/gb$c"; }
+done
+want() { [ "$(gbline "$1" | cut -d' ' -f2-3)" = "$2" ] && [ "$(gbline "$1" | sed 's/.*(tuned: [a-z0-9_]* \([0-9.]*\) ms against [a-z0-9_]* + [a-z0-9_]* \([0-9.]*\) + \([0-9.]*\) ms)$/\1 \2 \3/')" = "$3" ]; }
+want "$W/gb300" "two passes" "0.3000 0.1000 0.1000" && [ "$(launches "$W/gb300")" = 30 ] &&
+  [ "$(grep -c '^  bwd .*quant_mxfp8_sr_\(row\|col\)_' "$W/gb300")" = 4 ] && ok || { bad "grad_both, fused pass slower: two passes"; grep -E '^grad_both|^kernels of' "$W/gb300"; }
+want "$W/gb150" "one pass" "0.1500 0.1000 0.1000" && [ "$(launches "$W/gb150")" = 28 ] &&
+  [ "$(grep -c '^  bwd .*quant_mxfp8_sr_both_' "$W/gb150")" = 2 ] && [ -n "$(fnv "$W/gb150")" ] && [ "$(fnv "$W/gb300")" = "$(fnv "$W/gb150")" ] && ok || { bad "grad_both, fused pass faster: one pass"; grep -E '^grad_both|^kernels of' "$W/gb150"; }
+FOURBIT_GPU_GRAD_BOTH=1 LD_LIBRARY_PATH=$MOCK "$BL" --recipe recipes/tiny.lua $args --cache "$W/gbc300" > "$W/gbf" 2>&1 && ok || { bad "grad_both forced: exit $?"; tail -5 "$W/gbf"; }
+! grep -q '^grad_both: ' "$W/gbf" && [ "$(launches "$W/gbf")" = 28 ] && ok || { bad "FOURBIT_GPU_GRAD_BOTH=1 over a cache that says two passes: one pass"; grep -E '^grad_both|^kernels of' "$W/gbf"; }
 # --train-amax: the NVFP4 weights' amax given, as AdamW's NVFP4 form leaves them in a train step: the two amax launches are
 # gone, every forward's two weight quantizations took them (the fake driver checks each against its data), and y and dx are the bytes
 # of the run that found them itself
 LD_LIBRARY_PATH=$MOCK "$BL" $args --train-amax > "$W/tam" 2>&1 && ok || { bad "one rank, --train-amax: exit $?"; tail -5 "$W/tam"; }
-fnv() { sed -n 's/^check one rank: .*FNV-1a y \([0-9a-f]*\) \/ [0-9a-f]*, dx \([0-9a-f]*\) .*/\1 \2/p' "$1"; }
 fivesame "$W/tam" && [ "$(launches "$W/tam")" = 26 ] && [ "$(nums "$W/tam" "weights' amax given:" | cut -d' ' -f1)" -ge 2 ] &&
   [ -n "$(fnv "$W/one")" ] && [ "$(fnv "$W/tam")" = "$(fnv "$W/one")" ] && ! grep -q '^  fwd weights  *amax' "$W/tam" \
   && ok || { bad "one rank, --train-amax: checks"; grep -E "^check|^kernels of|amax" "$W/tam"; }

@@ -83,10 +83,11 @@ typedef struct {
   int winners, defaults, missing;
 } lk;
 static fb_status lookup(void *user, const fb_kernel_spec *k, long long tokens, char *vn, size_t vl, void **cubin, size_t *size,
-                        char *note, size_t nl) {
+                        double *ms, char *note, size_t nl) {
   lk *u = user;
   fb_tune_choice ch;
   fb_status s = fb_tune_lookup(u->cache, &u->fp, u->r, u->plan, k, tokens, &ch, cubin, size, note, nl);
+  if (ms) *ms = s == FB_OK && ch.from_winner ? ch.winner.median_ms : 0;
   if (s == FB_OK) snprintf(vn, vl, "%s", ch.var.name), ch.from_winner ? ++u->winners : ++u->defaults;
   else ++u->missing;
   return s;
@@ -99,8 +100,9 @@ typedef struct {
   int used;
 } pk;
 static fb_status pick_lookup(void *user, const fb_kernel_spec *k, long long tokens, char *vn, size_t vl, void **cubin, size_t *size,
-                             char *note, size_t nl) {
+                             double *ms, char *note, size_t nl) {
   (void)tokens;
+  if (ms) *ms = 0; /* no times: grad_both keeps its default */
   pk *u = user;
   const fb_tune_family *fam = NULL;
   for (int f = 0; f < u->r->nfamilies; ++f)
