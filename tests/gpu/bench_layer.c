@@ -45,9 +45,11 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_layer [--recipe R] [--layer L] [--tokens T] [--experts E] [--top-k K] [--d-model D] [--d-ff F]\n"
-             "                   [--routing balanced|zipf] [--iters N] [--cache DIR | --pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
+             "                   [--routing balanced|zipf] [--iters N] [--cache DIR] [--pick V1,V2,...] [--routing-out FILE [--routing-only]]\n"
              "                   [--pick mma|wgmma|tcgen05] [--peer FILE] [--dump DIR] [--global] [--pool-only] [--train-amax]\n"
              "--routing-only: write the routing file (for the peer) and stop. --peer: the lines of bench_layer_peer.py.\n"
+             "--pick V1,V2,...: these variants (full names) for their kernels; with --cache DIR their cubins from DIR where tune\n"
+             "put them (else NVRTC) and DIR's winners for every other kernel, so one run differs from the tuned layer in them alone.\n"
              "--pick mma|wgmma|tcgen05[,V1,...]: every GEMM from that family's variants (V1,... where named; else the cache's winner\n"
              "of the family with --cache, else its first). --dump DIR: the inputs and the first checked run's outputs, raw.\n"
              "--global: every rank makes the inputs of all ranks (tokens of all, masters of every expert) and takes its slice, so\n"
@@ -93,17 +95,18 @@ static fb_status lookup(void *user, const fb_kernel_spec *k, long long tokens, c
   return s;
 }
 
-/* --pick V1,V2,...: these variants (full names) instead of the defaults, compiled here (no cache) */
+/* --pick V1,V2,...: these variants (full names) instead of the defaults, compiled here; with --cache (c): their cubins
+   from the cache by content key where tune compiled them, and the cache's lookup for the kernels not picked */
 typedef struct {
   const fb_recipe *r;
   char picks[4096];
   int used;
+  lk *c;
 } pk;
 static fb_status pick_lookup(void *user, const fb_kernel_spec *k, long long tokens, char *vn, size_t vl, void **cubin, size_t *size,
                              double *ms, char *note, size_t nl) {
-  (void)tokens;
-  if (ms) *ms = 0; /* no times: grad_both keeps its default */
   pk *u = user;
+  if (ms) *ms = 0; /* a picked kernel has no time: grad_both's choice takes the cache's winners or its default */
   const fb_tune_family *fam = NULL;
   for (int f = 0; f < u->r->nfamilies; ++f)
     if (!strcmp(u->r->families[f].family, k->family)) fam = &u->r->families[f];
@@ -117,19 +120,27 @@ static fb_status pick_lookup(void *user, const fb_kernel_spec *k, long long toke
     char *src = NULL;
     fb_cubin cb;
     memset(&cb, 0, sizeof cb);
-    fb_status s = fb_gen_source(k, &vs[j], u->r->path, "-", &src);
-    if (s == FB_OK) s = fb_nvrtc_compile(vs[j].name, src, "sm_90a", &cb);
+    fb_status s = fb_gen_source(k, &vs[j], u->r->path, u->c ? u->c->plan->sha256 : "-", &src);
+    uint8_t ck[32];
+    int cached = 0;
+    if (s == FB_OK && u->c) {
+      fb_cache_kernel_key(src, "sm_90a", ck);
+      cached = fb_cache_get_kernel(u->c->cache, ck, &cb.cubin, &cb.size) == FB_OK;
+    }
+    if (s == FB_OK && !cached) s = fb_nvrtc_compile(vs[j].name, src, "sm_90a", &cb);
     free(src);
     if (s != FB_OK) { free(vs); return s; }
     *cubin = cb.cubin, *size = cb.size, cb.cubin = NULL;
     fb_cubin_free(&cb);
     snprintf(vn, vl, "%s", vs[j].name);
-    snprintf(note, nl, "--pick");
+    snprintf(note, nl, "--pick%s", cached ? " (the cache's cubin)" : " (NVRTC)");
     u->used++;
     free(vs);
     return FB_OK;
   }
   free(vs);
+  if (u->c) return lookup(u->c, k, tokens, vn, vl, cubin, size, ms, note, nl);
+  (void)tokens;
   return FB_ERR(FB_ENOTFOUND, "not picked");
 }
 
@@ -278,7 +289,7 @@ int main(int argc, char **argv) {
   }
   pk pu;
   memset(&pu, 0, sizeof pu);
-  pu.r = r;
+  pu.r = r, pu.c = cache ? &u : NULL;
   /* --pick mma / wgmma / tcgen05[,V1,...]: a GEMM family for every GEMM (the runtime's pick_family), then variant names */
   const char *family = NULL;
   if (picks && (!strncmp(picks, "mma", 3) || !strncmp(picks, "wgmma", 5) || !strncmp(picks, "tcgen05", 7))) {
@@ -287,8 +298,8 @@ int main(int argc, char **argv) {
     if (family) picks = picks[l] ? picks + l + 1 : NULL;
   }
   if (picks) snprintf(pu.picks, sizeof pu.picks, ",%s,", picks);
-  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = cache ? lookup : picks ? pick_lookup : NULL, .pick_family = family,
-                            .lookup_user = cache ? (void *)&u : (void *)&pu, .log = stdout, .verbose = 1, .comm = comm};
+  fb_gpu_experts_opts go = {.recipe = r, .tokens = T, .lookup = picks ? pick_lookup : cache ? lookup : NULL, .pick_family = family,
+                            .lookup_user = picks ? (void *)&pu : (void *)&u, .log = stdout, .verbose = 1, .comm = comm};
   fb_gpu_experts *g = NULL;
   CK(fb_gpu_experts_create(&go, &g));
   fb_gpu_experts_stats st = fb_gpu_experts_stats_get(g);
