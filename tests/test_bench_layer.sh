@@ -56,6 +56,10 @@ want "$W/gb300" "two passes" "0.3000 0.1000 0.1000" && [ "$(launches "$W/gb300")
   [ "$(grep -c '^  bwd .*quant_mxfp8_sr_\(row\|col\)_' "$W/gb300")" = 4 ] && ok || { bad "grad_both, fused pass slower: two passes"; grep -E '^grad_both|^kernels of' "$W/gb300"; }
 want "$W/gb150" "one pass" "0.1500 0.1000 0.1000" && [ "$(launches "$W/gb150")" = 28 ] &&
   [ "$(grep -c '^  bwd .*quant_mxfp8_sr_both_' "$W/gb150")" = 2 ] && [ -n "$(fnv "$W/gb150")" ] && [ "$(fnv "$W/gb300")" = "$(fnv "$W/gb150")" ] && ok || { bad "grad_both, fused pass faster: one pass"; grep -E '^grad_both|^kernels of' "$W/gb150"; }
+# and the tune's summary says the same choice
+grep -q '^quant_mxfp8_sr_both_sm90a at 256 tokens: 0.3000 ms against .* 0.1000 + 0.1000 ms: the GPU layer quantizes its gradients in two passes' "$W/gbt300" &&
+  grep -q '^quant_mxfp8_sr_both_sm90a at 256 tokens: 0.1500 ms against .* 0.1000 + 0.1000 ms: the GPU layer quantizes its gradients in one pass' "$W/gbt150" \
+  && ok || { bad "grad_both: the tune summary's line"; grep -h ' at 256 tokens' "$W/gbt300" "$W/gbt150"; }
 FOURBIT_GPU_GRAD_BOTH=1 LD_LIBRARY_PATH=$MOCK "$BL" --recipe recipes/tiny.lua $args --cache "$W/gbc300" > "$W/gbf" 2>&1 && ok || { bad "grad_both forced: exit $?"; tail -5 "$W/gbf"; }
 ! grep -q '^grad_both: ' "$W/gbf" && [ "$(launches "$W/gbf")" = 28 ] && ok || { bad "FOURBIT_GPU_GRAD_BOTH=1 over a cache that says two passes: one pass"; grep -E '^grad_both|^kernels of' "$W/gbf"; }
 # --train-amax: the NVFP4 weights' amax given, as AdamW's NVFP4 form leaves them in a train step: the two amax launches are

@@ -874,6 +874,27 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
     printf("%-48s %8lld %11s %11.4f %8s  %-22s %-30s %5d %6d\n", s->spec, s->bucket, def, s->tuned_ms, sp, s->winner, ru, s->cands, s->failed);
     if (s->note) printf("%-48s %8s  %s\n", "", "", s->note);
   }
+  /* what the GPU layer will make of the fused quantizers' times (runtime/experts_gpu.c grad_both_fused): a both-ways
+     quantizer ("_both") against its row and column quantizers of the same bucket, found by the naming authority */
+  for (int i = 0; i < nrows; ++i) {
+    fb_kernel_spec kb, kr, kc;
+    char arch[16], nr[128], nc[128];
+    if (!rows[i].winner[0] || fb_kernel_parse(rows[i].spec, &kb, arch, sizeof arch, NULL) != FB_OK || kb.op != FB_OP_QUANT ||
+        kb.col != 2)
+      continue;
+    kr = kb, kc = kb, kr.col = 0, kc.col = 1;
+    if (fb_kernel_name(&kr, arch, nr, sizeof nr) != FB_OK || fb_kernel_name(&kc, arch, nc, sizeof nc) != FB_OK) continue;
+    const summary_row *a = NULL, *c2 = NULL;
+    for (int j = 0; j < nrows; ++j)
+      if (rows[j].winner[0] && rows[j].bucket == rows[i].bucket) {
+        if (!strcmp(rows[j].spec, nr)) a = &rows[j];
+        if (!strcmp(rows[j].spec, nc)) c2 = &rows[j];
+      }
+    if (a && c2)
+      printf("%s at %lld tokens: %.4f ms against %s + %s %.4f + %.4f ms: the GPU layer quantizes its gradients %s\n",
+             rows[i].spec, rows[i].bucket, rows[i].tuned_ms, nr, nc, a->tuned_ms, c2->tuned_ms,
+             rows[i].tuned_ms <= a->tuned_ms + c2->tuned_ms ? "in one pass (this kernel)" : "in two passes (those two)");
+  }
   int untimed_bad = 0;
   for (int i = 0; i < nks; ++i)
     if (ks[i].untimed && (untimed_bad += !ks[i].c[0].compiled, 1))
