@@ -8,6 +8,17 @@
  * half their chunks first). A lane storing its own 64 bytes alone writes half sectors, which the L2 merges at twice the
  * requests (ncu on the H100: bcopy and the requantizers' copies L2-bound at 90% / 73% with DRAM at 46% / 26%). Every lane
  * of the warp calls it (the shuffles); in: whether this lane's block is stored. */
+/* a 16-byte store to global memory at generic address a: st.global, as the compiler emits for a pointer it knows is
+ * global (the pair's addresses travel through shuffles as integers, after which it would emit a generic ST) */
+static __device__ __forceinline__ void fbf_stg16(unsigned long long a, unsigned x, unsigned y, unsigned z, unsigned w) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; st.global.v4.b32 [g], {%1, %2, %3, %4}; }" ::"l"(a), "r"(x), "r"(y),
+               "r"(z), "r"(w)
+               : "memory");
+#else
+  *reinterpret_cast<uint4 *>(a) = make_uint4(x, y, z, w); /* the emulator */
+#endif
+}
 static __device__ __forceinline__ void fbf_store64_pair(unsigned long long mine, const unsigned o[16], bool in, bool odd) {
   const unsigned long long other = __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
   const bool oin = __shfl_xor_sync(0xFFFFFFFFu, in ? 1 : 0, 1) != 0;
@@ -18,14 +29,13 @@ static __device__ __forceinline__ void fbf_store64_pair(unsigned long long mine,
   for (int j = 0; j < 4; ++j) x[4 + j] = __shfl_xor_sync(0xFFFFFFFFu, odd ? o[8 + j] : o[12 + j], 1);
   const unsigned long long a = (odd ? other : mine) + (odd ? 16u : 0u), b = (odd ? mine : other) + (odd ? 16u : 0u);
   const bool ain = odd ? oin : in, bin = odd ? in : oin;
-  if (ain) {
-    reinterpret_cast<uint4 *>(a)[0] = odd ? make_uint4(x[0], x[1], x[2], x[3]) : make_uint4(o[0], o[1], o[2], o[3]);
-    reinterpret_cast<uint4 *>(a + 32u)[0] = odd ? make_uint4(x[4], x[5], x[6], x[7]) : make_uint4(o[8], o[9], o[10], o[11]);
-  }
-  if (bin) {
-    reinterpret_cast<uint4 *>(b)[0] = odd ? make_uint4(o[4], o[5], o[6], o[7]) : make_uint4(x[0], x[1], x[2], x[3]);
-    reinterpret_cast<uint4 *>(b + 32u)[0] = odd ? make_uint4(o[12], o[13], o[14], o[15]) : make_uint4(x[4], x[5], x[6], x[7]);
-  }
+  /* the values by selects, not branches: a pair's two lanes must issue each store together (one instruction, whole sectors) */
+  unsigned v[16];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    v[j] = odd ? x[j] : o[j], v[4 + j] = odd ? x[4 + j] : o[8 + j], v[8 + j] = odd ? o[4 + j] : x[j], v[12 + j] = odd ? o[12 + j] : x[4 + j];
+  if (ain) fbf_stg16(a, v[0], v[1], v[2], v[3]), fbf_stg16(a + 32u, v[4], v[5], v[6], v[7]);
+  if (bin) fbf_stg16(b, v[8], v[9], v[10], v[11]), fbf_stg16(b + 32u, v[12], v[13], v[14], v[15]);
 }
 
 #endif
