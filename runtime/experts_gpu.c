@@ -203,8 +203,9 @@ struct fb_gpu_experts {
   int xbusy;              /* the dX exchange is in flight on xs (dx_send to dx_finish) */
   int comm_sms;           /* FOURBIT_GPU_COMM_SMS=k: the persistent GEMMs launched while it is leave k SMs to it */
   int grad_both;          /* dY / dH quantized both ways in one launch (1) or two (0); -1 (default): by the tuned winners'
-                             times (grad_both_fused), FOURBIT_GPU_GRAD_BOTH=1 / 0 forces one */
-  int gb_said;            /* that choice told in the log */
+                             times (grad_both_kernel), FOURBIT_GPU_GRAD_BOTH=1 / 0 forces one */
+  const kent *gb_k;       /* the fused kernel grad_both_kernel last decided on (the decision is made once a kernel) */
+  int gb_fused;           /* and its decision */
   int bpipe;              /* FOURBIT_GPU_BPIPE=k: a chunked GEMM's B copies made one chunk ahead on a stream of their own,
                              its GEMMs launched on k fewer SMs beside them (bpipe_loop); 0 (default): in turn */
   CUstream ps;            /* that stream (made at its first use) */
@@ -2220,39 +2221,45 @@ static fb_status bwd_combine(fb_gpu_experts *g, arena *tmp, fb_moe_layer *L, gsa
  * holds 0.34 GiB of MXFP8 in place of 0.66 GiB of BF16 dY through the w2 dgrad, and likewise dH through the w13 dgrad.
  * Each phase keeps its scratch in arenas of its own, given back to the pool when the phase ends. Pool blocks are reused
  * in stream order, so a later phase may take them at once. */
-/* Whether grad_both quantizes in one pass: FOURBIT_GPU_GRAD_BOTH=1 / 0 say so; else the tuner's times say it: the fused
- * kernel when its winner's median is at most the sum of the row and column quantizers' (the tuner times all three at the
- * same shape, tuner/shape.c), and also when any of the three has no timed winner (no cache, or an untuned one: the
- * fused pass reads G once, and measured faster on the H100, BENCHMARKS.md). The first answer is told in the log. */
-static fb_status grad_both_fused(fb_gpu_experts *g, const fb_qspec *q, int *fused) {
-  *fused = g->grad_both != 0;
-  if (g->grad_both >= 0 || !g->o.lookup) return FB_OK;
+/* *e: the kernel that quantizes in one pass, or NULL for two. FOURBIT_GPU_GRAD_BOTH=1 / 0 say which; else the tuner's
+ * times say it: the fused kernel when its winner's median is at most the sum of the row and column quantizers' (the tuner
+ * times all three at the same shape, tuner/shape.c), and also when any of the three has no timed winner (no cache, or an
+ * untuned one: the fused pass reads G once, and measured faster on the H100, BENCHMARKS.md). Decided once a kernel, and
+ * the first decision told in the log. */
+static fb_status grad_both_kernel(fb_gpu_experts *g, const fb_qspec *q, const kent **e) {
+  *e = NULL;
+  if (!g->grad_both) return FB_OK;
   const kent *b, *r, *c;
-  fb_kernel_spec kb = sp_quant(g, q, 2, 0), kr = sp_quant(g, q, 0, 0), kc = sp_quant(g, q, 1, 0);
+  fb_kernel_spec kb = sp_quant(g, q, 2, 0);
   FB_TRY(kget(g, &kb, NULL, &b));
-  if (b->ms <= 0) return FB_OK; /* not a timed winner: nothing to compare */
+  *e = b;
+  if (g->grad_both > 0 || !g->o.lookup || b->ms <= 0) return FB_OK; /* forced, or no times to compare */
+  if (g->gb_k == b) {
+    if (!g->gb_fused) *e = NULL;
+    return FB_OK;
+  }
+  fb_kernel_spec kr = sp_quant(g, q, 0, 0), kc = sp_quant(g, q, 1, 0);
   FB_TRY(kget(g, &kr, NULL, &r));
   FB_TRY(kget(g, &kc, NULL, &c));
-  if (r->ms > 0 && c->ms > 0) *fused = b->ms <= r->ms + c->ms;
-  if (!g->gb_said++ && g->o.log)
-    fprintf(g->o.log, "grad_both: %s (tuned: %s %.4f ms against %s + %s %.4f + %.4f ms)\n",
-            *fused ? "one pass" : "two passes", b->v.name, b->ms, r->v.name, c->v.name, r->ms, c->ms);
+  int fused = r->ms <= 0 || c->ms <= 0 || b->ms <= r->ms + c->ms;
+  if (!g->gb_k && g->o.log)
+    fprintf(g->o.log, "grad_both: %s (tuned: %s %.4f ms against %s + %s %.4f + %.4f ms)\n", fused ? "one pass" : "two passes",
+            b->v.name, b->ms, r->v.name, c->v.name, r->ms, c->ms);
+  g->gb_k = b, g->gb_fused = fused;
+  if (!fused) *e = NULL;
   return FB_OK;
 }
 /* G (R x M BF16) quantized along its rows (*r, arena ar: a dgrad's A) and down them (*t, arena at: the wgrad's A): in
- * one pass (quant_mxfp8_sr_both, mx_col.cuh FB_BOTH: G read once) where grad_both_fused says so and M is a multiple of
+ * one pass (quant_mxfp8_sr_both, mx_col.cuh FB_BOTH: G read once) where grad_both_kernel says so and M is a multiple of
  * 32, else as two (quant_rows_m, quant_cols); the same bits either way (each half its own SR stream and map) */
 static fb_status grad_both(fb_gpu_experts *g, arena *ar, arena *at, fb_moe_layer *L, const gsaved *s, CUdeviceptr G, size_t R,
                            size_t M, int op_r, int op_t, dq *r, dq *t) {
   const fb_layer_prec *p = L->prec;
   srmap mr, mc;
   const srmap *smr = map_rows(s->N, s->g0, M, &mr), *smc = map_cols(s->N, s->Rg, s->g0, &mc);
-  int fused;
-  FB_TRY(grad_both_fused(g, &p->bwd_grad, &fused));
-  if (fused && M % 32 == 0) {
-    const kent *e;
-    fb_kernel_spec k = sp_quant(g, &p->bwd_grad, 2, 0);
-    FB_TRY(kget(g, &k, NULL, &e));
+  const kent *e = NULL;
+  if (M % 32 == 0) FB_TRY(grad_both_kernel(g, &p->bwd_grad, &e));
+  if (e) {
     memset(r, 0, sizeof *r), memset(t, 0, sizeof *t);
     r->rows = R, r->cols = M, r->f = FB_FMT_MXFP8;
     t->rows = M, t->cols = R, t->f = FB_FMT_MXFP8;

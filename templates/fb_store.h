@@ -2,12 +2,6 @@
 #ifndef FB_STORE_H
 #define FB_STORE_H
 
-/* The 64-byte BF16 copies of two blocks written by a lane pair (lanes l, l ^ 1; `odd` = l & 1) so that each of the four
- * 16-byte store instructions writes whole 32-byte sectors: the even lane's block A (its bytes at a) and the odd lane's B
- * (at b) go out as A[0, 32), A[32, 64), B[0, 32), B[32, 64), each sector's halves from the two lanes (the lanes trade
- * half their chunks first). A lane storing its own 64 bytes alone writes half sectors, which the L2 merges at twice the
- * requests (ncu on the H100: bcopy and the requantizers' copies L2-bound at 90% / 73% with DRAM at 46% / 26%). Every lane
- * of the warp calls it (the shuffles); in: whether this lane's block is stored. */
 /* a 16-byte store to global memory at generic address a: st.global, as the compiler emits for a pointer it knows is
  * global (the pair's addresses travel through shuffles as integers, after which it would emit a generic ST) */
 static __device__ __forceinline__ void fbf_stg16(unsigned long long a, unsigned x, unsigned y, unsigned z, unsigned w) {
@@ -19,6 +13,12 @@ static __device__ __forceinline__ void fbf_stg16(unsigned long long a, unsigned 
   *reinterpret_cast<uint4 *>(a) = make_uint4(x, y, z, w); /* the emulator */
 #endif
 }
+/* The 64-byte BF16 copies of two blocks written by a lane pair (lanes l, l ^ 1; `odd` = l & 1) so that each of the four
+ * 16-byte store instructions writes whole 32-byte sectors: the even lane's block A (its bytes at a) and the odd lane's B
+ * (at b) go out as A[0, 32), A[32, 64), B[0, 32), B[32, 64), each sector's halves from the two lanes (the lanes trade
+ * half their chunks first). A lane storing its own 64 bytes alone writes half sectors, which the L2 merges at twice the
+ * requests (ncu on the H100: bcopy and the requantizers' copies L2-bound at 90% / 73% with DRAM at 46% / 26%). Every lane
+ * of the warp calls it (the shuffles); in: whether this lane's block is stored. */
 static __device__ __forceinline__ void fbf_store64_pair(unsigned long long mine, const unsigned o[16], bool in, bool odd) {
   const unsigned long long other = __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
   const bool oin = __shfl_xor_sync(0xFFFFFFFFu, in ? 1 : 0, 1) != 0;

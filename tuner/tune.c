@@ -874,7 +874,7 @@ fb_status fb_tune_run(const fb_tune_opts *o) {
     printf("%-48s %8lld %11s %11.4f %8s  %-22s %-30s %5d %6d\n", s->spec, s->bucket, def, s->tuned_ms, sp, s->winner, ru, s->cands, s->failed);
     if (s->note) printf("%-48s %8s  %s\n", "", "", s->note);
   }
-  /* what the GPU layer will make of the fused quantizers' times (runtime/experts_gpu.c grad_both_fused): a both-ways
+  /* what the GPU layer will make of the fused quantizers' times (runtime/experts_gpu.c grad_both_kernel): a both-ways
      quantizer ("_both") against its row and column quantizers of the same bucket, found by the naming authority */
   for (int i = 0; i < nrows; ++i) {
     fb_kernel_spec kb, kr, kc;
